@@ -1,0 +1,41 @@
+"""The `bertjax` command line: one sub-command per module under `bertjax.commands`.
+
+Each command module defines `add_arguments(parser)` and `run(args) -> int`, and is imported only
+when its command runs, so `bertjax --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# command name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "parity": ("bertjax.commands.parity", "compare bertjax with the PyTorch mirror, tensor by tensor"),
+    "vocab": ("bertjax.commands.vocab", "train a WordPiece vocabulary on a corpus"),
+    "data": ("bertjax.commands.data", "tokenise a corpus once into memory-mapped shards"),
+    "bench": ("bertjax.commands.bench", "benchmarks (data pipeline, training step)"),
+}
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bertjax", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    for name, (module, help_text) in COMMANDS.items():
+        cmd = sub.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:  # only the command being run pays for its imports
+            importlib.import_module(module).add_arguments(cmd)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
+    module = importlib.import_module(COMMANDS[args.command][0])
+    return int(module.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

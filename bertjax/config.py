@@ -1,0 +1,156 @@
+"""BertConfig: the one configuration shared by bertjax, bert_torch and parity.
+
+This module imports no framework, so `bert_torch` can use it without pulling in JAX.
+Field names follow Hugging Face's `BertConfig`, so `config.json` files read and write as-is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+# Activations both frameworks implement identically. "gelu" is the exact (erf) GELU, as in the
+# original BERT and transformers; "gelu_new"/"gelu_pytorch_tanh" are the tanh approximation.
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
+COMPUTE_DTYPES = ("float32", "bfloat16")
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    """Shape and numerics of a BERT model (Hugging Face field names)."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    # Not a Hugging Face field: the dtype of activations and matmuls in bertjax. Parameters,
+    # softmax, LayerNorm statistics and logits stay float32 whatever this says.
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        for name in (
+            "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+            "intermediate_size", "max_position_embeddings", "type_vocab_size",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"BertConfig.{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"BertConfig.hidden_size ({self.hidden_size}) must be divisible by "
+                f"num_attention_heads ({self.num_attention_heads})"
+            )
+        if self.hidden_act not in ACTIVATIONS:
+            raise ValueError(
+                f"BertConfig.hidden_act {self.hidden_act!r} is not supported; use one of {ACTIVATIONS}"
+            )
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"BertConfig.{name} must be in [0, 1), got {value!r}")
+        if self.initializer_range <= 0:
+            raise ValueError(
+                f"BertConfig.initializer_range must be positive, got {self.initializer_range!r}"
+            )
+        if self.layer_norm_eps <= 0:
+            raise ValueError(f"BertConfig.layer_norm_eps must be positive, got {self.layer_norm_eps!r}")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(
+                f"BertConfig.pad_token_id ({self.pad_token_id}) must be in [0, vocab_size="
+                f"{self.vocab_size})"
+            )
+        if self.dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"BertConfig.dtype {self.dtype!r} is not one of {COMPUTE_DTYPES}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    def replace(self, **changes: Any) -> BertConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> BertConfig:
+        """One of PRESETS (tiny, mini, small, medium, base, large), with optional overrides."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+        return cls(**{**PRESETS[name], **overrides})
+
+    # --- Hugging Face config.json -------------------------------------------------------------
+
+    def to_hf_dict(self) -> dict[str, Any]:
+        """The fields transformers' BertConfig reads, for a BertForPreTraining checkpoint."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "dtype"}
+        return {
+            "architectures": ["BertForPreTraining"],
+            "model_type": "bert",
+            "position_embedding_type": "absolute",
+            **fields,
+        }
+
+    @classmethod
+    def from_hf_dict(cls, data: dict[str, Any], **overrides: Any) -> BertConfig:
+        """Read the fields we model; refuse settings that would change the architecture."""
+        if data.get("model_type", "bert") != "bert":
+            raise ValueError(f"config.json has model_type {data['model_type']!r}; expected 'bert'")
+        position_type = data.get("position_embedding_type", "absolute")
+        if position_type != "absolute":
+            raise ValueError(
+                f"config.json has position_embedding_type {position_type!r}; only 'absolute' "
+                "is supported"
+            )
+        if data.get("is_decoder") or data.get("add_cross_attention"):
+            raise ValueError("config.json describes a decoder / cross-attention BERT; not supported")
+        known = {f.name for f in dataclasses.fields(cls)} - {"dtype"}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        if kwargs.get("pad_token_id") is None:
+            kwargs.pop("pad_token_id", None)
+        return cls(**{**kwargs, **overrides})
+
+    def save_hf_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_hf_dict(), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def load_hf_json(cls, path: str | Path, **overrides: Any) -> BertConfig:
+        path = Path(path)
+        if path.is_dir():
+            path = path / "config.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"no config.json at {path}")
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path} is not valid JSON: {err}") from err
+        return cls.from_hf_dict(data, **overrides)
+
+
+def _shape(layers: int, hidden: int, heads: int) -> dict[str, int]:
+    return {
+        "num_hidden_layers": layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "intermediate_size": 4 * hidden,
+    }
+
+
+# The one table of model sizes (Turc et al. 2019 names for the small ones).
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": {**_shape(2, 128, 2), "vocab_size": 1024, "max_position_embeddings": 128},
+    "mini": _shape(4, 256, 4),
+    "small": _shape(4, 512, 8),
+    "medium": _shape(8, 512, 8),
+    "base": _shape(12, 768, 12),
+    "large": _shape(24, 1024, 16),
+}
