@@ -1,0 +1,31 @@
+"""Pre-training losses in PyTorch, mirroring `bertjax.losses`."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def mlm_loss(
+    logits: torch.Tensor, masked_ids: torch.Tensor, masked_weights: torch.Tensor
+) -> torch.Tensor:
+    """Mean cross-entropy over real predictions. logits (B, P, V), ids/weights (B, P)."""
+    per_token = F.cross_entropy(
+        logits.float().flatten(0, 1), masked_ids.long().flatten(), reduction="none"
+    ).view(masked_ids.shape)  # (B, P)
+    weights = masked_weights.float()
+    return (per_token * weights).sum() / weights.sum().clamp_min(1e-5)
+
+
+def nsp_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of next-sentence prediction. logits (B, 2), labels (B,): 0 IsNext."""
+    return F.cross_entropy(logits.float(), labels.long())
+
+
+def pretraining_loss(
+    mlm_logits: torch.Tensor, nsp_logits: torch.Tensor, batch: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """MLM + NSP loss and its parts."""
+    mlm = mlm_loss(mlm_logits, batch["masked_ids"], batch["masked_weights"])
+    nsp = nsp_loss(nsp_logits, batch["next_sentence_label"])
+    return mlm + nsp, {"mlm_loss": mlm, "nsp_loss": nsp}

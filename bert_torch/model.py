@@ -1,0 +1,232 @@
+"""BERT in PyTorch: the reference mirror of `bertjax/model.py`.
+
+Same classes in the same order, same attribute names; leaf names are PyTorch's (`weight` for
+Flax's `kernel` (transposed), `scale` and `embedding`). Dropout follows `.train()` / `.eval()`.
+
+Shapes: B batch, S sequence, H hidden, A heads, D head dim (H = A * D), P masked positions,
+V vocabulary, I intermediate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bert_torch import numerics
+from bertjax.config import BertConfig
+
+
+@dataclasses.dataclass
+class BertOutput:
+    """What a BERT forward returns; fields a model does not compute are None."""
+
+    sequence_output: torch.Tensor  # (B, S, H)
+    pooled_output: torch.Tensor  # (B, H)
+    mlm_logits: torch.Tensor | None = None  # (B, P, V) or (B, S, V)
+    nsp_logits: torch.Tensor | None = None  # (B, 2)
+    attentions: tuple[torch.Tensor, ...] | None = None  # per layer (B, A, S, S)
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings + per layer (B, S, H)
+
+
+def _linear(config: BertConfig, n_in: int, n_out: int) -> nn.Linear:
+    layer = nn.Linear(n_in, n_out)
+    nn.init.normal_(layer.weight, std=config.initializer_range)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def _embed(config: BertConfig, num: int) -> nn.Embedding:
+    layer = nn.Embedding(num, config.hidden_size)
+    nn.init.normal_(layer.weight, std=config.initializer_range)
+    return layer
+
+
+class LayerNorm(nn.LayerNorm):
+    """LayerNorm with BERT's epsilon and float32 statistics."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config.hidden_size, eps=config.layer_norm_eps)  # PyTorch defaults to 1e-5
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.float()).to(x.dtype)
+
+
+class BertEmbeddings(nn.Module):
+    """Word + position + token-type embeddings, then LayerNorm and dropout."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.word_embeddings = _embed(config, config.vocab_size)
+        self.position_embeddings = _embed(config, config.max_position_embeddings)
+        self.token_type_embeddings = _embed(config, config.type_vocab_size)
+        self.layer_norm = LayerNorm(config)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None, :]  # (1, S)
+        x = (
+            self.word_embeddings(input_ids)
+            + self.position_embeddings(positions)
+            + self.token_type_embeddings(token_type_ids)
+        )  # (B, S, H)
+        return self.dropout(self.layer_norm(x))
+
+
+class BertAttention(nn.Module):
+    """Multi-head self-attention with a key padding mask; returns (output, probabilities)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        h = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.head_dim
+        self.query = _linear(config, h, h)
+        self.key = _linear(config, h, h)
+        self.value = _linear(config, h, h)
+        self.output = _linear(config, h, h)
+        self.attention_dropout = nn.Dropout(config.attention_probs_dropout_prob)
+        self.output_dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(
+        self, x: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        B, S, H = x.shape
+        heads = (B, S, self.num_heads, self.head_dim)
+        q = self.query(x).view(heads)  # (B, S, A, D)
+        k = self.key(x).view(heads)  # (B, S, A, D)
+        v = self.value(x).view(heads)  # (B, S, A, D)
+        scores = torch.einsum("bqad,bkad->baqk", q.float(), k.float())
+        scores = scores / math.sqrt(self.head_dim)  # (B, A, S, S) float32
+        probs = numerics.masked_softmax(scores, attention_mask[:, None, None, :])
+        dropped = self.attention_dropout(probs)
+        context = torch.einsum("baqk,bkad->bqad", dropped.to(v.dtype), v)  # (B, S, A, D)
+        context = context.reshape(B, S, H)  # (B, S, H)
+        return self.output_dropout(self.output(context)), probs
+
+
+class BertLayer(nn.Module):
+    """Post-LN transformer block: attention + residual + LN, GELU MLP + residual + LN."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.attention = BertAttention(config)
+        self.attention_norm = LayerNorm(config)
+        self.intermediate = _linear(config, config.hidden_size, config.intermediate_size)
+        self.output = _linear(config, config.intermediate_size, config.hidden_size)
+        self.output_norm = LayerNorm(config)
+        self.output_dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.activation = numerics.activation(config.hidden_act)
+
+    def forward(
+        self, x: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        attended, probs = self.attention(x, attention_mask)
+        x = self.attention_norm(x + attended)  # (B, S, H)
+        y = self.output(self.activation(self.intermediate(x)))  # (B, S, I) -> (B, S, H)
+        y = self.output_dropout(y)
+        return self.output_norm(x + y), probs
+
+
+class BertPooler(nn.Module):
+    """Dense + tanh on the [CLS] position."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = _linear(config, config.hidden_size, config.hidden_size)
+
+    def forward(self, sequence_output: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(sequence_output[:, 0]))  # (B, H)
+
+
+class BertModel(nn.Module):
+    """The BERT encoder: embeddings, `num_hidden_layers` layers, pooler."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.embeddings = BertEmbeddings(config)
+        self.layers = nn.ModuleList([BertLayer(config) for _ in range(config.num_hidden_layers)])
+        self.pooler = BertPooler(config)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> BertOutput:
+        token_type_ids, attention_mask = numerics.check_inputs(
+            self.config, input_ids, token_type_ids, attention_mask
+        )
+        x = self.embeddings(input_ids, token_type_ids)
+        hidden_states, attentions = [x], []
+        for layer in self.layers:
+            x, probs = layer(x, attention_mask)
+            hidden_states.append(x)
+            attentions.append(probs)
+        return BertOutput(
+            sequence_output=x,
+            pooled_output=self.pooler(x),
+            attentions=tuple(attentions) if output_attentions else None,
+            hidden_states=tuple(hidden_states) if output_hidden_states else None,
+        )
+
+
+class BertMLMHead(nn.Module):
+    """Dense + GELU + LayerNorm, then the decoder tied to the word embeddings plus its own bias."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.transform = _linear(config, config.hidden_size, config.hidden_size)
+        self.layer_norm = LayerNorm(config)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.activation = numerics.activation(config.hidden_act)
+
+    def forward(self, h: torch.Tensor, word_embeddings: nn.Embedding) -> torch.Tensor:
+        h = self.layer_norm(self.activation(self.transform(h)))  # (B, P, H)
+        return F.linear(h, word_embeddings.weight).float() + self.bias  # (B, P, V)
+
+
+class BertForPreTraining(nn.Module):
+    """BERT with the masked-LM and next-sentence-prediction heads."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config)
+        self.mlm_head = BertMLMHead(config)
+        self.nsp_head = _linear(config, config.hidden_size, 2)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        masked_positions: torch.Tensor | None = None,
+        *,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> BertOutput:
+        out = self.bert(
+            input_ids,
+            token_type_ids,
+            attention_mask,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        h = out.sequence_output
+        if masked_positions is not None:
+            numerics.check_masked_positions(input_ids, masked_positions)
+            index = masked_positions.long()[:, :, None].expand(-1, -1, h.shape[-1])  # (B, P, H)
+            h = torch.gather(h, 1, index)  # (B, P, H)
+        return dataclasses.replace(
+            out,
+            mlm_logits=self.mlm_head(h, self.bert.embeddings.word_embeddings),
+            nsp_logits=self.nsp_head(out.pooled_output.float()),
+        )
