@@ -1,0 +1,46 @@
+"""`bertjax parity`: compare bertjax with its PyTorch mirror and print a per-tensor table."""
+
+from __future__ import annotations
+
+import argparse
+
+from bertjax.config import PRESETS
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS),
+                        help="model size to initialise randomly (default: tiny)")
+    parser.add_argument("--hf", metavar="DIR", default=None,
+                        help="compare a Hugging Face BERT checkpoint directory instead of a preset")
+    parser.add_argument("--seed", type=int, default=0, help="parameter and batch seed")
+    parser.add_argument("--batch-size", type=int, default=2, help="rows in the test batch")
+    parser.add_argument("--seq-len", type=int, default=32, help="sequence length (rows vary)")
+    parser.add_argument("--num-predictions", type=int, default=8, help="masked positions per row")
+    parser.add_argument("--tolerance", type=float, default=1e-5,
+                        help="max abs diff allowed for outputs, max relative diff for gradients")
+    parser.add_argument("--no-masked-positions", action="store_true",
+                        help="run the MLM head at every position (no gradients then)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from flax import nnx
+
+    from bertjax.config import BertConfig
+    from bertjax.model import BertForPreTraining
+    from parity.compare import compare, random_batch
+    from parity.hf import load_hf
+
+    if args.hf:
+        model = load_hf(args.hf, seed=args.seed)
+        source = args.hf
+    else:
+        model = BertForPreTraining(BertConfig.from_preset(args.preset), rngs=nnx.Rngs(args.seed))
+        source = f"preset {args.preset!r}, random init (seed {args.seed})"
+    seq_len = min(args.seq_len, model.config.max_position_embeddings)
+    batch = random_batch(model.config, batch_size=args.batch_size, seq_len=seq_len,
+                         num_predictions=args.num_predictions, seed=args.seed)
+    report = compare(model, batch, masked=not args.no_masked_positions,
+                     tolerance=args.tolerance, grad_tolerance=args.tolerance)
+    print(f"bertjax vs bert_torch: {source}; batch {args.batch_size}x{seq_len}, float32, no dropout")
+    print(report.format())
+    return 0 if report.passed else 1

@@ -1,0 +1,212 @@
+"""Compare bertjax with bert_torch tensor by tensor: outputs, attentions, hidden states, gradients.
+
+Both models hold the same weights (converted by `parity.convert`), see the same padded batch and
+run without dropout. Forward tensors pass when their max abs diff is within `tolerance`; gradients
+pass when their max abs diff relative to that gradient's max magnitude is within `grad_tolerance`.
+
+A gradient smaller than `GRAD_FLOOR` times the model's largest gradient is judged relative to that
+floor instead: the NSP bias gradient is a cancelling sum of (p - y) terms of size ~0.5 and the
+attention key-bias gradients are exactly zero in exact arithmetic (softmax is shift-invariant), so
+dividing their float32 round-off by their own ~0 magnitude would measure nothing but the division.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from bertjax.config import BertConfig
+from bertjax.losses import pretraining_loss
+from bertjax.model import BertForPreTraining
+from parity.convert import state_to_numpy, to_torch_model
+
+TOLERANCE = 1e-5  # the Hugging Face PT/Flax equivalence-test tolerance
+GRAD_FLOOR = 1e-2  # gradients below 1% of the largest one are judged against that 1%
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    name: str
+    max_abs: float
+    scale: float  # max |reference| (for gradients: floored, see GRAD_FLOOR)
+    tolerance: float
+    relative: bool  # judged on max_rel (gradients) rather than max_abs
+
+    @property
+    def max_rel(self) -> float:
+        return self.max_abs / self.scale if self.scale else self.max_abs
+
+    @property
+    def passed(self) -> bool:
+        return (self.max_rel if self.relative else self.max_abs) <= self.tolerance
+
+
+@dataclasses.dataclass
+class ParityReport:
+    rows: list[Row]
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.rows)
+
+    def row(self, name: str) -> Row:
+        return next(r for r in self.rows if r.name == name)
+
+    def worst(self, prefix: str) -> float:
+        """Largest max abs diff among rows whose name starts with `prefix`."""
+        return max(r.max_abs for r in self.rows if r.name.startswith(prefix))
+
+    def format(self) -> str:
+        width = max(len(r.name) for r in self.rows)
+        lines = [f"{'tensor':<{width}}  {'max abs':>10}  {'max rel':>10}  {'tolerance':>14}  result"]
+        for r in self.rows:
+            tol = f"{'rel ' if r.relative else 'abs '}{r.tolerance:.0e}"
+            lines.append(
+                f"{r.name:<{width}}  {r.max_abs:10.3e}  {r.max_rel:10.3e}  {tol:>14}  "
+                f"{'ok' if r.passed else 'FAIL'}"
+            )
+        failed = sum(not r.passed for r in self.rows)
+        lines.append(f"{len(self.rows) - failed} passed, {failed} failed")
+        return "\n".join(lines)
+
+
+def _max_abs(x: Any) -> float:
+    x = np.asarray(x, dtype=np.float64)
+    return float(np.max(np.abs(x))) if x.size else 0.0
+
+
+def _row(
+    name: str, ours: Any, ref: Any, tolerance: float, relative: bool = False, floor: float = 0.0
+) -> Row:
+    a = np.asarray(ours, dtype=np.float64)
+    b = np.asarray(ref, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"{name}: shapes differ, bertjax {a.shape} vs PyTorch {b.shape}")
+    return Row(name, _max_abs(a - b), max(_max_abs(b), floor), tolerance, relative)
+
+
+def random_batch(
+    config: BertConfig,
+    *,
+    batch_size: int = 2,
+    seq_len: int = 16,
+    num_predictions: int = 4,
+    seed: int = 0,
+) -> dict[str, np.ndarray]:
+    """A pre-training batch with varied lengths (padding), padded prediction slots, NSP labels."""
+    rng = np.random.default_rng(seed)
+    B, S, P = batch_size, seq_len, num_predictions
+    lengths = rng.integers(max(2, S // 2), S + 1, size=B)
+    lengths[0] = S  # one full row, the others padded
+    attention_mask = (np.arange(S)[None, :] < lengths[:, None]).astype(np.int32)  # (B, S)
+    input_ids = rng.integers(1, config.vocab_size, size=(B, S)).astype(np.int32)
+    input_ids = np.where(attention_mask == 1, input_ids, config.pad_token_id).astype(np.int32)
+    token_type_ids = ((np.arange(S)[None, :] >= lengths[:, None] // 2) & (attention_mask == 1))
+    token_type_ids = (token_type_ids * (config.type_vocab_size > 1)).astype(np.int32)
+    masked_positions = np.stack([rng.integers(1, n, size=P) for n in lengths]).astype(np.int32)
+    masked_weights = np.ones((B, P), np.float32)
+    masked_weights[1:, P - 1] = 0.0  # padding prediction slots weigh nothing
+    return {
+        "input_ids": input_ids,
+        "token_type_ids": token_type_ids,
+        "attention_mask": attention_mask,
+        "masked_positions": masked_positions,
+        "masked_ids": rng.integers(0, config.vocab_size, size=(B, P)).astype(np.int32),
+        "masked_weights": masked_weights,
+        "next_sentence_label": rng.integers(0, 2, size=B).astype(np.int32),
+    }
+
+
+def _flax_side(model: BertForPreTraining, batch: dict[str, np.ndarray], masked: bool) -> Any:
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    jbatch = {k: jnp.asarray(v) for k, v in batch.items()}
+
+    def forward(params: nnx.State) -> tuple[jax.Array, Any]:
+        m = nnx.merge(graphdef, params, rest)
+        out = m(
+            jbatch["input_ids"],
+            jbatch["token_type_ids"],
+            jbatch["attention_mask"],
+            jbatch["masked_positions"] if masked else None,
+            output_attentions=True,
+            output_hidden_states=True,
+        )
+        return out
+
+    def loss(params: nnx.State) -> tuple[jax.Array, Any]:
+        out = forward(params)
+        return pretraining_loss(out.mlm_logits, out.nsp_logits, jbatch)[0], out
+
+    with jax.default_matmul_precision("highest"):
+        if masked:
+            (_, out), grads = jax.value_and_grad(loss, has_aux=True)(params)
+            return out, state_to_numpy(grads)
+        return forward(params), None
+
+
+def _torch_side(model: BertForPreTraining, batch: dict[str, np.ndarray], masked: bool) -> Any:
+    import torch
+
+    from bert_torch.losses import pretraining_loss as torch_loss
+
+    torch_model = to_torch_model(model)
+    tbatch = {k: torch.from_numpy(v) for k, v in batch.items()}
+    out = torch_model(
+        tbatch["input_ids"],
+        tbatch["token_type_ids"],
+        tbatch["attention_mask"],
+        tbatch["masked_positions"] if masked else None,
+        output_attentions=True,
+        output_hidden_states=True,
+    )
+    if not masked:
+        return out, None
+    torch_loss(out.mlm_logits, out.nsp_logits, tbatch)[0].backward()
+    grads = {n: p.grad.numpy() for n, p in torch_model.named_parameters()}
+    return out, grads
+
+
+def compare(
+    model: BertForPreTraining,
+    batch: dict[str, np.ndarray] | None = None,
+    *,
+    masked: bool = True,
+    tolerance: float = TOLERANCE,
+    grad_tolerance: float = TOLERANCE,
+) -> ParityReport:
+    """Run `model` and its PyTorch mirror on `batch`; report every output, attention map,
+    hidden state and (with `masked`, where the MLM+NSP loss is defined) every gradient."""
+    batch = random_batch(model.config) if batch is None else batch
+    ours, our_grads = _flax_side(model, batch, masked)
+    ref, ref_grads = _torch_side(model, batch, masked)
+    detach = lambda t: t.detach().numpy()  # noqa: E731
+    rows = [
+        _row(field, getattr(ours, field), detach(getattr(ref, field)), tolerance)
+        for field in ("mlm_logits", "nsp_logits", "sequence_output", "pooled_output")
+    ]
+    rows += [
+        _row(f"attentions.{i}", a, detach(b), tolerance)
+        for i, (a, b) in enumerate(zip(ours.attentions, ref.attentions, strict=True))
+    ]
+    rows += [
+        _row(f"hidden_states.{i}", a, detach(b), tolerance)
+        for i, (a, b) in enumerate(zip(ours.hidden_states, ref.hidden_states, strict=True))
+    ]
+    if masked:
+        if set(our_grads) != set(ref_grads):
+            raise ValueError(
+                f"gradient names differ: only bertjax {sorted(set(our_grads) - set(ref_grads))}, "
+                f"only PyTorch {sorted(set(ref_grads) - set(our_grads))}"
+            )
+        floor = GRAD_FLOOR * max(_max_abs(g) for g in ref_grads.values())
+        rows += [
+            _row(f"grad.{n}", our_grads[n], ref_grads[n], grad_tolerance, relative=True,
+                 floor=floor)
+            for n in sorted(our_grads)
+        ]
+    return ParityReport(rows)
