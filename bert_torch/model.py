@@ -52,7 +52,7 @@ class LayerNorm(nn.LayerNorm):
         super().__init__(config.hidden_size, eps=config.layer_norm_eps)  # PyTorch defaults to 1e-5
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(x.float()).to(x.dtype)
+        return super().forward(numerics.upcast(x)).to(x.dtype)
 
 
 class BertEmbeddings(nn.Module):
@@ -99,7 +99,7 @@ class BertAttention(nn.Module):
         q = self.query(x).view(heads)  # (B, S, A, D)
         k = self.key(x).view(heads)  # (B, S, A, D)
         v = self.value(x).view(heads)  # (B, S, A, D)
-        scores = torch.einsum("bqad,bkad->baqk", q.float(), k.float())
+        scores = torch.einsum("bqad,bkad->baqk", numerics.upcast(q), numerics.upcast(k))
         scores = scores / math.sqrt(self.head_dim)  # (B, A, S, S) float32
         probs = numerics.masked_softmax(scores, attention_mask[:, None, None, :])
         dropped = self.attention_dropout(probs)
@@ -190,7 +190,7 @@ class BertMLMHead(nn.Module):
 
     def forward(self, h: torch.Tensor, word_embeddings: nn.Embedding) -> torch.Tensor:
         h = self.layer_norm(self.activation(self.transform(h)))  # (B, P, H)
-        return F.linear(h, word_embeddings.weight).float() + self.bias  # (B, P, V)
+        return numerics.upcast(F.linear(h, word_embeddings.weight)) + self.bias  # (B, P, V)
 
 
 class BertForPreTraining(nn.Module):
@@ -228,5 +228,5 @@ class BertForPreTraining(nn.Module):
         return dataclasses.replace(
             out,
             mlm_logits=self.mlm_head(h, self.bert.embeddings.word_embeddings),
-            nsp_logits=self.nsp_head(out.pooled_output.float()),
+            nsp_logits=self.nsp_head(numerics.upcast(out.pooled_output)),
         )

@@ -21,9 +21,14 @@ def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
     return table[name]
 
 
+def upcast(t: torch.Tensor) -> torch.Tensor:
+    """At least float32 (float64 stays float64, so the mirror can serve as a float64 referee)."""
+    return t if t.dtype in (torch.float32, torch.float64) else t.float()
+
+
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Softmax in float32 over keys where `mask` is true; masked scores get finfo(float32).min."""
-    scores = scores.float().masked_fill(~mask.bool(), torch.finfo(torch.float32).min)
+    scores = upcast(scores).masked_fill(~mask.bool(), torch.finfo(torch.float32).min)
     return torch.softmax(scores, dim=-1)
 
 

@@ -60,7 +60,7 @@ def check_state_dict(
     unexpected = sorted(set(state_dict) - set(expected))
     problems += [f"  missing key {k} (expected shape {expected[k]})" for k in missing]
     problems += [
-        f"  unexpected key {k} (shape {tuple(np.shape(_shape_of(state_dict[k])))})"
+        f"  unexpected key {k} (shape {_shape_of(state_dict[k])})"
         for k in unexpected
     ]
     for k in sorted(set(expected) & set(state_dict)):
@@ -77,7 +77,7 @@ def check_state_dict(
 
 
 def _shape_of(value: Any) -> tuple[int, ...]:
-    return tuple(value.shape) if hasattr(value, "shape") else np.shape(value)
+    return tuple(value.shape) if hasattr(value, "shape") else tuple(np.shape(value))
 
 
 def _layer_hint(state_dict: Mapping[str, Any], expected: Mapping[str, Any]) -> str:

