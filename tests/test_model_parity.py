@@ -54,7 +54,8 @@ def test_base_whole_model_parity():
     assert unmasked.passed, unmasked.format()
     print("largest diffs on base:",
           {p: report.worst(p) for p in ("mlm_logits", "nsp_logits", "sequence_output",
-                                        "pooled_output", "attentions", "hidden_states")})
+                                        "pooled_output", "attentions", "hidden_states")},
+          "largest gradient rel diff:", max(r.max_rel for r in report.rows if r.name.startswith("grad")))
 
 
 def _inputs(seed: int = 0):
