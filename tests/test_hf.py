@@ -222,3 +222,12 @@ def test_tf_era_gamma_beta_names_load(tmp_path):
         ours = load_hf(tmp_path)
     batch = _batch(HF_CONFIGS["small"])
     assert _max_diff(_ours(ours, *batch).mlm_logits, _theirs(hf, *batch).prediction_logits) <= TOL
+
+
+def test_sharded_safetensors_checkpoint_loads(tmp_path):
+    hf = _hf_model("small")
+    hf.save_pretrained(tmp_path, max_shard_size="20KB")
+    assert (tmp_path / "model.safetensors.index.json").exists()
+    ours = load_hf(tmp_path)
+    batch = _batch(HF_CONFIGS["small"])
+    assert _max_diff(_ours(ours, *batch).mlm_logits, _theirs(hf, *batch).prediction_logits) <= TOL
