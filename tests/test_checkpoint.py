@@ -1,0 +1,129 @@
+"""Checkpointer: exact round trip, retention (newest N + best by eval loss), corruption fallback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bertjax.checkpoint import (
+    CheckpointCorruptWarning,
+    Checkpointer,
+    abstract_like,
+    state_digest,
+)
+
+
+def _state(shift: float) -> dict:
+    key = jax.random.fold_in(jax.random.key(7), int(shift))
+    return {
+        "params": {"w": jnp.arange(12.0, dtype=jnp.float32).reshape(3, 4) + shift,
+                   "b": jnp.full((4,), shift, jnp.float32)},
+        "opt": {"mu": jnp.ones((3, 4), jnp.float32) * shift, "count": jnp.int32(shift)},
+        "step": jnp.int32(shift),
+        "rng": key,
+    }
+
+
+def _equal(a, b) -> bool:
+    def leaf(x):
+        if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            x = jax.random.key_data(x)
+        return np.asarray(x)
+
+    la, lb = jax.tree.leaves(jax.tree.map(leaf, a)), jax.tree.leaves(jax.tree.map(leaf, b))
+    return len(la) == len(lb) and all(
+        x.dtype == y.dtype and np.array_equal(x, y) for x, y in zip(la, lb, strict=True)
+    )
+
+
+def test_round_trip_is_bitwise_and_keeps_json_items(tmp_path: Path) -> None:
+    ck = Checkpointer(tmp_path / "ck", keep_last=2)
+    state = _state(3.0)
+    ck.save(3, state, [{"epoch": 0, "cursor": 17}], {"train": {"steps": 9}})
+    restored = Checkpointer(tmp_path / "ck").restore_latest(abstract_like(state))
+    assert restored.step == 3 and restored.skipped == []
+    assert _equal(restored.state, state)
+    assert restored.data_states == [{"epoch": 0, "cursor": 17}]
+    assert restored.config == {"train": {"steps": 9}}
+    assert state_digest(restored.state) == state_digest(state)
+
+
+def test_keeps_newest_n_plus_best_by_eval_loss(tmp_path: Path) -> None:
+    ck = Checkpointer(tmp_path / "ck", keep_last=2)
+    losses = {2: 5.0, 4: 3.0, 6: 4.0}  # step 4 is the best; odd steps have no evaluation
+    for step in range(1, 9):
+        ck.save(step, _state(step), [{}], {}, eval_loss=losses.get(step))
+    assert ck.steps() == [4, 7, 8]
+    # A fresh manager (a restarted run) still knows which step is best.
+    again = Checkpointer(tmp_path / "ck", keep_last=2)
+    assert again.best_step() == 4
+    again.save(9, _state(9), [{}], {})
+    assert again.steps() == [4, 8, 9]
+
+
+def _damage(step_dir: Path, how: str) -> Path:
+    """Truncate or delete the largest array-data file of the state item.
+
+    Orbax merges the per-process OCDBT trees into `state/d/` when it finalizes a step; the
+    `ocdbt.process_*` files left beside it are not read on restore.
+    """
+    files = [p for p in (step_dir / "state" / "d").iterdir() if p.is_file()]
+    target = max(files, key=lambda p: p.stat().st_size)
+    if how == "truncate":
+        with open(target, "r+b") as f:
+            f.truncate(target.stat().st_size // 2)
+    else:
+        os.remove(target)
+    return target
+
+
+@pytest.mark.parametrize("how", ["truncate", "delete"])
+def test_corrupt_latest_falls_back_with_warning(tmp_path: Path, how: str) -> None:
+    ck = Checkpointer(tmp_path / "ck", keep_last=3)
+    for step in (1, 2, 3):
+        ck.save(step, _state(step), [{"cursor": step}], {})
+    _damage(tmp_path / "ck" / "3", how)
+    with pytest.warns(CheckpointCorruptWarning, match=r"checkpoint step 3 at .*ck/3 is corrupt"):
+        restored = Checkpointer(tmp_path / "ck", keep_last=3).restore_latest(abstract_like(_state(0)))
+    assert restored.step == 2 and restored.skipped == [3]
+    assert _equal(restored.state, _state(2))
+    assert restored.data_states == [{"cursor": 2}]
+
+
+def test_missing_item_and_digest_mismatch_are_detected(tmp_path: Path) -> None:
+    ck = Checkpointer(tmp_path / "ck", keep_last=3)
+    for step in (1, 2, 3):
+        ck.save(step, _state(step), [{}], {})
+    shutil.rmtree(tmp_path / "ck" / "3" / "data")  # a whole item gone
+    # Step 2's arrays swapped for step 1's: every file reads fine, only the digest can tell.
+    shutil.rmtree(tmp_path / "ck" / "2" / "state")
+    shutil.copytree(tmp_path / "ck" / "1" / "state", tmp_path / "ck" / "2" / "state")
+    with pytest.warns(CheckpointCorruptWarning) as caught:
+        restored = Checkpointer(tmp_path / "ck").restore_latest(abstract_like(_state(0)))
+    messages = " ".join(str(w.message) for w in caught)
+    assert "step 3" in messages and "step 2" in messages and "digest" in messages
+    assert restored.step == 1 and restored.skipped == [3, 2]
+
+
+def test_all_corrupt_raises(tmp_path: Path) -> None:
+    ck = Checkpointer(tmp_path / "ck")
+    ck.save(1, _state(1), [{}], {})
+    _damage(tmp_path / "ck" / "1", "delete")
+    with pytest.warns(CheckpointCorruptWarning), pytest.raises(RuntimeError, match="no usable"):
+        Checkpointer(tmp_path / "ck").restore_latest(abstract_like(_state(0)))
+
+
+def test_unfinished_tmp_dir_is_not_a_step(tmp_path: Path) -> None:
+    ck = Checkpointer(tmp_path / "ck")
+    ck.save(1, _state(1), [{}], {})
+    # What a writer killed mid-save leaves: Orbax's temporary directory, never renamed.
+    shutil.copytree(tmp_path / "ck" / "1", tmp_path / "ck" / "2.orbax-checkpoint-tmp-123")
+    again = Checkpointer(tmp_path / "ck")
+    assert again.steps() == [1]
+    assert again.restore_latest(abstract_like(_state(0))).step == 1

@@ -1,0 +1,106 @@
+"""Run configuration: files, overrides, unknown options/presets, resume mismatch; metrics log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bertjax import run_config as rc
+from bertjax.cli import main
+from bertjax.metrics import MetricsWriter, plot_curves, read_jsonl, truncate_jsonl
+
+
+def test_file_then_overrides(tmp_path: Path) -> None:
+    toml = tmp_path / "run.toml"
+    toml.write_text('[model]\npreset = "tiny"\n[optim]\nlearning_rate = 1e-3\n[train]\nsteps = 40\n')
+    cfg = rc.load(toml, {"optim.learning_rate": "3e-4", "train.seed": "5"})
+    assert cfg.model.preset == "tiny" and cfg.train.steps == 40
+    assert cfg.optim.learning_rate == 3e-4 and cfg.train.seed == 5
+    as_json = tmp_path / "run.json"
+    as_json.write_text(json.dumps(cfg.to_dict()))
+    assert rc.load(as_json) == cfg
+    as_yaml = tmp_path / "run.yaml"
+    as_yaml.write_text("train:\n  steps: 7\n")
+    assert rc.load(as_yaml).train.steps == 7
+
+
+def test_unknown_option_names_close_match_and_lists_all() -> None:
+    with pytest.raises(ValueError) as err:
+        rc.load(None, {"optim.learnig_rate": "1"})
+    text = str(err.value)
+    assert "unknown option 'optim.learnig_rate'" in text
+    assert "did you mean optim.learning_rate" in text
+    assert all(name in text for name in rc.option_names())
+
+
+def test_unknown_section_and_preset_and_bad_values(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[optimizer]\nlr = 1\n")
+    with pytest.raises(ValueError, match="unknown section 'optimizer'; valid sections are: model"):
+        rc.load(bad)
+    with pytest.raises(ValueError, match=r"model.preset is 'huge'; choose one of \['base'"):
+        rc.load(None, {"model.preset": "huge"})
+    with pytest.raises(ValueError, match="train.steps must be int, got 'many'"):
+        rc.load(None, {"train.steps": "many"})
+    with pytest.raises(ValueError, match=r"data.seq_len \(1024\) exceeds the model's max_pos"):
+        rc.load(None, {"data.seq_len": "1024"})
+
+
+def test_differences_name_each_field() -> None:
+    saved = rc.RunConfig().to_dict()
+    requested = rc.load(None, {"optim.learning_rate": "1e-4", "data.batch_size": "8"})
+    assert rc.differences(saved, requested) == [
+        "data.batch_size: saved 64, requested 8",
+        "optim.learning_rate: saved 0.002, requested 0.0001",
+    ]
+    assert rc.differences(saved, rc.RunConfig()) == []
+
+
+def test_cli_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["pretrain", "--optim.learnig_rate=1e-3"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown option 'optim.learnig_rate'" in err and "optim.learning_rate" in err
+
+    assert main(["pretrain", "--model.preset=huge"]) == 2
+    err = capsys.readouterr().err
+    assert "model.preset is 'huge'; choose one of ['base', 'large', 'medium', 'mini'" in err
+
+    assert main(["pretrain", "--print-config", "--train.steps=12"]) == 0
+    out = capsys.readouterr().out
+    assert "[train]\nsteps = 12\n" in out
+
+
+def test_help_explains_every_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["pretrain", "--help"])
+    text = capsys.readouterr().out
+    for option in rc.options():
+        assert f"--{option.name}" in text
+    for flag in ("--config", "--output-dir", "--resume", "--coordinator-address",
+                 "--num-processes", "--process-id", "--time-limit"):
+        assert flag in text
+
+
+def test_metrics_log_truncates_on_resume_and_plots(tmp_path: Path) -> None:
+    w = MetricsWriter(tmp_path, tensorboard=True)
+    for step in range(1, 7):
+        w.log("train", step, {"loss": 5.0 - step * 0.1, "mlm_accuracy": 0.01 * step,
+                              "learning_rate": 1e-3})
+    w.log("eval", 3, {"mlm_loss": 4.0, "mlm_accuracy": 0.1, "baseline_accuracy": 0.05})
+    w.log("train", 7, {"loss": float("nan")})
+    w.close()
+    records = read_jsonl(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6, 3, 7]
+    assert records[-1]["loss"] == "nan"
+    assert any((tmp_path / "tensorboard").iterdir())
+    assert truncate_jsonl(tmp_path / "metrics.jsonl", 4) == 5
+    w = MetricsWriter(tmp_path, resume_step=4, tensorboard=False)
+    w.log("train", 5, {"loss": 1.0})
+    w.close()
+    assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl", "train")] == [1, 2, 3, 4, 5]
+    png = plot_curves(tmp_path / "metrics.jsonl", tmp_path / "curves.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
