@@ -10,15 +10,25 @@ import torch.nn.functional as F
 from bertjax.config import BertConfig
 
 
+def gelu_exact(x: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x, approximate="none")
+
+
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x, approximate="tanh")
+
+
+# Hugging Face activation names; "gelu" is exact (erf), as `F.gelu`'s default.
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu": gelu_exact,
+    "gelu_new": gelu_tanh,
+    "gelu_pytorch_tanh": gelu_tanh,
+    "relu": F.relu,
+}
+
+
 def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
-    """Hugging Face activation names; "gelu" is exact (erf), as `F.gelu`'s default."""
-    table = {
-        "gelu": lambda x: F.gelu(x, approximate="none"),
-        "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-        "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-        "relu": F.relu,
-    }
-    return table[name]
+    return ACTIVATIONS[name]
 
 
 def upcast(t: torch.Tensor) -> torch.Tensor:

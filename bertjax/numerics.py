@@ -20,15 +20,26 @@ def compute_dtype(config: BertConfig) -> jnp.dtype:
     return jnp.dtype(config.dtype)
 
 
+def gelu_exact(x: jax.Array) -> jax.Array:
+    return jax.nn.gelu(x, approximate=False)
+
+
+def gelu_tanh(x: jax.Array) -> jax.Array:
+    return jax.nn.gelu(x, approximate=True)
+
+
+# Hugging Face activation names. "gelu" is exact: `jax.nn.gelu` defaults to the tanh approximation.
+# Module-level functions (not lambdas) so two models' graph definitions compare equal.
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "gelu": gelu_exact,
+    "gelu_new": gelu_tanh,
+    "gelu_pytorch_tanh": gelu_tanh,
+    "relu": jax.nn.relu,
+}
+
+
 def activation(name: str) -> Callable[[jax.Array], jax.Array]:
-    """Hugging Face activation names. "gelu" is exact: `jax.nn.gelu` defaults to tanh."""
-    table = {
-        "gelu": lambda x: jax.nn.gelu(x, approximate=False),
-        "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
-        "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x, approximate=True),
-        "relu": jax.nn.relu,
-    }
-    return table[name]
+    return ACTIVATIONS[name]
 
 
 def masked_softmax(scores: jax.Array, mask: jax.Array) -> jax.Array:
