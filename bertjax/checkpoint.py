@@ -19,6 +19,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,16 @@ import orbax.checkpoint as ocp
 log = logging.getLogger(__name__)
 
 EVAL_LOSS_KEY = "eval_loss"
+
+
+class _QuietUntrackedSaves(logging.Filter):
+    """Steps saved between evaluations carry no loss on purpose; Orbax warns about each one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "did not provide metrics" not in record.getMessage()
+
+
+logging.getLogger("absl").addFilter(_QuietUntrackedSaves())
 
 
 class CheckpointCorruptWarning(UserWarning):
@@ -190,12 +202,25 @@ class Checkpointer:
                 skipped.append(step)
                 continue
             restored.skipped = skipped
+            self._quarantine(skipped)
             return restored
         if skipped:
             raise RuntimeError(
                 f"no usable checkpoint in {self.directory}: steps {skipped} are all corrupt"
             )
         return None
+
+    def _quarantine(self, steps: list[int]) -> None:
+        """Move damaged steps out of the way (kept for inspection) so training can rewrite them."""
+        if not steps or jax.process_index() != 0:
+            return
+        aside = self.directory.parent / (self.directory.name + "_corrupt")
+        aside.mkdir(exist_ok=True)
+        for step in steps:
+            target = aside / f"{step}.{int(time.time())}"
+            os.replace(self.directory / str(step), target)
+            log.warning("moved corrupt checkpoint step %d to %s", step, target)
+        self.manager.reload()
 
     def close(self) -> None:
         self.manager.close()
@@ -213,3 +238,16 @@ def abstract_like(tree: Any) -> Any:
 
 def dumps_config(config: dict[str, Any]) -> str:
     return json.dumps(config, indent=2, sort_keys=True)
+
+
+def read_state(directory: str | Path, step: int | None = None) -> tuple[int, Any]:
+    """The raw saved state of `step` (newest by default) as nested dicts, without a target.
+
+    For inspection and comparisons; training restores through `Checkpointer.restore_latest`.
+    """
+    directory = Path(directory).absolute()
+    steps = sorted(int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit())
+    if not steps:
+        raise FileNotFoundError(f"no checkpoint steps in {directory}")
+    step = steps[-1] if step is None else step
+    return step, ocp.StandardCheckpointer().restore(directory / str(step) / "state")

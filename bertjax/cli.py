@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "vocab": ("bertjax.commands.vocab", "train a WordPiece vocabulary on a corpus"),
     "data": ("bertjax.commands.data", "tokenise a corpus once into memory-mapped shards"),
     "bench": ("bertjax.commands.bench", "benchmarks (data pipeline, training step)"),
+    "pretrain": ("bertjax.commands.pretrain", "pre-train BERT with evaluation, checkpoints and resume"),
 }
 
 

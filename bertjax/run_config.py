@@ -59,7 +59,7 @@ class OptimSection:
 
     optimizer: str = _f("adamw", "optimizer", OPTIMIZER_CHOICES)
     learning_rate: float = _f(2e-3, "peak learning rate (linear warm-up, then linear decay)")
-    warmup_steps: int = _f(100, "linear warm-up steps")
+    warmup_steps: int = _f(80, "linear warm-up steps")
     weight_decay: float = _f(0.01, "decoupled weight decay (not on biases and LayerNorm)")
     b1: float = _f(0.9, "Adam beta1")
     b2: float = _f(0.98, "Adam beta2")
@@ -72,10 +72,10 @@ class OptimSection:
 class TrainSection:
     """Length, seeds, evaluation, checkpoints and parallelism."""
 
-    steps: int = _f(2000, "optimizer steps (also the LR schedule length)")
+    steps: int = _f(800, "optimizer steps (also the LR schedule length)")
     seed: int = _f(0, "seed of parameters, dropout (folded with the step) and data order")
-    eval_every: int = _f(250, "evaluate on the held-out plays every N steps (and at the end)")
-    checkpoint_every: int = _f(250, "checkpoint every N steps (and at each eval and the end)")
+    eval_every: int = _f(200, "evaluate on the held-out plays every N steps (and at the end)")
+    checkpoint_every: int = _f(100, "checkpoint every N steps (and at each eval and the end)")
     keep_checkpoints: int = _f(2, "keep the newest N checkpoints (plus the best by eval loss)")
     log_every: int = _f(10, "refresh the progress bar and TensorBoard every N steps")
     parallel: str = _f("none", "parallel strategy", PARALLEL_CHOICES)

@@ -92,6 +92,7 @@ def test_corrupt_latest_falls_back_with_warning(tmp_path: Path, how: str) -> Non
     with pytest.warns(CheckpointCorruptWarning, match=r"checkpoint step 3 at .*ck/3 is corrupt"):
         restored = Checkpointer(tmp_path / "ck", keep_last=3).restore_latest(abstract_like(_state(0)))
     assert restored.step == 2 and restored.skipped == [3]
+    assert not (tmp_path / "ck" / "3").exists() and any((tmp_path / "ck_corrupt").iterdir())
     assert _equal(restored.state, _state(2))
     assert restored.data_states == [{"cursor": 2}]
 
