@@ -1,0 +1,162 @@
+"""Sentence pairs for masked LM + next-sentence prediction, as google-research/bert's
+`create_pretraining_data.py` makes them, over token offsets in a shard directory.
+
+Per document: a target length (`seq_len - 3`, or with probability `short_seq_prob` a random length
+in [2, seq_len - 3]); consecutive sentences gather into a chunk until it reaches the target; A is
+the chunk's first `a_end` sentences (random), B either the rest of the chunk (IsNext, label 0) or
+sentences from a random start in another document (NotNext, label 1), in which case the chunk's
+unused sentences are put back; then the longer segment is trimmed one token at a time, from the
+front or the back at random, until both fit.
+
+A pair is six int64 numbers (tokens are never copied): `a_start, a_end, b_start, b_end` (token
+offsets into `tokens.bin`, after truncation), `label` and `boundary` (the token offset where A ended
+before truncation; for IsNext it is also where B began, which makes consecutiveness checkable).
+
+Two documented departures from the original, both to keep NSP labels at 50/50 (the original is
+biased towards NotNext whenever a chunk holds a single sentence):
+
+* the IsNext/NotNext coin is tossed for every chunk; if IsNext comes up for a one-sentence chunk,
+  the next sentence of the document joins the chunk and becomes B;
+* when IsNext is impossible (a one-sentence chunk at the end of a document, or a one-sentence
+  document) the pair is NotNext and one IsNext is "owed": the next NotNext toss on a chunk that
+  can be IsNext is turned into IsNext. Labels therefore balance to within a few pairs.
+
+The random document for NotNext is drawn among the *other* documents (never the same one; the
+original retries 10 times and may still pick the same). Truncation draws how many tokens leave the
+front as a Binomial(n, 1/2), which is the distribution of the original's per-token coin.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from array import array
+from pathlib import Path
+
+import numpy as np
+
+from bertjax.data.shards import Shards
+
+COLUMNS = ("a_start", "a_end", "b_start", "b_end", "label", "boundary")
+IS_NEXT, NOT_NEXT = 0, 1
+
+
+def _truncate(a0: int, a1: int, b0: int, b1: int, max_tokens: int, rng: random.Random):
+    """Trim the longer of A=[a0,a1), B=[b0,b1) until both fit in max_tokens (ties trim B)."""
+    la, lb = a1 - a0, b1 - b0
+    excess = la + lb - max_tokens
+    if excess <= 0:
+        return a0, a1, b0, b1
+    first = min(excess, abs(la - lb))
+    cut_a = first if la > lb else 0
+    cut_b = first - cut_a
+    rest = excess - first
+    cut_b += (rest + 1) // 2
+    cut_a += rest // 2
+    front_a = rng.getrandbits(cut_a).bit_count() if cut_a else 0
+    front_b = rng.getrandbits(cut_b).bit_count() if cut_b else 0
+    return a0 + front_a, a1 - (cut_a - front_a), b0 + front_b, b1 - (cut_b - front_b)
+
+
+def create_pairs(
+    shards: Shards,
+    seq_len: int,
+    *,
+    short_seq_prob: float = 0.1,
+    dupe_factor: int = 1,
+    seed: int = 0,
+) -> np.ndarray:
+    """All pairs of a shard directory: an (N, 6) int64 array with columns `COLUMNS`.
+
+    `dupe_factor` passes over the corpus with different random choices, as the original does.
+    """
+    if seq_len < 5:
+        raise ValueError(f"seq_len must be at least 5 ([CLS] a [SEP] b [SEP]), got {seq_len}")
+    n_docs = shards.num_documents
+    if n_docs < 2:
+        raise ValueError(
+            f"corpus in {shards.directory} has {n_docs} document(s); next-sentence prediction "
+            "needs at least two: add documents (a blank line separates documents in text files)"
+        )
+    max_tokens = seq_len - 3
+    sent = np.asarray(shards.sentence_offsets)
+    docs = np.asarray(shards.document_offsets).tolist()
+    rng = random.Random(seed)
+    out = array("q")
+    owed = 0
+    for _ in range(dupe_factor):
+        for d in range(n_docs):
+            s0, s1 = docs[d], docs[d + 1]
+            starts = sent[s0:s1 + 1].tolist()  # token offset of each sentence start, + the end
+            n = s1 - s0
+            target = max_tokens
+            if rng.random() < short_seq_prob:
+                target = rng.randint(2, max_tokens)
+            chunk0, i = 0, 0  # the chunk is sentences chunk0..i of this document
+            while i < n:
+                if i == n - 1 or starts[i + 1] - starts[chunk0] >= target:
+                    want_next = rng.random() >= 0.5
+                    can_next = i > chunk0 or i + 1 < n
+                    if not want_next and owed and can_next:
+                        want_next, owed = True, owed - 1
+                    elif want_next and not can_next:
+                        want_next, owed = False, owed + 1
+                    if want_next and i == chunk0:  # one-sentence chunk: its successor is B
+                        i += 1
+                    size = i - chunk0 + 1
+                    a_end = rng.randint(1, size - 1) if size >= 2 else 1
+                    a0, a1 = starts[chunk0], starts[chunk0 + a_end]
+                    if want_next:
+                        b0, b1 = a1, starts[i + 1]
+                        label = IS_NEXT
+                    else:
+                        target_b = target - (a1 - a0)
+                        r = rng.randint(0, n_docs - 2)
+                        r += r >= d
+                        r0, r1 = docs[r], docs[r + 1]
+                        j = rng.randint(r0, r1 - 1)
+                        b0 = int(sent[j])
+                        # extend B sentence by sentence until it reaches target_b (at least one)
+                        k = int(np.searchsorted(sent[j + 1:r1 + 1], b0 + max(target_b, 1)))
+                        b1 = int(sent[min(j + 1 + k, r1)])
+                        label = NOT_NEXT
+                        i = chunk0 + a_end - 1  # put the unused sentences back
+                    a0, a1, b0, b1 = _truncate(a0, a1, b0, b1, max_tokens, rng)
+                    out.extend((a0, a1, b0, b1, label, starts[chunk0 + a_end]))
+                    chunk0 = i + 1
+                i += 1
+    return np.frombuffer(out, dtype=np.int64).reshape(-1, len(COLUMNS)).copy()
+
+
+def pairs_path(shards: Shards, seq_len: int, short_seq_prob: float, dupe_factor: int,
+               seed: int) -> Path:
+    return shards.directory / f"pairs-s{seq_len}-p{short_seq_prob:g}-d{dupe_factor}-r{seed}.npy"
+
+
+def load_or_create_pairs(
+    shards: Shards,
+    seq_len: int,
+    *,
+    short_seq_prob: float = 0.1,
+    dupe_factor: int = 1,
+    seed: int = 0,
+    cache: bool = True,
+) -> np.ndarray:
+    """Pairs from the shard directory's cache file (memory-mapped), made and cached if absent.
+
+    The cache is written atomically; a read-only shard directory just skips caching.
+    """
+    path = pairs_path(shards, seq_len, short_seq_prob, dupe_factor, seed)
+    if cache and path.is_file():
+        return np.load(path, mmap_mode="r")
+    pairs = create_pairs(shards, seq_len, short_seq_prob=short_seq_prob,
+                         dupe_factor=dupe_factor, seed=seed)
+    if cache:
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        try:
+            with open(tmp, "wb") as f:
+                np.save(f, pairs)
+            os.replace(tmp, path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+    return pairs

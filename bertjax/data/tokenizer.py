@@ -1,0 +1,184 @@
+"""WordPiece through Hugging Face `tokenizers`: train a vocabulary, or load `vocab.txt` /
+`tokenizer.json`; special-token ids are always looked up in the vocabulary."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+from tokenizers import BertWordPieceTokenizer, Tokenizer
+
+SPECIAL_TOKENS: dict[str, str] = {
+    "pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]",
+}
+_RESERVED = re.compile(r"^\[[^\]]+\]$")  # [unused0], [PAD], ... never random replacements
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecialTokens:
+    """Ids of the special tokens in one vocabulary."""
+
+    pad: int
+    unk: int
+    cls: int
+    sep: int
+    mask: int
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        return dataclasses.astuple(self)
+
+
+class WordPieceTokenizer:
+    """A `tokenizers.Tokenizer` plus what the pipeline needs: special ids and vocabulary size.
+
+    Build a model config from it with
+    `BertConfig(vocab_size=tok.vocab_size, pad_token_id=tok.special.pad, ...)`.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, source: str = "<memory>"):
+        self.tokenizer = tokenizer
+        self.source = source
+        vocab = tokenizer.get_vocab(with_added_tokens=True)
+        missing = [tok for tok in SPECIAL_TOKENS.values() if tok not in vocab]
+        if missing:
+            raise ValueError(
+                f"vocabulary {source} lacks the special tokens {', '.join(missing)}; add them "
+                "(one per line in vocab.txt) or train a vocabulary with `bertjax vocab`"
+            )
+        self.special = SpecialTokens(**{k: vocab[v] for k, v in SPECIAL_TOKENS.items()})
+        self.vocab_size = max(tokenizer.get_vocab_size(with_added_tokens=True),
+                              max(vocab.values()) + 1)
+        self._vocab = vocab
+
+    # --- construction ----------------------------------------------------------------------------
+
+    @classmethod
+    def train(
+        cls,
+        sentences: Iterable[str],
+        vocab_size: int = 8000,
+        *,
+        lowercase: bool = True,
+        min_frequency: int = 2,
+        limit_alphabet: int = 1000,
+        show_progress: bool = False,
+    ) -> WordPieceTokenizer:
+        """Train on an iterator of sentences; [PAD] gets id 0, then [UNK] [CLS] [SEP] [MASK]."""
+        if vocab_size <= len(SPECIAL_TOKENS):
+            raise ValueError(f"vocab_size must exceed {len(SPECIAL_TOKENS)}, got {vocab_size}")
+        wp = BertWordPieceTokenizer(lowercase=lowercase, strip_accents=None if lowercase else False)
+        seen = 0
+
+        def counted() -> Iterator[str]:
+            nonlocal seen
+            for sentence in sentences:
+                seen += 1
+                yield sentence
+
+        wp.train_from_iterator(
+            counted(), vocab_size=vocab_size, min_frequency=min_frequency,
+            limit_alphabet=limit_alphabet, special_tokens=list(SPECIAL_TOKENS.values()),
+            show_progress=show_progress,
+        )
+        if not seen:
+            raise ValueError("cannot train a vocabulary on an empty corpus; check --corpus")
+        return cls(wp._tokenizer, source=f"trained (vocab_size={vocab_size})")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, lowercase: bool = True) -> WordPieceTokenizer:
+        """From `tokenizer.json`, `vocab.txt`, or a directory holding one (tokenizer.json first).
+
+        `lowercase` applies to a bare `vocab.txt` only; `tokenizer.json` carries its normaliser.
+        """
+        path = Path(path)
+        if path.is_dir():
+            for name in ("tokenizer.json", "vocab.txt"):
+                if (path / name).is_file():
+                    return cls.load(path / name, lowercase=lowercase)
+            raise FileNotFoundError(
+                f"{path} holds neither tokenizer.json nor vocab.txt; train one with `bertjax vocab`"
+            )
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"vocabulary {path} does not exist; pass a vocab.txt, a tokenizer.json or a "
+                "directory from `bertjax vocab`"
+            )
+        if path.suffix == ".json":
+            try:
+                tokenizer = Tokenizer.from_file(str(path))
+            except Exception as err:  # tokenizers raises a bare Exception
+                raise ValueError(f"{path} is not a valid tokenizer.json: {err}") from err
+        else:
+            tokens = path.read_bytes().decode("utf-8", errors="strict").splitlines()
+            if not any(t.strip() for t in tokens):
+                raise ValueError(f"vocabulary {path} is empty; one token per line expected")
+            missing = [t for t in SPECIAL_TOKENS.values() if t not in tokens]
+            if missing:  # checked before tokenizers, which would fail with a vaguer message
+                raise ValueError(
+                    f"vocabulary {path} lacks the special tokens {', '.join(missing)}; add them "
+                    "(one per line) or train a vocabulary with `bertjax vocab`"
+                )
+            wp = BertWordPieceTokenizer(str(path), lowercase=lowercase,
+                                        strip_accents=None if lowercase else False)
+            tokenizer = wp._tokenizer
+        return cls(tokenizer, source=str(path))
+
+    def save(self, directory: str | os.PathLike) -> None:
+        """Write `vocab.txt` (ids in order) and `tokenizer.json` into `directory`."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.tokenizer.save(str(directory / "tokenizer.json"))
+        (directory / "vocab.txt").write_text("".join(t + "\n" for t in self.id_to_token_list()),
+                                             encoding="utf-8")
+
+    # --- use -------------------------------------------------------------------------------------
+
+    def id_to_token_list(self) -> list[str]:
+        tokens = [f"[unused_id_{i}]" for i in range(self.vocab_size)]
+        for token, i in self._vocab.items():
+            tokens[i] = token
+        return tokens
+
+    def id_to_token(self, i: int) -> str:
+        return self.tokenizer.id_to_token(int(i)) or "[UNK]"
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._vocab.get(token)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of each text, without [CLS]/[SEP]."""
+        return [e.ids for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    @property
+    def vocab_hash(self) -> str:
+        """sha256 of the token -> id table: shards remember which vocabulary made them."""
+        table = json.dumps(sorted(self._vocab.items(), key=lambda kv: kv[1]), ensure_ascii=False)
+        return hashlib.sha256(table.encode()).hexdigest()
+
+    def replacement_ids(self) -> np.ndarray:
+        """Ids a masked token may be replaced with: every token except bracketed ones ([PAD],
+        [unused3], ...) and added special tokens."""
+        special = {i for i, t in self.tokenizer.get_added_tokens_decoder().items() if t.special}
+        special |= set(self.special.ids)
+        ids = [i for t, i in self._vocab.items() if i not in special and not _RESERVED.match(t)]
+        return np.array(sorted(ids), dtype=np.int32)
+
+    def continuation_mask(self) -> np.ndarray:
+        """Bool per id: True for WordPiece continuation pieces ("##ing"), for whole-word masking."""
+        out = np.zeros(self.vocab_size, dtype=bool)
+        prefix = "##"
+        model = json.loads(self.tokenizer.model.__getstate__())
+        prefix = model.get("continuing_subword_prefix", prefix) or prefix
+        for token, i in self._vocab.items():
+            out[i] = token.startswith(prefix) and len(token) > len(prefix)
+        return out
