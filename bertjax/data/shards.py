@@ -42,12 +42,14 @@ def write_shards(
     *,
     corpus: str = "",
     overwrite: bool = False,
+    min_documents: int = 1,
     encode_chars: int = 1 << 20,
     progress: bool = False,
 ) -> dict[str, Any]:
     """Tokenise `documents` into `out_dir` (atomically); returns the metadata written.
 
     Sentences that tokenise to nothing and documents left without sentences are dropped.
+    Fewer than `min_documents` documents is an error (next-sentence prediction needs 2).
     `encode_chars` bounds the text handed to one `encode_batch` call (and so the memory used).
     """
     out = Path(out_dir)
@@ -121,6 +123,12 @@ def write_shards(
                 f"corpus {corpus or '<documents>'} is empty: no document has a sentence with "
                 "tokens; check the path, the file format (one sentence per line, blank line "
                 "between documents) or --text-field"
+            )
+        if counts["documents"] < min_documents:
+            raise ValueError(
+                f"corpus {corpus or '<documents>'} has {counts['documents']} document(s); "
+                f"at least {min_documents} are needed (next-sentence prediction draws B from "
+                "another document): add documents, separated by a blank line in text files"
             )
         seconds = time.perf_counter() - started
         meta = {
