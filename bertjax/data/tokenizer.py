@@ -43,6 +43,10 @@ class WordPieceTokenizer:
     """
 
     def __init__(self, tokenizer: Tokenizer, source: str = "<memory>"):
+        # a tokenizer.json may pad/truncate every encoding (all-MiniLM pads to 128): sentences
+        # must come out whole and unpadded, pair creation does the fitting
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
         self.tokenizer = tokenizer
         self.source = source
         vocab = tokenizer.get_vocab(with_added_tokens=True)

@@ -1,0 +1,68 @@
+"""WordPiece: training, saving, loading, special tokens looked up (never hard-coded), bad vocabs."""
+
+from __future__ import annotations
+
+import pytest
+from test_data_helpers import minilm_dir, minilm_tokenizer, shakespeare_tokenizer
+
+from bertjax.config import BertConfig
+from bertjax.data import SpecialTokens, WordPieceTokenizer
+
+
+def test_trained_vocabulary_has_pad_zero_and_round_trips(tmp_path):
+    tok = shakespeare_tokenizer()
+    assert tok.vocab_size == 8000
+    assert tok.special == SpecialTokens(pad=0, unk=1, cls=2, sep=3, mask=4)
+    tok.save(tmp_path)
+    lines = (tmp_path / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 8000 and lines[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    text = ["Now is the winter of our discontent", "Wherefore art thou ROMEO?"]
+    for path in (tmp_path, tmp_path / "vocab.txt", tmp_path / "tokenizer.json"):
+        loaded = WordPieceTokenizer.load(path)
+        assert loaded.vocab_hash == tok.vocab_hash
+        assert loaded.encode_batch(text) == tok.encode_batch(text)
+    ids = tok.encode_batch(text)[1]
+    assert tok.decode(ids).startswith("wherefore art thou romeo")  # lower-cased by default
+    assert tok.special.unk not in ids
+    assert BertConfig(vocab_size=tok.vocab_size, pad_token_id=tok.special.pad).vocab_size == 8000
+
+
+def test_cased_training_keeps_case():
+    sentences = ["Hello World", "hello world", "HELLO there"] * 50
+    cased = WordPieceTokenizer.train(sentences, 200, lowercase=False)
+    uncased = WordPieceTokenizer.train(sentences, 200)
+    assert cased.tokenizer.decode(cased.encode_batch(["Hello"])[0]) == "Hello"
+    assert uncased.tokenizer.decode(uncased.encode_batch(["Hello"])[0]) == "hello"
+
+
+def test_existing_bert_vocabulary_from_package_files():
+    for name in ("vocab.txt", "tokenizer.json"):
+        tok = WordPieceTokenizer.load(minilm_dir() / name)
+        assert tok.vocab_size == 30522
+        assert tok.special == SpecialTokens(pad=0, unk=100, cls=101, sep=102, mask=103)
+        assert tok.encode_batch(["hello world"]) == [[7592, 2088]]
+    repl = minilm_tokenizer().replacement_ids()
+    # never [PAD]/[UNK]/[CLS]/[SEP]/[MASK] nor [unusedN]
+    assert not set(repl.tolist()) & {0, 100, 101, 102, 103, 1, 998}
+    assert len(repl) == 30522 - 5 - 994
+    cont = minilm_tokenizer().continuation_mask()
+    assert cont[minilm_tokenizer().token_to_id("##ing")] and not cont[7592]
+
+
+def test_vocabulary_without_special_tokens_names_them(tmp_path):
+    path = tmp_path / "vocab.txt"
+    path.write_text("[PAD]\n[UNK]\n[SEP]\nhello\nworld\n##s\n")
+    with pytest.raises(ValueError, match=r"lacks the special tokens \[CLS\], \[MASK\]; add them"):
+        WordPieceTokenizer.load(path)
+    with pytest.raises(ValueError, match=r"vocab.txt is empty"):
+        path.write_text("\n")
+        WordPieceTokenizer.load(path)
+
+
+def test_missing_vocabulary_and_empty_training_corpus(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"vocabulary .*nope.txt does not exist"):
+        WordPieceTokenizer.load(tmp_path / "nope.txt")
+    with pytest.raises(FileNotFoundError, match="neither tokenizer.json nor vocab.txt"):
+        WordPieceTokenizer.load(tmp_path)
+    with pytest.raises(ValueError, match="empty corpus"):
+        WordPieceTokenizer.train(iter([]), 100)
