@@ -50,7 +50,7 @@ BENCHMARKS = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="benchmark", metavar="WHAT", required=True)
+    sub = parser.add_subparsers(dest="benchmark", required=True)
     for name, (help_text, add, _) in BENCHMARKS.items():
         add(sub.add_parser(name, help=help_text, description=help_text))
 

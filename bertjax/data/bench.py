@@ -7,25 +7,39 @@ not started yet in this process). Every figure is the median over `repeats` afte
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 
-def pin_one_core(cpu: int | None = None) -> int | None:
-    """Pin this process to one CPU (the first allowed one by default); returns it, or None."""
+@contextlib.contextmanager
+def one_core(cpu: int | None = None) -> Iterator[int | None]:
+    """Pin this process to one CPU (the first allowed one by default) and the tokenizer to one
+    thread; yields the CPU (None where affinity is unsupported) and restores both on exit."""
+    saved_env = {k: os.environ.get(k) for k in ("RAYON_NUM_THREADS", "TOKENIZERS_PARALLELISM")}
     os.environ["RAYON_NUM_THREADS"] = "1"
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    if not hasattr(os, "sched_setaffinity"):
-        return None
-    allowed = sorted(os.sched_getaffinity(0))
-    cpu = allowed[0] if cpu is None else cpu
-    os.sched_setaffinity(0, {cpu})
-    return cpu
+    saved = os.sched_getaffinity(0) if hasattr(os, "sched_setaffinity") else None
+    try:
+        if saved is None:
+            yield None
+        else:
+            cpu = min(saved) if cpu is None else cpu
+            os.sched_setaffinity(0, {cpu})
+            yield cpu
+    finally:
+        if saved is not None:
+            os.sched_setaffinity(0, saved)
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _median_time(fn: Callable[[], Any], repeats: int, warmup: int) -> float:
@@ -57,7 +71,13 @@ def run_data_benchmark(
     print_fn: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Run the benchmark and return its numbers (also printed through `print_fn`)."""
-    pinned = pin_one_core(cpu)
+    with one_core(cpu) as pinned:
+        return _run(corpus, split, text_field, vocab, vocab_size, seq_len, batch_size,
+                    max_predictions, whole_word_mask, steps, repeats, warmup, pinned, print_fn)
+
+
+def _run(corpus, split, text_field, vocab, vocab_size, seq_len, batch_size, max_predictions,
+         whole_word_mask, steps, repeats, warmup, pinned, print_fn) -> dict[str, Any]:
     from bertjax.data import (
         PretrainingBatches,
         Shards,

@@ -1,0 +1,83 @@
+"""`bertjax vocab`, `bertjax data` and `bertjax bench data` on small corpora."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from test_data_helpers import minilm_dir
+
+from bertjax.cli import main
+from bertjax.data import PretrainingBatches, Shards, WordPieceTokenizer
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "corpus.txt"
+    docs = [[f"Sentence {s} of document {d} tells of kings and queens, number {d * s}."
+             for s in range(12)] for d in range(30)]
+    path.write_text("\n\n".join("\n".join(d) for d in docs) + "\n", encoding="utf-8")
+    return path
+
+
+def test_vocab_then_data_then_batches(tmp_path, corpus, capsys):
+    vocab = tmp_path / "vocab"
+    assert main(["vocab", "--corpus", str(corpus), "--vocab-size", "300", "--out", str(vocab)]) == 0
+    out = capsys.readouterr().out
+    assert "[PAD]=0" in out
+    assert (vocab / "vocab.txt").is_file() and (vocab / "tokenizer.json").is_file()
+    tok = WordPieceTokenizer.load(vocab)
+    assert tok.vocab_size <= 300 and tok.special.pad == 0
+
+    shards = tmp_path / "shards"
+    assert main(["data", "--corpus", str(corpus), "--vocab", str(vocab), "--out", str(shards),
+                 "--seq-len", "32", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "30 documents, 360 sentences" in out and "unknown-token rate 0.0000%" in out
+    assert "sentence pairs for seq_len 32" in out
+    meta = json.loads((shards / "meta.json").read_text())
+    assert meta["documents"] == 30 and meta["unknown_rate"] == 0.0
+    assert meta["vocab_sha256"] == tok.vocab_hash and list(shards.glob("pairs-s32-*.npy"))
+    batch = next(PretrainingBatches(shards, seq_len=32, global_batch_size=16, max_predictions=5))
+    assert batch["input_ids"].shape == (16, 32)
+
+    # refuses to overwrite without --force; --force replaces
+    with pytest.raises(FileExistsError, match="--force"):
+        main(["data", "--corpus", str(corpus), "--vocab", str(vocab), "--out", str(shards)])
+    assert main(["data", "--corpus", str(corpus), "--vocab", str(minilm_dir()), "--out",
+                 str(shards), "--force", "--seq-len", "0", "--no-progress"]) == 0
+    assert Shards(shards).vocab_size == 30522
+
+
+def test_data_command_bad_inputs(tmp_path, corpus):
+    vocab = str(minilm_dir() / "vocab.txt")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        main(["data", "--corpus", str(tmp_path / "missing.txt"), "--vocab", vocab,
+              "--out", str(tmp_path / "o")])
+    single = tmp_path / "single.txt"
+    single.write_text("just one document.\nstill the same one.\n")
+    with pytest.raises(ValueError, match=r"1 document\(s\); at least 2"):
+        main(["data", "--corpus", str(single), "--vocab", vocab, "--out", str(tmp_path / "o"),
+              "--no-progress"])
+    assert not (tmp_path / "o").exists()
+
+
+def test_bench_data_reports_rates(tmp_path, corpus, capsys):
+    cores = os.sched_getaffinity(0)
+    code = main(["bench", "data", "--corpus", str(corpus), "--vocab", str(minilm_dir()),
+                 "--seq-len", "32", "--batch-size", "16", "--max-predictions", "5",
+                 "--steps", "2", "--repeats", "1", "--warmup", "0", "--json"])
+    assert code == 0
+    assert os.sched_getaffinity(0) == cores  # the one-core pin is undone afterwards
+    lines = capsys.readouterr().out.strip().splitlines()
+    result = json.loads(lines[-1])
+    assert result["tokenise_mb_per_s"] > 0 and result["sequences_per_s"] > 0
+    assert result["documents"] == 30 and result["pairs"] > 16
+    assert any("masked sequences/s" in line for line in lines)
+
+
+def test_bench_needs_a_choice(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench"])
+    assert "data" in capsys.readouterr().err
