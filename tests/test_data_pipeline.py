@@ -190,7 +190,6 @@ def test_layout_and_pairs_against_source_offsets(served):
     assert (doc_a[nxt] == doc_b[nxt]).all()
     assert (a1[nxt] <= boundary[nxt]).all() and (boundary[nxt] <= b0[nxt]).all()
     assert np.isin(boundary, shards.sentence_offsets).all()
-    # nothing but truncation separates them: untruncated pieces fit around the boundary
     assert (doc_a[~nxt] != doc_b[~nxt]).all()
 
 
@@ -258,7 +257,7 @@ def test_finite_epochs_and_too_small_corpus(tmp_path):
         PretrainingBatches(tmp_path / "s", seq_len=32, max_predictions=5)
 
 
-def test_pairs_are_cached_next_to_the_shards(tmp_path):
+def test_pairs_are_cached_next_to_the_shards():
     out = fresh_dir("cache") / "s"
     write_shards(_docs(40), minilm_tokenizer(), out)
     a = PretrainingBatches(out, seq_len=32, global_batch_size=8, max_predictions=5)
