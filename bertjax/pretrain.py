@@ -109,15 +109,42 @@ class DataBundle:
 def open_data(
     config: rc.RunConfig, run_dir: Path, process_index: int, process_count: int
 ) -> DataBundle:
-    """Vocabulary (trained on the training plays, cached as run_dir/vocab.txt) and batches."""
-    try:
-        from bertjax.data import open_pretraining_data
-    except ImportError as err:
-        raise PretrainError(
-            "bertjax.data has no open_pretraining_data(config, vocab_path, process_index, "
-            f"process_count) -> DataBundle yet ({err}); the data pipeline of issue 4 provides it"
-        ) from err
-    return open_pretraining_data(config, run_dir / VOCAB_NAME, process_index, process_count)
+    """Vocabulary (trained on the training plays, cached in the run dir), shards, batches.
+
+    The vocabulary and the tokenised shards are made once and reused on resume: WordPiece training
+    is not bitwise reproducible across processes, and resume must see the same token ids.
+    """
+    from bertjax.data.batches import PretrainingBatches
+    from bertjax.data.corpus import corpus_documents
+    from bertjax.data.shards import write_shards
+    from bertjax.data.tokenizer import WordPieceTokenizer
+
+    d = config.data
+    tokenizer_file = run_dir / "tokenizer.json"
+    if tokenizer_file.is_file():
+        tok = WordPieceTokenizer.load(tokenizer_file)
+    else:
+        sentences = (s for doc in corpus_documents(d.corpus, split="train") for s in doc)
+        tok = WordPieceTokenizer.train(sentences, vocab_size=d.vocab_size)
+        if process_index == 0:
+            tok.save(run_dir)  # tokenizer.json + vocab.txt
+    shards = {}
+    for split in ("train", "eval"):
+        shards[split] = run_dir / "data" / split
+        if not (shards[split] / "meta.json").is_file() and process_index == 0:
+            write_shards(corpus_documents(d.corpus, split=split), tok, shards[split],
+                         corpus=d.corpus, overwrite=True)
+    common = dict(seq_len=d.seq_len, global_batch_size=d.batch_size,
+                  max_predictions=d.max_predictions, mask_prob=d.mask_prob,
+                  process_index=process_index, process_count=process_count, tokenizer=tok)
+    train = PretrainingBatches(shards["train"], seed=config.train.seed, **common)
+    held_out = PretrainingBatches(shards["eval"], seed=12345, **common)  # same masks every eval
+    return DataBundle(
+        train=train,
+        eval_batches=[next(held_out) for _ in range(d.eval_batches)],
+        vocab_size=tok.vocab_size,
+        id_to_token=tok.id_to_token,
+    )
 
 
 class _Batches:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import importlib
 import importlib.util
 import sys
 import types
@@ -282,8 +281,7 @@ def install() -> list[str]:
             sys.modules[f"bertjax.training.{name}"] = module
             setattr(pkg, name, module)
         replaced.append("bertjax.training")
-    data = None if _missing("bertjax.data") else importlib.import_module("bertjax.data")
-    if data is None or not hasattr(data, "open_pretraining_data"):
+    if any(_missing(f"bertjax.data.{m}") for m in ("batches", "corpus", "shards", "tokenizer")):
         import bertjax.pretrain
 
         bertjax.pretrain.open_data = open_data

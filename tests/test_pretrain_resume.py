@@ -112,7 +112,9 @@ def test_sigkill_then_resume_is_bitwise_identical(reference: Path, tmp_path: Pat
     # The same vocabulary as the reference (WordPiece training is not bitwise reproducible
     # across processes; within a run the cached vocab.txt is what keeps resume exact).
     run_dir.mkdir()
-    shutil.copy(reference / "vocab.txt", run_dir / "vocab.txt")
+    for name in ("vocab.txt", "tokenizer.json"):
+        if (reference / name).is_file():
+            shutil.copy(reference / name, run_dir / name)
     proc = subprocess.Popen(
         [*LAUNCH, *TINY, "--train.steps=40", f"--output-dir={run_dir}"],
         env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
