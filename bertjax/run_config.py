@@ -58,8 +58,8 @@ class OptimSection:
     """The optimizer; the schedule's length is train.steps."""
 
     optimizer: str = _f("adamw", "optimizer", OPTIMIZER_CHOICES)
-    learning_rate: float = _f(2e-3, "peak learning rate (linear warm-up, then linear decay)")
-    warmup_steps: int = _f(80, "linear warm-up steps")
+    learning_rate: float = _f(1e-3, "peak learning rate (linear warm-up, then linear decay)")
+    warmup_steps: int = _f(50, "linear warm-up steps")
     weight_decay: float = _f(0.01, "decoupled weight decay (not on biases and LayerNorm)")
     b1: float = _f(0.9, "Adam beta1")
     b2: float = _f(0.98, "Adam beta2")

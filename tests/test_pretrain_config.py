@@ -53,7 +53,7 @@ def test_differences_name_each_field() -> None:
     requested = rc.load(None, {"optim.learning_rate": "1e-4", "data.batch_size": "8"})
     assert rc.differences(saved, requested) == [
         "data.batch_size: saved 64, requested 8",
-        "optim.learning_rate: saved 0.002, requested 0.0001",
+        "optim.learning_rate: saved 0.001, requested 0.0001",
     ]
     assert rc.differences(saved, rc.RunConfig()) == []
 
