@@ -197,7 +197,7 @@ def pretrain(
     import jax
 
     from bertjax.checkpoint import Checkpointer, abstract_like
-    from bertjax.training.optim import OptimConfig, make_optimizer
+    from bertjax.training.optim import OptimConfig, learning_rate_schedule, make_optimizer
     from bertjax.training.parallel import make_strategy
     from bertjax.training.step import (
         create_train_state,
@@ -234,7 +234,7 @@ def pretrain(
     # ---- strategy (fails fast on a batch size the devices cannot split)
     strategy = make_strategy(config.train.parallel, fsdp=config.train.fsdp)
     try:
-        strategy.check_batch_size(config.data.batch_size)
+        strategy.check_batch_size(config.data.batch_size, config.optim.grad_accum_steps)
     except ValueError as err:
         raise PretrainError(str(err)) from err
 
@@ -253,11 +253,12 @@ def pretrain(
     bert_config = config.bert_config(vocab_size)
     model = BertForPreTraining(bert_config, rngs=nnx.Rngs(config.train.seed))
     op = config.optim
-    tx = make_optimizer(OptimConfig(
+    optim_config = OptimConfig(
         optimizer=op.optimizer, learning_rate=op.learning_rate, warmup_steps=op.warmup_steps,
         total_steps=config.train.steps, weight_decay=op.weight_decay, b1=op.b1, b2=op.b2,
         eps=op.eps, clip_norm=op.clip_norm, grad_accum_steps=op.grad_accum_steps,
-    ))
+    )
+    tx = make_optimizer(optim_config)
     graphdef, host_state = create_train_state(model, tx, config.train.seed)
     del model
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(host_state.params))
@@ -277,8 +278,12 @@ def pretrain(
         say(f"run already finished ({start_step} of {config.train.steps} steps)")
 
     state = strategy.place_state(host_state)
-    axis_name = getattr(strategy, "axis_name", None)
-    train_step = strategy.compile_step(make_train_step(graphdef, tx, axis_name=axis_name))
+    axis_name = strategy.axis_name
+    dropout = bert_config.hidden_dropout_prob > 0 or bert_config.attention_probs_dropout_prob > 0
+    train_step = strategy.compile_step(make_train_step(
+        graphdef, tx, learning_rate_schedule(optim_config), grad_accum_steps=op.grad_accum_steps,
+        dropout=dropout, axis_name=axis_name,
+    ))
     eval_step = strategy.compile_eval(make_eval_step(graphdef, axis_name=axis_name))
 
     writer = MetricsWriter(run_dir, enabled=is_main, resume_step=start_step if resume else None)

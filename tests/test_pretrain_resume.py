@@ -23,9 +23,7 @@ from bertjax.pretrain import TRAIN_METRIC_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "pretrain.py"
-# scripts/pretrain.py, through tests/pretrain_standins.py, which fills in only what is missing from
-# the tree (the training core / data entry point of issue 4) and is a no-op once they are there.
-LAUNCH = [sys.executable, "-m", "tests.pretrain_standins"]
+LAUNCH = [sys.executable, str(SCRIPT)]
 
 # Tiny model, tiny vocabulary, short sequences; dropout on, so the RNG must resume exactly too.
 TINY = [

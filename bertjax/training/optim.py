@@ -1,0 +1,89 @@
+"""Optax optimizers for pre-training: the schedule, weight-decay mask, clipping and the choices.
+
+AdamW follows BERT (beta1 0.9, beta2 0.999, eps 1e-6, decoupled weight decay 0.01) and, like
+BERT, does not decay biases or LayerNorm parameters. Gradients are clipped to a global norm
+first. Gradient accumulation is not an optimizer wrapper here: the train step sums micro-batch
+gradients itself (see `bertjax.training.step`), so one call is one optimizer update.
+`bert_torch.train` mirrors this with `torch.optim.AdamW`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+OPTIMIZERS = ("adamw", "adam", "lamb", "sgd")
+# Parameters named like this are biases or LayerNorm parameters: no weight decay. (LayerNorm's
+# `bias` is caught by the first name; the MLM head's output bias is also a `bias`.)
+NO_DECAY_NAMES = ("bias", "scale")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    """What `make_optimizer` builds."""
+
+    optimizer: str = "adamw"
+    learning_rate: float = 1e-4  # peak, reached after warmup_steps
+    warmup_steps: int = 0
+    total_steps: int = 1000  # the learning rate reaches 0 here
+    weight_decay: float = 0.01
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-6
+    clip_norm: float = 1.0  # global-norm clip; 0 disables
+    grad_accum_steps: int = 1  # micro-batches per update (used by the train step)
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
+        if self.total_steps <= 0 or self.warmup_steps < 0 or self.grad_accum_steps <= 0:
+            raise ValueError("total_steps and grad_accum_steps must be positive, warmup_steps >= 0")
+
+
+def learning_rate_schedule(config: OptimConfig) -> optax.Schedule:
+    """`peak * warmup_linear_decay_factor(step)` (bertjax.training.schedule) for traced steps."""
+    peak, warmup, total = config.learning_rate, config.warmup_steps, config.total_steps
+
+    def schedule(step: jax.Array) -> jax.Array:
+        step = jnp.asarray(step, jnp.float32)
+        warm = step / max(warmup, 1)
+        decay = jnp.maximum(0.0, (total - step) / max(1, total - warmup))
+        return peak * jnp.where(step < warmup, warm, decay)
+
+    return schedule
+
+
+def parameter_name(path: tuple[Any, ...]) -> str:
+    """The leaf name of a parameter path (`kernel`, `bias`, `scale`, `embedding`)."""
+    names = [getattr(k, "key", getattr(k, "name", None)) for k in path]
+    names = [n for n in names if isinstance(n, str) and n != "value"]
+    return names[-1] if names else ""
+
+
+def decay_mask(params: Any) -> Any:
+    """True where weight decay applies: every parameter but biases and LayerNorm parameters."""
+    return jax.tree_util.tree_map_with_path(
+        lambda path, _: parameter_name(path) not in NO_DECAY_NAMES, params
+    )
+
+
+def make_optimizer(config: OptimConfig) -> optax.GradientTransformation:
+    """Clip by global norm, then the chosen optimizer with the warm-up/decay schedule."""
+    lr = learning_rate_schedule(config)
+    c = config
+    if c.optimizer == "adamw":
+        opt = optax.adamw(lr, b1=c.b1, b2=c.b2, eps=c.eps, weight_decay=c.weight_decay,
+                          mask=decay_mask)
+    elif c.optimizer == "adam":
+        opt = optax.adam(lr, b1=c.b1, b2=c.b2, eps=c.eps)
+    elif c.optimizer == "lamb":
+        opt = optax.lamb(lr, b1=c.b1, b2=c.b2, eps=c.eps, weight_decay=c.weight_decay,
+                         mask=decay_mask)
+    else:
+        opt = optax.sgd(lr, momentum=c.b1)
+    parts = [optax.clip_by_global_norm(c.clip_norm)] if c.clip_norm > 0 else []
+    return optax.chain(*parts, opt)

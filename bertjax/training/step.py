@@ -1,0 +1,169 @@
+"""The train and eval steps: pure functions of `(state, batch)`, jitted once by a strategy.
+
+The model is split once (`nnx.split(model, nnx.Param)`); the steps merge the graph definition
+with the parameters inside the traced function, as the Flax performance guide recommends for hot
+loops. Losses are sums divided by the *global* counts (masked predictions, sequences), computed
+before any forward pass, so gradient accumulation over micro-batches and data parallelism (pmap
+`psum`, or a mesh's global batch) give the gradient of the whole batch's mean loss, not a mean of
+micro-batch means.
+
+Dropout keys are `fold_in(fold_in(fold_in(key(seed), step), device), micro_batch)`: a pure
+function of the state, so a resumed run draws exactly the masks an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx, struct
+
+from bertjax.losses import pretraining_sums
+
+Batch = dict[str, jax.Array]
+Metrics = dict[str, jax.Array]
+
+
+@struct.dataclass
+class TrainState:
+    """Everything a step changes; what a checkpoint holds besides the data iterator's position."""
+
+    step: jax.Array  # () int32: optimizer updates done
+    params: Any  # nnx.State of the model's nnx.Param leaves, float32
+    opt_state: Any  # optax state
+    rng: jax.Array  # (2,) uint32: raw key data of the dropout stream (not a typed key: saves as-is)
+
+
+def create_train_state(
+    model: nnx.Module, tx: optax.GradientTransformation, seed: int
+) -> tuple[nnx.GraphDef, TrainState]:
+    """Split the model into its graph definition and a fresh `TrainState` (step 0)."""
+    graphdef, params, *rest = nnx.split(model, nnx.Param, ...)
+    extra = [s for s in rest if jax.tree.leaves(s)]
+    if extra:
+        raise ValueError(
+            "the model holds state other than nnx.Param (e.g. an Rngs stream); build it without "
+            f"rngs on dropout layers: {jax.tree.structure(extra)}"
+        )
+    rng = jax.random.key_data(jax.random.key(seed))
+    return graphdef, TrainState(
+        step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), rng=rng
+    )
+
+
+def _forward(graphdef: nnx.GraphDef, params: Any, batch: Batch, dropout_rng: jax.Array | None):
+    model = nnx.merge(graphdef, params)
+    return model(
+        batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
+        batch["masked_positions"], deterministic=dropout_rng is None, dropout_rng=dropout_rng,
+    )
+
+
+def _psum(tree: Any, axis_name: str | None) -> Any:
+    return tree if axis_name is None else jax.lax.psum(tree, axis_name)
+
+
+def _micro_batches(batch: Batch, k: int) -> Batch:
+    """(B, ...) -> (k, B/k, ...); micro-batch i holds rows i, i+k, i+2k, ... so a batch sharded
+    on its first axis stays sharded (each device keeps its own rows) under a mesh."""
+    return jax.tree.map(
+        lambda x: jnp.swapaxes(x.reshape(x.shape[0] // k, k, *x.shape[1:]), 0, 1), batch
+    )
+
+
+def make_train_step(
+    graphdef: nnx.GraphDef,
+    tx: optax.GradientTransformation,
+    schedule: optax.Schedule,
+    *,
+    grad_accum_steps: int = 1,
+    dropout: bool = True,
+    axis_name: str | None = None,
+) -> Callable[[TrainState, Batch], tuple[TrainState, Metrics]]:
+    """A pure `train_step(state, batch) -> (state, metrics)`: one optimizer update.
+
+    `axis_name` is the pmap axis (gradients and counts are summed over it); `None` for a single
+    device or a mesh, where the batch is one global array. `dropout=False` runs deterministically.
+    """
+    k = grad_accum_steps
+
+    def train_step(state: TrainState, batch: Batch) -> tuple[TrainState, Metrics]:
+        counts = _psum(
+            {"predictions": jnp.sum(batch["masked_weights"].astype(jnp.float32)),
+             "sequences": jnp.float32(batch["next_sentence_label"].shape[0])}, axis_name)
+        n_pred = jnp.maximum(counts["predictions"], 1e-5)
+        key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+        if axis_name is not None:
+            key = jax.random.fold_in(key, jax.lax.axis_index(axis_name))
+
+        def grads_and_sums(index: jax.Array, micro: Batch) -> tuple[Any, Metrics]:
+            def loss_fn(params: Any) -> tuple[jax.Array, Metrics]:
+                rng = jax.random.fold_in(key, index) if dropout else None
+                out = _forward(graphdef, params, micro, rng)
+                sums = pretraining_sums(out.mlm_logits, out.nsp_logits, micro)
+                loss = sums["mlm_loss_sum"] / n_pred + sums["nsp_loss_sum"] / counts["sequences"]
+                return loss, sums
+
+            grads, sums = jax.grad(loss_fn, has_aux=True)(state.params)
+            return grads, sums
+
+        if k == 1:
+            grads, sums = grads_and_sums(jnp.int32(0), batch)
+        else:
+            def body(carry: tuple[Any, Metrics], xs: tuple[jax.Array, Batch]):
+                g, s = grads_and_sums(*xs)
+                return jax.tree.map(jnp.add, carry, (g, s)), None
+
+            zeros = jax.eval_shape(grads_and_sums, jnp.int32(0),
+                                   jax.tree.map(lambda x: x[0], _micro_batches(batch, k)))
+            zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zeros)
+            (grads, sums), _ = jax.lax.scan(
+                body, zeros, (jnp.arange(k, dtype=jnp.int32), _micro_batches(batch, k)))
+        grads, sums = _psum((grads, sums), axis_name)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        new_state = state.replace(
+            step=state.step + 1, params=optax.apply_updates(state.params, updates),
+            opt_state=opt_state,
+        )
+        metrics = eval_metrics(sums)
+        metrics.update(
+            loss=metrics["mlm_loss"] + metrics["nsp_loss"],
+            grad_norm=optax.global_norm(grads),  # before clipping
+            learning_rate=schedule(state.step),  # the rate this update used
+        )
+        del metrics["perplexity"]
+        return new_state, metrics
+
+    return train_step
+
+
+def make_eval_step(
+    graphdef: nnx.GraphDef, *, axis_name: str | None = None
+) -> Callable[[Any, Batch], Metrics]:
+    """`eval_step(params, batch) -> sums` (no dropout); add the sums of several batches, then
+    `eval_metrics` turns them into means."""
+
+    def eval_step(params: Any, batch: Batch) -> Metrics:
+        out = _forward(graphdef, params, batch, None)
+        return _psum(pretraining_sums(out.mlm_logits, out.nsp_logits, batch), axis_name)
+
+    return eval_step
+
+
+def eval_metrics(sums: dict[str, Any]) -> dict[str, Any]:
+    """Means from summed counts: MLM loss/accuracy/perplexity, NSP loss/accuracy."""
+    xp = jnp if any(isinstance(v, jax.Array) for v in sums.values()) else np
+    weight = xp.maximum(sums["mlm_weight"], 1e-5)
+    count = xp.maximum(sums["nsp_count"], 1.0)
+    mlm = sums["mlm_loss_sum"] / weight
+    return {
+        "mlm_loss": mlm,
+        "mlm_accuracy": sums["mlm_correct"] / weight,
+        "perplexity": xp.exp(mlm),
+        "nsp_loss": sums["nsp_loss_sum"] / count,
+        "nsp_accuracy": sums["nsp_correct"] / count,
+    }
