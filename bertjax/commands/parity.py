@@ -20,6 +20,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="max abs diff allowed for outputs, max relative diff for gradients")
     parser.add_argument("--no-masked-positions", action="store_true",
                         help="run the MLM head at every position (no gradients then)")
+    parser.add_argument("--train-steps", type=int, default=0, metavar="N",
+                        help="also run N AdamW updates in Optax and PyTorch on Shakespeare "
+                             "batches (warm-up N/4, linear decay, clip 1.0) and compare losses "
+                             "and parameters")
+    parser.add_argument("--learning-rate", type=float, default=1e-4,
+                        help="peak learning rate of --train-steps (default: BERT's 1e-4)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,4 +49,20 @@ def run(args: argparse.Namespace) -> int:
                      tolerance=args.tolerance, grad_tolerance=args.tolerance)
     print(f"bertjax vs bert_torch: {source}; batch {args.batch_size}x{seq_len}, float32, no dropout")
     print(report.format())
-    return 0 if report.passed else 1
+    if args.train_steps <= 0:
+        return 0 if report.passed else 1
+
+    from bertjax.training.schedule import OptimConfig
+    from parity.training import shakespeare_batches, train_parity
+
+    n = args.train_steps
+    optim = OptimConfig(learning_rate=args.learning_rate, warmup_steps=n // 4, total_steps=n,
+                        clip_norm=1.0)
+    batches = shakespeare_batches(n, vocab_size=model.config.vocab_size, batch_size=args.batch_size,
+                                  seq_len=seq_len, max_predictions=args.num_predictions,
+                                  seed=args.seed)
+    train = train_parity(model.config, optim, batches=batches, model=model)
+    print(f"\n{n} AdamW updates (peak lr {optim.learning_rate:g}, warm-up {optim.warmup_steps}, "
+          f"clip {optim.clip_norm:g}), Optax vs torch.optim, Shakespeare batches")
+    print(train.format())
+    return 0 if report.passed and train.passed else 1

@@ -9,39 +9,22 @@ gradients itself (see `bertjax.training.step`), so one call is one optimizer upd
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
 
-OPTIMIZERS = ("adamw", "adam", "lamb", "sgd")
+from bertjax.training.schedule import OPTIMIZERS, OptimConfig
+
+__all__ = [
+    "NO_DECAY_NAMES", "OPTIMIZERS", "OptimConfig", "decay_mask", "learning_rate_schedule",
+    "make_optimizer", "parameter_name",
+]
+
 # Parameters named like this are biases or LayerNorm parameters: no weight decay. (LayerNorm's
 # `bias` is caught by the first name; the MLM head's output bias is also a `bias`.)
 NO_DECAY_NAMES = ("bias", "scale")
-
-
-@dataclasses.dataclass(frozen=True)
-class OptimConfig:
-    """What `make_optimizer` builds."""
-
-    optimizer: str = "adamw"
-    learning_rate: float = 1e-4  # peak, reached after warmup_steps
-    warmup_steps: int = 0
-    total_steps: int = 1000  # the learning rate reaches 0 here
-    weight_decay: float = 0.01
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-6
-    clip_norm: float = 1.0  # global-norm clip; 0 disables
-    grad_accum_steps: int = 1  # micro-batches per update (used by the train step)
-
-    def __post_init__(self) -> None:
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
-        if self.total_steps <= 0 or self.warmup_steps < 0 or self.grad_accum_steps <= 0:
-            raise ValueError("total_steps and grad_accum_steps must be positive, warmup_steps >= 0")
 
 
 def learning_rate_schedule(config: OptimConfig) -> optax.Schedule:

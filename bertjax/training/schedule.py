@@ -1,4 +1,5 @@
-"""The learning-rate schedule as plain arithmetic: no framework import, so `bert_torch` uses it too.
+"""The optimizer settings and the learning-rate schedule as plain Python: no framework import, so
+`bert_torch.train` builds its PyTorch mirror from the same `OptimConfig` and formula.
 
 Linear warm-up from 0 to the peak over `warmup_steps`, then linear decay to 0 at `total_steps`,
 as the original BERT and `transformers.get_linear_schedule_with_warmup`. `step` counts the
@@ -7,6 +8,32 @@ a warm-up, exactly like both of those).
 """
 
 from __future__ import annotations
+
+import dataclasses
+
+OPTIMIZERS = ("adamw", "adam", "lamb", "sgd")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    """What `bertjax.training.optim.make_optimizer` (and, for AdamW, `bert_torch.train`) builds."""
+
+    optimizer: str = "adamw"
+    learning_rate: float = 1e-4  # peak, reached after warmup_steps
+    warmup_steps: int = 0
+    total_steps: int = 1000  # the learning rate reaches 0 here
+    weight_decay: float = 0.01
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-6
+    clip_norm: float = 1.0  # global-norm clip; 0 disables
+    grad_accum_steps: int = 1  # micro-batches per update (used by the train step)
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
+        if self.total_steps <= 0 or self.warmup_steps < 0 or self.grad_accum_steps <= 0:
+            raise ValueError("total_steps and grad_accum_steps must be positive, warmup_steps >= 0")
 
 
 def warmup_linear_decay_factor(step: int, warmup_steps: int, total_steps: int) -> float:

@@ -1,0 +1,190 @@
+"""Optimizer-step parity: the Optax train step against its PyTorch mirror, step by step.
+
+`train_parity` builds one bertjax model, converts it to `bert_torch` (`parity.convert`), and runs
+the same AdamW updates in both (`bertjax.training.step.make_train_step` with
+`bertjax.training.optim.make_optimizer`; `bert_torch.train`) on the same batches: float32,
+no dropout, highest matmul precision. It reports every parameter's max abs diff after the first
+and after the last update, and both per-step losses, gradient norms and learning rates.
+
+The PyTorch side takes each batch whole; the JAX side splits it into
+`optim.grad_accum_steps` micro-batches, so a run with accumulation also checks that it computes
+the whole batch's gradient.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import re
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from bertjax.config import BertConfig
+from bertjax.data.tokenizer import SPECIAL_TOKENS
+from bertjax.model import BertForPreTraining
+from bertjax.training.optim import OptimConfig, learning_rate_schedule, make_optimizer
+from bertjax.training.step import create_train_state, make_train_step
+from parity.convert import state_to_numpy, to_torch_model
+
+Batch = dict[str, np.ndarray]
+LOSS_TOLERANCE = 1e-4  # max abs diff of the loss at every step (tests/test_train_parity.py)
+
+
+def word_vocabulary(documents: Sequence[Sequence[str]], vocab_size: int) -> list[str]:
+    """A deterministic WordPiece vocabulary: the special tokens, every character (alone and as a
+    `##` continuation), then the most frequent lowercase words (ties alphabetical).
+
+    `WordPieceTokenizer.train` is not used here: `tokenizers` breaks frequency ties differently
+    from one process to the next, which would change the batches (and the measured numbers)
+    from run to run.
+    """
+    counts = collections.Counter(
+        w for d in documents for s in d for w in re.findall(r"\w+|[^\w\s]", s.lower())
+    )
+    chars = sorted({c for w in counts for c in w})
+    vocab = [*SPECIAL_TOKENS.values(), *chars, *(f"##{c}" for c in chars)]
+    words = sorted((w for w in counts if len(w) > 1), key=lambda w: (-counts[w], w))
+    vocab += words[: max(0, vocab_size - len(vocab))]
+    if len(vocab) > vocab_size:
+        raise ValueError(f"vocab_size {vocab_size} cannot hold the {len(vocab)} special tokens "
+                         "and characters")
+    return vocab
+
+
+def shakespeare_batches(
+    steps: int,
+    *,
+    vocab_size: int,
+    batch_size: int = 8,
+    seq_len: int = 64,
+    max_predictions: int = 10,
+    seed: int = 0,
+    documents: int = 40,
+) -> list[Batch]:
+    """`steps` real pre-training batches, the same in every process (about a second): the first
+    `documents` scenes of the held-out plays, a `word_vocabulary` of `vocab_size`, shards in a
+    temporary directory, `PretrainingBatches` (NSP pairs, dynamic masking, padded short pairs)."""
+    from bertjax.data import PretrainingBatches, WordPieceTokenizer, corpus_documents, write_shards
+
+    docs = list(itertools.islice(corpus_documents("shakespeare", split="eval"), documents))
+    with tempfile.TemporaryDirectory(prefix="bertjax-train-parity-") as tmp:
+        vocab = Path(tmp) / "vocab.txt"
+        vocab.write_text("".join(f"{t}\n" for t in word_vocabulary(docs, vocab_size)),
+                         encoding="utf-8")
+        write_shards(docs, WordPieceTokenizer.load(vocab), Path(tmp) / "shards", min_documents=2)
+        batches = PretrainingBatches(
+            Path(tmp) / "shards", seq_len=seq_len, global_batch_size=batch_size,
+            max_predictions=max_predictions, seed=seed, cache_pairs=False,
+        )
+        return [next(batches) for _ in range(steps)]
+
+
+@dataclasses.dataclass
+class TrainParityReport:
+    """Per-step metrics of both sides and per-parameter max abs diffs (PyTorch names)."""
+
+    losses: np.ndarray  # (steps, 2): bertjax, bert_torch; MLM+NSP before each update
+    grad_norms: np.ndarray  # (steps, 2): before clipping
+    learning_rates: np.ndarray  # (steps, 2): the rate each update used
+    first_step_diff: dict[str, float]  # parameter -> max abs diff after update 1
+    last_step_diff: dict[str, float]  # ... after the last update
+
+    @property
+    def passed(self) -> bool:
+        return self.max_loss_diff <= LOSS_TOLERANCE
+
+    @property
+    def max_first_step_diff(self) -> float:
+        return max(self.first_step_diff.values())
+
+    @property
+    def max_last_step_diff(self) -> float:
+        return max(self.last_step_diff.values())
+
+    @property
+    def max_loss_diff(self) -> float:
+        return float(np.max(np.abs(self.losses[:, 0] - self.losses[:, 1])))
+
+    def format(self) -> str:
+        lines = [f"{'step':>4}  {'lr':>10}  {'loss bertjax':>13}  {'loss torch':>13}  {'|diff|':>9}  "
+                 f"{'grad norm jax':>13}  {'grad norm torch':>15}"]
+        for i, ((lj, lt), (gj, gt), (rj, _)) in enumerate(
+            zip(self.losses, self.grad_norms, self.learning_rates, strict=True)
+        ):
+            lines.append(f"{i + 1:>4}  {rj:10.3e}  {lj:13.7f}  {lt:13.7f}  {abs(lj - lt):9.2e}  "
+                         f"{gj:13.6f}  {gt:15.6f}")
+        width = max(map(len, self.first_step_diff))
+        lines.append("")
+        lines.append(f"{'parameter':<{width}}  {'after 1':>10}  {f'after {len(self.losses)}':>10}")
+        for name in sorted(self.first_step_diff):
+            lines.append(f"{name:<{width}}  {self.first_step_diff[name]:10.3e}  "
+                         f"{self.last_step_diff[name]:10.3e}")
+        lines.append(f"max param diff: {self.max_first_step_diff:.3e} after 1 step, "
+                     f"{self.max_last_step_diff:.3e} after {len(self.losses)}; "
+                     f"max loss diff {self.max_loss_diff:.3e} (tolerance {LOSS_TOLERANCE:.0e}): "
+                     f"{'ok' if self.passed else 'FAIL'}")
+        return "\n".join(lines)
+
+
+def _diff(ours: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> dict[str, float]:
+    if set(ours) != set(ref):
+        raise ValueError(f"parameter names differ: {sorted(set(ours) ^ set(ref))}")
+    return {n: float(np.max(np.abs(ours[n].astype(np.float64) - ref[n]))) for n in ours}
+
+
+def train_parity(
+    config: BertConfig,
+    optim: OptimConfig,
+    *,
+    steps: int = 20,
+    seed: int = 0,
+    batches: Sequence[Batch] | None = None,
+    model: BertForPreTraining | None = None,
+) -> TrainParityReport:
+    """Run AdamW updates from the same initial weights in Optax and PyTorch, one per batch:
+    `batches`, or by default `steps` Shakespeare batches (`shakespeare_batches`). The weights are
+    `model`'s (e.g. from `parity.hf.load_hf`), or a fresh `BertForPreTraining(config)` from `seed`;
+    `seed` also picks the default batches."""
+    import torch
+
+    from bert_torch.train import make_optimizer as torch_optimizer
+    from bert_torch.train import train_step as torch_train_step
+
+    if config.dtype != "float32":
+        raise ValueError(f"training parity runs in float32, not {config.dtype}")
+    if batches is None:
+        batches = shakespeare_batches(steps, vocab_size=config.vocab_size, seed=seed)
+    model = BertForPreTraining(config, rngs=nnx.Rngs(seed)) if model is None else model
+    torch_model = to_torch_model(model)  # eval mode: no dropout
+    t_opt, t_sched = torch_optimizer(torch_model, optim)
+
+    tx = make_optimizer(optim)
+    graphdef, state = create_train_state(model, tx, seed)
+    del model
+    step = jax.jit(make_train_step(graphdef, tx, learning_rate_schedule(optim),
+                                   grad_accum_steps=optim.grad_accum_steps, dropout=False))
+
+    rows: list[tuple[float, ...]] = []
+    diffs = []
+    for i, batch in enumerate(batches):
+        with jax.default_matmul_precision("highest"):
+            state, m = step(state, {k: jnp.asarray(v) for k, v in batch.items()})
+        t = torch_train_step(torch_model, t_opt, t_sched,
+                             {k: torch.from_numpy(v) for k, v in batch.items()}, optim.clip_norm)
+        rows.append((float(m["loss"]), t["loss"], float(m["grad_norm"]), t["grad_norm"],
+                     float(m["learning_rate"]), t["learning_rate"]))
+        if i == 0 or i == len(batches) - 1:
+            ref = {n: p.detach().numpy() for n, p in torch_model.named_parameters()}
+            diffs.append(_diff(state_to_numpy(state.params), ref))
+    table = np.asarray(rows, np.float64)
+    return TrainParityReport(
+        losses=table[:, 0:2], grad_norms=table[:, 2:4], learning_rates=table[:, 4:6],
+        first_step_diff=diffs[0], last_step_diff=diffs[-1],
+    )
