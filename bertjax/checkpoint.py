@@ -30,6 +30,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from bertjax.training.distributed import barrier
+
 log = logging.getLogger(__name__)
 
 EVAL_LOSS_KEY = "eval_loss"
@@ -211,15 +213,21 @@ class Checkpointer:
         return None
 
     def _quarantine(self, steps: list[int]) -> None:
-        """Move damaged steps out of the way (kept for inspection) so training can rewrite them."""
-        if not steps or jax.process_index() != 0:
+        """Move damaged steps out of the way (kept for inspection) so training can rewrite them.
+
+        Process 0 moves them; every process then reloads the step list, or the others would
+        skip re-saving those steps (`save` sees them as done) while process 0 waits for them.
+        """
+        if not steps:
             return
-        aside = self.directory.parent / (self.directory.name + "_corrupt")
-        aside.mkdir(exist_ok=True)
-        for step in steps:
-            target = aside / f"{step}.{int(time.time())}"
-            os.replace(self.directory / str(step), target)
-            log.warning("moved corrupt checkpoint step %d to %s", step, target)
+        if jax.process_index() == 0:
+            aside = self.directory.parent / (self.directory.name + "_corrupt")
+            aside.mkdir(exist_ok=True)
+            for step in steps:
+                target = aside / f"{step}.{int(time.time())}"
+                os.replace(self.directory / str(step), target)
+                log.warning("moved corrupt checkpoint step %d to %s", step, target)
+        barrier("bertjax_checkpoint_quarantined")
         self.manager.reload()
 
     def close(self) -> None:

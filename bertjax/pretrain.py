@@ -112,28 +112,34 @@ def open_data(
     """Vocabulary (trained on the training plays, cached in the run dir), shards, batches.
 
     The vocabulary and the tokenised shards are made once and reused on resume: WordPiece training
-    is not bitwise reproducible across processes, and resume must see the same token ids.
+    is not bitwise reproducible across processes, and resume must see the same token ids. With
+    several processes only process 0 makes them; the others wait for it, then read its files.
     """
     from bertjax.data.batches import PretrainingBatches
     from bertjax.data.corpus import corpus_documents
     from bertjax.data.shards import write_shards
     from bertjax.data.tokenizer import WordPieceTokenizer
+    from bertjax.training.distributed import barrier
 
     d = config.data
     tokenizer_file = run_dir / "tokenizer.json"
-    if tokenizer_file.is_file():
-        tok = WordPieceTokenizer.load(tokenizer_file)
-    else:
-        sentences = (s for doc in corpus_documents(d.corpus, split="train") for s in doc)
-        tok = WordPieceTokenizer.train(sentences, vocab_size=d.vocab_size)
-        if process_index == 0:
+    shards = {split: run_dir / "data" / split for split in ("train", "eval")}
+    tok = None
+    if process_index == 0:
+        if tokenizer_file.is_file():
+            tok = WordPieceTokenizer.load(tokenizer_file)
+        else:
+            sentences = (s for doc in corpus_documents(d.corpus, split="train") for s in doc)
+            tok = WordPieceTokenizer.train(sentences, vocab_size=d.vocab_size)
             tok.save(run_dir)  # tokenizer.json + vocab.txt
-    shards = {}
-    for split in ("train", "eval"):
-        shards[split] = run_dir / "data" / split
-        if not (shards[split] / "meta.json").is_file() and process_index == 0:
-            write_shards(corpus_documents(d.corpus, split=split), tok, shards[split],
-                         corpus=d.corpus, overwrite=True)
+        for split, directory in shards.items():
+            if not (directory / "meta.json").is_file():
+                write_shards(corpus_documents(d.corpus, split=split), tok, directory,
+                             corpus=d.corpus, overwrite=True)
+    if process_count > 1:
+        barrier("bertjax_pretrain_data_ready")  # process 0's vocabulary and shards are on disk
+    if tok is None:
+        tok = WordPieceTokenizer.load(tokenizer_file)
     common = dict(seq_len=d.seq_len, global_batch_size=d.batch_size,
                   max_predictions=d.max_predictions, mask_prob=d.mask_prob,
                   process_index=process_index, process_count=process_count, tokenizer=tok)
@@ -197,6 +203,7 @@ def pretrain(
     import jax
 
     from bertjax.checkpoint import Checkpointer, abstract_like
+    from bertjax.training.distributed import barrier
     from bertjax.training.optim import OptimConfig, learning_rate_schedule, make_optimizer
     from bertjax.training.parallel import make_strategy
     from bertjax.training.step import (
@@ -228,6 +235,8 @@ def pretrain(
         )
     if resume and saved is not None:
         check_resume_config(run_dir, config, saved)
+    # Every process has checked the run directory before process 0 writes into it.
+    barrier("bertjax_pretrain_run_dir_checked")
     if is_main and saved is None:
         _write_json_atomic(run_dir / CONFIG_NAME, config.to_dict())
 
@@ -242,7 +251,7 @@ def pretrain(
     data = open_data(config, run_dir, jax.process_index(), jax.process_count())
     vocab_size = data.vocab_size
     eval_batches = data.eval_batches
-    base_token, base_acc = baseline(eval_batches)
+    base_token, base_acc = baseline(_global_targets(eval_batches))
     base_name = data.id_to_token(base_token)
 
     # ---- model, optimizer, state
@@ -342,16 +351,15 @@ def pretrain(
     train_time = 0.0
     last_eval: dict[str, float] = {}
     stopped: str | None = None
-    pending: tuple[int, Any, float] | None = None
+    pending: tuple[int, Any] | None = None
     last_logged: dict[str, float] = {}
 
-    def handle(entry: tuple[int, Any, float]) -> dict[str, float]:
-        step, metrics, n_tokens = entry
+    def handle(entry: tuple[int, Any]) -> dict[str, float]:
+        step, metrics = entry
         m = {k: float(v) for k, v in strategy.host_metrics(metrics).items()}
         if on_step is not None:
             on_step(step, m)
         check(step, m)
-        m["tokens"] = n_tokens
         writer.log("train", step, m)
         return m
 
@@ -360,14 +368,13 @@ def pretrain(
         data_state = None
         while step < config.train.steps:
             batch, data_state = next(batches)
-            n_tokens = float(np.sum(batch["attention_mask"])) * jax.process_count()
             state, metrics = train_step(state, strategy.shard_batch(batch))
             step += 1
             steps_window += 1
             # Metrics of step s-1 are read while step s runs, keeping the device busy.
             if pending is not None:
                 last_logged = handle(pending)
-            pending = (step, metrics, n_tokens)
+            pending = (step, metrics)
 
             is_last = step == config.train.steps
             over_time = time_limit_s is not None and time.perf_counter() - t_start > time_limit_s
@@ -446,6 +453,27 @@ def _last_record(run_dir: Path, kind: str) -> dict[str, Any]:
 def _savable(strategy: Any, state: Any) -> Any:
     """The state as Orbax should write it: one host copy (pmap replicas are collapsed)."""
     return strategy.host_state(state)
+
+
+def _global_targets(batches: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """The masked targets of the eval batches' rows of every process (only those keys).
+
+    The baseline must count the whole global batch, as a single-process run does, not only
+    this process's rows.
+    """
+    import jax
+
+    if jax.process_count() == 1:
+        return batches
+    from jax.experimental import multihost_utils
+
+    keys = ("masked_ids", "masked_weights")
+    local = {k: np.stack([b[k] for b in batches]) for k in keys}  # (batches, B_local, P)
+    gathered = multihost_utils.process_allgather(local)  # (processes, batches, B_local, P)
+    return [
+        {k: np.asarray(gathered[k][:, i]).reshape(-1, gathered[k].shape[-1]) for k in keys}
+        for i in range(len(batches))
+    ]
 
 
 def _gather_data_states(local_state: Any) -> list[Any]:

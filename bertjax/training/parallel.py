@@ -81,7 +81,10 @@ class Pmap:
     axis_name = "batch"
 
     def __init__(self) -> None:
-        self.local_devices = jax.local_devices()
+        # pmap must be given every process's devices (in the same order on each process), or
+        # each process maps and psums over its own devices only and the replicas drift apart.
+        self.devices = jax.devices()
+        self.local_devices = [d for d in self.devices if d.process_index == jax.process_index()]
         self.num_local = len(self.local_devices)
         self.num_devices = jax.device_count()
         mesh = Mesh(np.array(self.local_devices), (self.axis_name,))
@@ -97,10 +100,10 @@ class Pmap:
                                      self.sharding), state)  # (devices, ...)
 
     def compile_step(self, fn: Callable) -> Callable:
-        return jax.pmap(fn, axis_name=self.axis_name, devices=self.local_devices, donate_argnums=0)
+        return jax.pmap(fn, axis_name=self.axis_name, devices=self.devices, donate_argnums=0)
 
     def compile_eval(self, fn: Callable) -> Callable:
-        return jax.pmap(fn, axis_name=self.axis_name, devices=self.local_devices)
+        return jax.pmap(fn, axis_name=self.axis_name, devices=self.devices)
 
     def shard_batch(self, batch: dict[str, np.ndarray]) -> Any:
         n = self.num_local

@@ -94,7 +94,8 @@ def make_train_step(
     def train_step(state: TrainState, batch: Batch) -> tuple[TrainState, Metrics]:
         counts = _psum(
             {"predictions": jnp.sum(batch["masked_weights"].astype(jnp.float32)),
-             "sequences": jnp.float32(batch["next_sentence_label"].shape[0])}, axis_name)
+             "sequences": jnp.float32(batch["next_sentence_label"].shape[0]),
+             "tokens": jnp.sum(batch["attention_mask"], dtype=jnp.float32)}, axis_name)
         n_pred = jnp.maximum(counts["predictions"], 1e-5)
         key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
         if axis_name is not None:
@@ -134,6 +135,7 @@ def make_train_step(
             loss=metrics["mlm_loss"] + metrics["nsp_loss"],
             grad_norm=optax.global_norm(grads),  # before clipping
             learning_rate=schedule(state.step),  # the rate this update used
+            tokens=counts["tokens"],  # real (unpadded) tokens of the global batch
         )
         del metrics["perplexity"]
         return new_state, metrics
