@@ -133,7 +133,7 @@ def make_train_step(
         metrics = eval_metrics(sums)
         metrics.update(
             loss=metrics["mlm_loss"] + metrics["nsp_loss"],
-            grad_norm=optax.global_norm(grads),  # before clipping
+            grad_norm=optax.tree.norm(grads),  # before clipping
             learning_rate=schedule(state.step),  # the rate this update used
             tokens=counts["tokens"],  # real (unpadded) tokens of the global batch
         )
