@@ -5,8 +5,11 @@ file (sections as tables) and then `section.field=value` overrides, validated on
 with every checkpoint so `--resume` can refuse a run that would silently differ.
 
 The defaults are the default recipe of `bertjax pretrain`: the `mini` BERT (L4/H256/A4) on the
-bundled Shakespeare corpus, tuned to learn as much as it can in about 10 minutes on 2 CPU cores
-(short sequences and a small vocabulary give more updates per second).
+bundled Shakespeare corpus, tuned to learn as much as it can in under 10 minutes on 2 CPU cores.
+Measured on that machine (held-out MLM accuracy over the most-frequent-token baseline, equal
+token budgets): a 512-piece vocabulary beats 1024 and 2048 (x2.34 / x1.99 / x1.86 after 400k
+tokens); batches of 8 x 128 beat 16 x 64 and 32 x 64 (x2.51 vs x2.34 after 400 updates of 1k
+tokens); a peak rate of 2e-3 stayed on the baseline for 200 updates where 1e-3 had left it.
 """
 
 from __future__ import annotations
@@ -45,12 +48,12 @@ class DataSection:
     """The corpus, the vocabulary trained on it and how batches are made."""
 
     corpus: str = _f("shakespeare", "corpus name known to bertjax.data", None)
-    vocab_size: int = _f(2048, "WordPiece vocabulary size (trained on the training split)")
-    seq_len: int = _f(64, "tokens per sequence, [CLS] A [SEP] B [SEP] included")
-    max_predictions: int = _f(10, "masked positions per sequence (static shape)")
+    vocab_size: int = _f(512, "WordPiece vocabulary size (trained on the training split)")
+    seq_len: int = _f(128, "tokens per sequence, [CLS] A [SEP] B [SEP] included")
+    max_predictions: int = _f(20, "masked positions per sequence (static shape)")
     mask_prob: float = _f(0.15, "fraction of tokens chosen for prediction (80/10/10)")
-    batch_size: int = _f(64, "global batch size (sequences per optimizer step, all processes)")
-    eval_batches: int = _f(16, "batches of the held-out split in each evaluation")
+    batch_size: int = _f(8, "global batch size (sequences per optimizer step, all processes)")
+    eval_batches: int = _f(64, "batches of the held-out split in each evaluation")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +65,7 @@ class OptimSection:
     warmup_steps: int = _f(50, "linear warm-up steps")
     weight_decay: float = _f(0.01, "decoupled weight decay (not on biases and LayerNorm)")
     b1: float = _f(0.9, "Adam beta1")
-    b2: float = _f(0.98, "Adam beta2")
+    b2: float = _f(0.999, "Adam beta2")
     eps: float = _f(1e-6, "Adam epsilon")
     clip_norm: float = _f(1.0, "global gradient-norm clip; 0 disables")
     grad_accum_steps: int = _f(1, "micro-batches accumulated per optimizer step")
@@ -72,10 +75,10 @@ class OptimSection:
 class TrainSection:
     """Length, seeds, evaluation, checkpoints and parallelism."""
 
-    steps: int = _f(800, "optimizer steps (also the LR schedule length)")
+    steps: int = _f(1500, "optimizer steps (also the LR schedule length)")
     seed: int = _f(0, "seed of parameters, dropout (folded with the step) and data order")
-    eval_every: int = _f(200, "evaluate on the held-out plays every N steps (and at the end)")
-    checkpoint_every: int = _f(100, "checkpoint every N steps (and at each eval and the end)")
+    eval_every: int = _f(500, "evaluate on the held-out plays every N steps (and at the end)")
+    checkpoint_every: int = _f(250, "checkpoint every N steps (and at each eval and the end)")
     keep_checkpoints: int = _f(2, "keep the newest N checkpoints (plus the best by eval loss)")
     log_every: int = _f(10, "refresh the progress bar and TensorBoard every N steps")
     parallel: str = _f("none", "parallel strategy", PARALLEL_CHOICES)

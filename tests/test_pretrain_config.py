@@ -50,9 +50,9 @@ def test_unknown_section_and_preset_and_bad_values(tmp_path: Path) -> None:
 
 def test_differences_name_each_field() -> None:
     saved = rc.RunConfig().to_dict()
-    requested = rc.load(None, {"optim.learning_rate": "1e-4", "data.batch_size": "8"})
+    requested = rc.load(None, {"optim.learning_rate": "1e-4", "data.batch_size": "32"})
     assert rc.differences(saved, requested) == [
-        "data.batch_size: saved 64, requested 8",
+        "data.batch_size: saved 8, requested 32",
         "optim.learning_rate: saved 0.001, requested 0.0001",
     ]
     assert rc.differences(saved, rc.RunConfig()) == []
