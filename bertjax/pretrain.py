@@ -377,7 +377,11 @@ def pretrain(
             pending = (step, metrics)
 
             is_last = step == config.train.steps
-            over_time = time_limit_s is not None and time.perf_counter() - t_start > time_limit_s
+            # Checked every log_every steps and agreed by all processes, so they stop together.
+            over_time = (
+                time_limit_s is not None and step % config.train.log_every == 0
+                and _any_process(time.perf_counter() - t_start > time_limit_s)
+            )
             do_eval = step % config.train.eval_every == 0 or is_last or over_time
             do_ckpt = do_eval or step % config.train.checkpoint_every == 0
             if do_ckpt or (bar is not None and step % config.train.log_every == 0):
@@ -453,6 +457,17 @@ def _last_record(run_dir: Path, kind: str) -> dict[str, Any]:
 def _savable(strategy: Any, state: Any) -> Any:
     """The state as Orbax should write it: one host copy (pmap replicas are collapsed)."""
     return strategy.host_state(state)
+
+
+def _any_process(flag: bool) -> bool:
+    """True on every process if `flag` is true on any (a collective when there are several)."""
+    import jax
+
+    if jax.process_count() == 1:
+        return flag
+    from jax.experimental import multihost_utils
+
+    return bool(np.any(multihost_utils.process_allgather(np.array([flag]))))
 
 
 def _global_targets(batches: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
