@@ -204,7 +204,7 @@ def pretrain(
 
     from bertjax.checkpoint import Checkpointer, abstract_like
     from bertjax.training.distributed import barrier
-    from bertjax.training.optim import OptimConfig, learning_rate_schedule, make_optimizer
+    from bertjax.training.optim import learning_rate_schedule, make_optimizer
     from bertjax.training.parallel import make_strategy
     from bertjax.training.step import (
         create_train_state,
@@ -261,12 +261,7 @@ def pretrain(
 
     bert_config = config.bert_config(vocab_size)
     model = BertForPreTraining(bert_config, rngs=nnx.Rngs(config.train.seed))
-    op = config.optim
-    optim_config = OptimConfig(
-        optimizer=op.optimizer, learning_rate=op.learning_rate, warmup_steps=op.warmup_steps,
-        total_steps=config.train.steps, weight_decay=op.weight_decay, b1=op.b1, b2=op.b2,
-        eps=op.eps, clip_norm=op.clip_norm, grad_accum_steps=op.grad_accum_steps,
-    )
+    optim_config = config.optim_config()
     tx = make_optimizer(optim_config)
     graphdef, host_state = create_train_state(model, tx, config.train.seed)
     del model
@@ -290,8 +285,8 @@ def pretrain(
     axis_name = strategy.axis_name
     dropout = bert_config.hidden_dropout_prob > 0 or bert_config.attention_probs_dropout_prob > 0
     train_step = strategy.compile_step(make_train_step(
-        graphdef, tx, learning_rate_schedule(optim_config), grad_accum_steps=op.grad_accum_steps,
-        dropout=dropout, axis_name=axis_name,
+        graphdef, tx, learning_rate_schedule(optim_config),
+        grad_accum_steps=optim_config.grad_accum_steps, dropout=dropout, axis_name=axis_name,
     ))
     eval_step = strategy.compile_eval(make_eval_step(graphdef, axis_name=axis_name))
 

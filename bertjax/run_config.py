@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from bertjax.config import COMPUTE_DTYPES, PRESETS, BertConfig
+from bertjax.training.schedule import OPTIMIZERS, OptimConfig  # framework-free
 
-PARALLEL_CHOICES = ("none", "pmap", "mesh")
-OPTIMIZER_CHOICES = ("adamw", "adam", "lamb", "sgd")
+PARALLEL_CHOICES = ("none", "pmap", "mesh")  # bertjax.training.parallel.make_strategy
 
 
 def _f(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:  # noqa: A002
@@ -60,7 +60,7 @@ class DataSection:
 class OptimSection:
     """The optimizer; the schedule's length is train.steps."""
 
-    optimizer: str = _f("adamw", "optimizer", OPTIMIZER_CHOICES)
+    optimizer: str = _f("adamw", "optimizer", OPTIMIZERS)
     learning_rate: float = _f(1e-3, "peak learning rate (linear warm-up, then linear decay)")
     warmup_steps: int = _f(50, "linear warm-up steps")
     weight_decay: float = _f(0.01, "decoupled weight decay (not on biases and LayerNorm)")
@@ -127,6 +127,10 @@ class RunConfig:
         if self.model.max_position_embeddings:
             overrides["max_position_embeddings"] = self.model.max_position_embeddings
         return BertConfig.from_preset(self.model.preset, **overrides)
+
+    def optim_config(self) -> OptimConfig:
+        """The optimizer's settings; its schedule runs over `train.steps`."""
+        return OptimConfig(total_steps=self.train.steps, **dataclasses.asdict(self.optim))
 
 
 # --- options: names, types, help ---------------------------------------------------------------

@@ -86,21 +86,27 @@ def _max_diff(a: Any, b: Any) -> float:
                for x, y in zip(la, lb, strict=True))
 
 
-def _train(parallel: str, fsdp: int, accum: int, batches: list[dict[str, np.ndarray]]):
-    """5 AdamW steps of the tiny BERT (no dropout) under one strategy: (strategy, state, losses)."""
+def _tiny_model() -> Any:
+    """The tiny BERT every strategy starts from (seed 0, no dropout)."""
     from flax import nnx
 
     from bertjax.config import BertConfig
     from bertjax.model import BertForPreTraining
+
+    config = BertConfig.from_preset("tiny", vocab_size=VOCAB, hidden_dropout_prob=0.0,
+                                    attention_probs_dropout_prob=0.0)
+    return BertForPreTraining(config, rngs=nnx.Rngs(0))
+
+
+def _train(parallel: str, fsdp: int, accum: int, batches: list[dict[str, np.ndarray]]):
+    """5 AdamW steps of the tiny BERT (no dropout) under one strategy: (strategy, state, losses)."""
     from bertjax.training.optim import OptimConfig, learning_rate_schedule, make_optimizer
     from bertjax.training.parallel import make_strategy
     from bertjax.training.step import create_train_state, make_train_step
 
-    config = BertConfig.from_preset("tiny", vocab_size=VOCAB, hidden_dropout_prob=0.0,
-                                    attention_probs_dropout_prob=0.0)
     optim = OptimConfig(learning_rate=1e-3, warmup_steps=2, total_steps=10, grad_accum_steps=accum)
     tx = make_optimizer(optim)
-    graphdef, state = create_train_state(BertForPreTraining(config, rngs=nnx.Rngs(0)), tx, seed=0)
+    graphdef, state = create_train_state(_tiny_model(), tx, seed=0)
     strategy = make_strategy(parallel, fsdp=fsdp)
     strategy.check_batch_size(BATCH, accum)
     state = strategy.place_state(state)
@@ -137,12 +143,13 @@ def _fsdp_layout(strategy: Any, state: Any) -> dict[str, Any]:
 def worker(devices: int, out: str) -> None:
     """Train the single-device reference and every strategy of RUNS[devices]; write diffs."""
     import jax
+    from flax import nnx
 
     assert jax.device_count() == devices, jax.devices()
     batches = make_batches(STEPS)
     ref_strategy, ref_state, ref_losses = _train("none", 1, 1, batches)
     ref = ref_strategy.host_state(ref_state)
-    initial = _initial_params()
+    initial = nnx.state(_tiny_model(), nnx.Param)
     results: dict[str, Any] = {"devices": jax.device_count(), "runs": {}}
     for name, parallel, fsdp, accum in RUNS[devices]:
         strategy, state, losses = _train(parallel, fsdp, accum, batches)
@@ -158,17 +165,6 @@ def worker(devices: int, out: str) -> None:
             entry["layout"] = _fsdp_layout(strategy, state)
         results["runs"][name] = entry
     Path(out).write_text(json.dumps(results, indent=1))
-
-
-def _initial_params() -> Any:
-    from flax import nnx
-
-    from bertjax.config import BertConfig
-    from bertjax.model import BertForPreTraining
-
-    config = BertConfig.from_preset("tiny", vocab_size=VOCAB, hidden_dropout_prob=0.0,
-                                    attention_probs_dropout_prob=0.0)
-    return nnx.state(BertForPreTraining(config, rngs=nnx.Rngs(0)), nnx.Param)
 
 
 # --- fixtures: the strategy subprocesses ----------------------------------------------------------
@@ -399,7 +395,6 @@ def test_fsdp_shards_parameters(strategy_results, devices: int) -> None:
         # parameters and Adam moments: device 0 holds about 1/fsdp of the state's bytes (only a
         # few tiny leaves, e.g. the step counter, are replicated)
         assert layout["device0_fraction"] <= 1.0 / fsdp + 0.01, (name, layout)
-
 
 
 if __name__ == "__main__":

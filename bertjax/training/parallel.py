@@ -22,7 +22,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-PARALLEL = ("none", "pmap", "mesh")
+from bertjax.run_config import PARALLEL_CHOICES
 
 
 def _check_divisible(kind: str, batch_size: int, devices: int, grad_accum_steps: int) -> None:
@@ -174,8 +174,10 @@ class MeshStrategy:
 
     def host_state(self, state: Any) -> Any:
         def gather(x: jax.Array) -> np.ndarray:
-            if x.is_fully_addressable or x.is_fully_replicated:
-                return np.asarray(x) if x.is_fully_addressable else _first_local(x)
+            if x.is_fully_addressable:
+                return np.asarray(x)
+            if x.is_fully_replicated:
+                return _first_local(x)
             from jax.experimental import multihost_utils
 
             return np.asarray(multihost_utils.process_allgather(x, tiled=True))
@@ -194,4 +196,4 @@ def make_strategy(kind: str = "none", fsdp: int = 1) -> SingleDevice | Pmap | Me
         return Pmap()
     if kind == "mesh":
         return MeshStrategy(fsdp)
-    raise ValueError(f"unknown parallel strategy {kind!r}; choose one of {PARALLEL}")
+    raise ValueError(f"unknown parallel strategy {kind!r}; choose one of {PARALLEL_CHOICES}")
