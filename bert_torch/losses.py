@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from bertjax.config import LOSS_WEIGHT_FLOOR
+
 
 def mlm_loss(
     logits: torch.Tensor, masked_ids: torch.Tensor, masked_weights: torch.Tensor
@@ -14,7 +16,7 @@ def mlm_loss(
         logits.float().flatten(0, 1), masked_ids.long().flatten(), reduction="none"
     ).view(masked_ids.shape)  # (B, P)
     weights = masked_weights.float()
-    return (per_token * weights).sum() / weights.sum().clamp_min(1e-5)
+    return (per_token * weights).sum() / weights.sum().clamp_min(LOSS_WEIGHT_FLOOR)
 
 
 def nsp_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

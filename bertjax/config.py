@@ -15,6 +15,9 @@ from typing import Any
 # original BERT and transformers; "gelu_new"/"gelu_pytorch_tanh" are the tanh approximation.
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 COMPUTE_DTYPES = ("float32", "bfloat16")
+# The MLM loss divides by max(sum of masked_weights, this): a batch with no real prediction has
+# loss 0, not NaN. Shared by bertjax.losses and bert_torch.losses.
+LOSS_WEIGHT_FLOOR = 1e-5
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,40 +2,23 @@
 
 Mirrored by `bert_torch/losses.py`. Padding prediction slots carry weight 0, so token id 0 is
 never mistaken for "no label".
+
+Everything starts from `pretraining_sums`, sums over a batch that add up across micro-batches
+and devices. Training divides them by the whole global batch's counts (`loss_from_sums`);
+`pretraining_loss`, what the parity checks compare with PyTorch, is the same two functions with
+the batch's own counts, so parity covers the code that training runs.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
-
-def mlm_loss(logits: jax.Array, masked_ids: jax.Array, masked_weights: jax.Array) -> jax.Array:
-    """Mean cross-entropy over real predictions. logits (B, P, V), ids/weights (B, P)."""
-    per_token = optax.softmax_cross_entropy_with_integer_labels(
-        logits.astype(jnp.float32), masked_ids
-    )  # (B, P)
-    weights = masked_weights.astype(jnp.float32)
-    return jnp.sum(per_token * weights) / jnp.maximum(jnp.sum(weights), 1e-5)
-
-
-def nsp_loss(logits: jax.Array, labels: jax.Array) -> jax.Array:
-    """Mean cross-entropy of next-sentence prediction. logits (B, 2), labels (B,): 0 IsNext."""
-    return jnp.mean(
-        optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), labels)
-    )
-
-
-def pretraining_loss(
-    mlm_logits: jax.Array,
-    nsp_logits: jax.Array,
-    batch: dict[str, jax.Array],
-) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """MLM + NSP loss and its parts."""
-    mlm = mlm_loss(mlm_logits, batch["masked_ids"], batch["masked_weights"])
-    nsp = nsp_loss(nsp_logits, batch["next_sentence_label"])
-    return mlm + nsp, {"mlm_loss": mlm, "nsp_loss": nsp}
+from bertjax.config import LOSS_WEIGHT_FLOOR
 
 
 def pretraining_sums(
@@ -43,8 +26,9 @@ def pretraining_sums(
 ) -> dict[str, jax.Array]:
     """Sums over a batch that add up across micro-batches and devices (float32 scalars).
 
-    `mlm_loss_sum / mlm_weight` is `mlm_loss` and `nsp_loss_sum / nsp_count` is `nsp_loss` of the
-    whole batch; `*_correct` count right argmax predictions (weighted for MLM).
+    logits (B, P, V) and (B, 2); `masked_ids`/`masked_weights` (B, P), `next_sentence_label` (B,)
+    (0 IsNext). `*_loss_sum` are summed cross-entropies (MLM weighted), `mlm_weight` /
+    `nsp_count` what they are divided by, `*_correct` right argmax predictions (MLM weighted).
     """
     weights = batch["masked_weights"].astype(jnp.float32)  # (B, P)
     labels = batch["next_sentence_label"]
@@ -58,4 +42,40 @@ def pretraining_sums(
         "nsp_loss_sum": jnp.sum(nsp_ce),
         "nsp_count": jnp.float32(labels.shape[0]),
         "nsp_correct": jnp.sum(jnp.argmax(nsp_logits, -1) == labels).astype(jnp.float32),
+    }
+
+
+def loss_from_sums(sums: dict[str, jax.Array], predictions: jax.Array, sequences: jax.Array
+                   ) -> jax.Array:
+    """MLM + NSP loss: the summed losses over the number of real predictions and of sequences
+    they are the mean of (a batch with no real prediction has MLM loss 0, not NaN)."""
+    return (sums["mlm_loss_sum"] / jnp.maximum(predictions, LOSS_WEIGHT_FLOOR)
+            + sums["nsp_loss_sum"] / sequences)
+
+
+def pretraining_loss(
+    mlm_logits: jax.Array,
+    nsp_logits: jax.Array,
+    batch: dict[str, jax.Array],
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """The batch's mean MLM + NSP loss and its two parts."""
+    sums = pretraining_sums(mlm_logits, nsp_logits, batch)
+    parts = metrics_from_sums(sums)
+    loss = loss_from_sums(sums, sums["mlm_weight"], sums["nsp_count"])
+    return loss, {"mlm_loss": parts["mlm_loss"], "nsp_loss": parts["nsp_loss"]}
+
+
+def metrics_from_sums(sums: dict[str, Any]) -> dict[str, Any]:
+    """Means from summed counts (JAX or host numbers): MLM loss/accuracy/perplexity, NSP
+    loss/accuracy."""
+    xp = jnp if any(isinstance(v, jax.Array) for v in sums.values()) else np
+    weight = xp.maximum(sums["mlm_weight"], LOSS_WEIGHT_FLOOR)
+    count = xp.maximum(sums["nsp_count"], 1.0)
+    mlm = sums["mlm_loss_sum"] / weight
+    return {
+        "mlm_loss": mlm,
+        "mlm_accuracy": sums["mlm_correct"] / weight,
+        "perplexity": xp.exp(mlm),
+        "nsp_loss": sums["nsp_loss_sum"] / count,
+        "nsp_accuracy": sums["nsp_correct"] / count,
     }

@@ -18,11 +18,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import nnx, struct
 
-from bertjax.losses import pretraining_sums
+from bertjax.losses import loss_from_sums, metrics_from_sums, pretraining_sums
 
 Batch = dict[str, jax.Array]
 Metrics = dict[str, jax.Array]
@@ -96,7 +95,6 @@ def make_train_step(
             {"predictions": jnp.sum(batch["masked_weights"].astype(jnp.float32)),
              "sequences": jnp.float32(batch["next_sentence_label"].shape[0]),
              "tokens": jnp.sum(batch["attention_mask"], dtype=jnp.float32)}, axis_name)
-        n_pred = jnp.maximum(counts["predictions"], 1e-5)
         key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
         if axis_name is not None:
             key = jax.random.fold_in(key, jax.lax.axis_index(axis_name))
@@ -106,7 +104,7 @@ def make_train_step(
                 rng = jax.random.fold_in(key, index) if dropout else None
                 out = _forward(graphdef, params, micro, rng)
                 sums = pretraining_sums(out.mlm_logits, out.nsp_logits, micro)
-                loss = sums["mlm_loss_sum"] / n_pred + sums["nsp_loss_sum"] / counts["sequences"]
+                loss = loss_from_sums(sums, counts["predictions"], counts["sequences"])
                 return loss, sums
 
             grads, sums = jax.grad(loss_fn, has_aux=True)(state.params)
@@ -130,7 +128,7 @@ def make_train_step(
             step=state.step + 1, params=optax.apply_updates(state.params, updates),
             opt_state=opt_state,
         )
-        metrics = eval_metrics(sums)
+        metrics = metrics_from_sums(sums)
         metrics.update(
             loss=metrics["mlm_loss"] + metrics["nsp_loss"],
             grad_norm=optax.tree.norm(grads),  # before clipping
@@ -147,7 +145,7 @@ def make_eval_step(
     graphdef: nnx.GraphDef, *, axis_name: str | None = None
 ) -> Callable[[Any, Batch], Metrics]:
     """`eval_step(params, batch) -> sums` (no dropout); add the sums of several batches, then
-    `eval_metrics` turns them into means."""
+    `bertjax.losses.metrics_from_sums` turns them into means."""
 
     def eval_step(params: Any, batch: Batch) -> Metrics:
         out = _forward(graphdef, params, batch, None)
@@ -155,17 +153,3 @@ def make_eval_step(
 
     return eval_step
 
-
-def eval_metrics(sums: dict[str, Any]) -> dict[str, Any]:
-    """Means from summed counts: MLM loss/accuracy/perplexity, NSP loss/accuracy."""
-    xp = jnp if any(isinstance(v, jax.Array) for v in sums.values()) else np
-    weight = xp.maximum(sums["mlm_weight"], 1e-5)
-    count = xp.maximum(sums["nsp_count"], 1.0)
-    mlm = sums["mlm_loss_sum"] / weight
-    return {
-        "mlm_loss": mlm,
-        "mlm_accuracy": sums["mlm_correct"] / weight,
-        "perplexity": xp.exp(mlm),
-        "nsp_loss": sums["nsp_loss_sum"] / count,
-        "nsp_accuracy": sums["nsp_correct"] / count,
-    }
