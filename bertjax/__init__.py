@@ -1,6 +1,10 @@
 """bertjax: BERT in Flax NNX.
 
-Importing `bertjax` (or `bertjax.config`) does not import JAX; the model classes load on first use.
+    import bertjax
+    model = bertjax.load_hf("path/to/hf-bert")      # config.json + model.safetensors
+    bertjax.save_hf(model, "out/")                   # loads in transformers.BertForPreTraining
+
+Importing `bertjax` (or `bertjax.config`) does not import JAX; the rest loads on first use.
 """
 
 from __future__ import annotations
@@ -10,11 +14,12 @@ from typing import Any
 
 from bertjax.config import PRESETS, BertConfig
 
-__all__ = ["PRESETS", "BertConfig", "BertModel", "BertForPreTraining", "BertOutput"]
+__all__ = ["PRESETS", "BertConfig", "BertForPreTraining", "BertModel", "BertOutput", "load_hf",
+           "save_hf"]
 __version__ = "0.1.0"
 
 _LAZY = {"BertModel": "bertjax.model", "BertForPreTraining": "bertjax.model",
-         "BertOutput": "bertjax.model"}
+         "BertOutput": "bertjax.model", "load_hf": "bertjax.hf", "save_hf": "bertjax.hf"}
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,31 @@
+"""parity: bertjax against its PyTorch mirror, tensor by tensor.
+
+    import parity
+    torch_state = parity.flax_to_torch(model)          # bert_torch state dict (strict)
+    model = parity.torch_to_flax(torch_state, config)  # and back
+    report = parity.compare(model)                     # outputs, attentions, gradients
+    print(report.format())
+
+Hugging Face checkpoints are a product feature: `bertjax.load_hf` / `bertjax.save_hf`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["ParityReport", "compare", "flax_to_torch", "random_batch", "to_torch_model",
+           "torch_to_flax", "train_parity"]
+
+_LAZY = {
+    "flax_to_torch": "parity.convert", "torch_to_flax": "parity.convert",
+    "to_torch_model": "parity.convert", "compare": "parity.compare",
+    "random_batch": "parity.compare", "ParityReport": "parity.compare",
+    "train_parity": "parity.training",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'parity' has no attribute {name!r}")

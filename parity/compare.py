@@ -23,7 +23,8 @@ from flax import nnx
 from bertjax.config import BertConfig
 from bertjax.losses import pretraining_loss
 from bertjax.model import BertForPreTraining
-from parity.convert import state_to_numpy, to_torch_model
+from bertjax.weights import state_to_numpy
+from parity.convert import to_torch_model
 
 TOLERANCE = 1e-5  # the Hugging Face PT/Flax equivalence-test tolerance
 GRAD_FLOOR = 1e-2  # gradients below 1% of the largest one are judged against that 1%

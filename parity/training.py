@@ -31,7 +31,8 @@ from bertjax.data.tokenizer import SPECIAL_TOKENS
 from bertjax.model import BertForPreTraining
 from bertjax.training.optim import OptimConfig, learning_rate_schedule, make_optimizer
 from bertjax.training.step import create_train_state, make_train_step
-from parity.convert import state_to_numpy, to_torch_model
+from bertjax.weights import state_to_numpy
+from parity.convert import to_torch_model
 
 Batch = dict[str, np.ndarray]
 LOSS_TOLERANCE = 1e-4  # max abs diff of the loss at every step (tests/test_train_parity.py)
@@ -150,7 +151,7 @@ def train_parity(
 ) -> TrainParityReport:
     """Run AdamW updates from the same initial weights in Optax and PyTorch, one per batch:
     `batches`, or by default `steps` Shakespeare batches (`shakespeare_batches`). The weights are
-    `model`'s (e.g. from `parity.hf.load_hf`), or a fresh `BertForPreTraining(config)` from `seed`;
+    `model`'s (e.g. from `bertjax.load_hf`), or a fresh `BertForPreTraining(config)` from `seed`;
     `seed` also picks the default batches."""
     import torch
 

@@ -17,9 +17,9 @@ from bert_torch.train import decay_parameter_names
 from bert_torch.train import make_optimizer as torch_optimizer
 from bertjax.config import BertConfig
 from bertjax.model import BertForPreTraining
+from bertjax.names import torch_name
 from bertjax.training.optim import OptimConfig, decay_mask, learning_rate_schedule
 from bertjax.training.schedule import warmup_linear_decay_factor
-from parity.names import torch_name
 from parity.training import shakespeare_batches, train_parity
 
 TINY = BertConfig.from_preset("tiny")

@@ -32,9 +32,9 @@ def run(args: argparse.Namespace) -> int:
     from flax import nnx
 
     from bertjax.config import BertConfig
+    from bertjax.hf import load_hf
     from bertjax.model import BertForPreTraining
     from parity.compare import compare, random_batch
-    from parity.hf import load_hf
 
     if args.hf:
         model = load_hf(args.hf, seed=args.seed)

@@ -17,10 +17,10 @@ and renamed into place at the end, so a crash never leaves a half-written shard 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
-import shutil
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -30,6 +30,7 @@ import numpy as np
 
 from bertjax.data.corpus import Document
 from bertjax.data.tokenizer import SpecialTokens, WordPieceTokenizer
+from bertjax.files import atomic_directory
 
 FORMAT = "bertjax-shards-1"
 META = "meta.json"
@@ -55,17 +56,12 @@ def write_shards(
     out = Path(out_dir)
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} already exists; remove it or pass overwrite=True (--force)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
     dtype = np.dtype(np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.int32)
     unk = tokenizer.special.unk
     counts = {"documents": 0, "sentences": 0, "tokens": 0, "unknown_tokens": 0, "bytes": 0}
     started = time.perf_counter()
 
-    try:
+    with atomic_directory(out, replace=True) as tmp:  # a crash never leaves a half-written out
         from tqdm import tqdm
 
         bar = tqdm(total=None, unit="doc", disable=not progress, desc="tokenising", smoothing=0.1)
@@ -137,8 +133,7 @@ def write_shards(
             "token_dtype": dtype.name,
             "vocab_size": tokenizer.vocab_size,
             "vocab_sha256": tokenizer.vocab_hash,
-            "special_tokens": dict(zip(("pad", "unk", "cls", "sep", "mask"),
-                                       tokenizer.special.ids, strict=True)),
+            "special_tokens": dataclasses.asdict(tokenizer.special),
             **counts,
             "unknown_rate": counts["unknown_tokens"] / max(counts["tokens"], 1),
             "seconds": round(seconds, 3),
@@ -146,17 +141,7 @@ def write_shards(
         }
         tokenizer.save(tmp)
         (tmp / META).write_text(json.dumps(meta, indent=2) + "\n")
-        if out.exists():  # overwrite: move the old one aside first, so out is never half-written
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, out)
-        return meta
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    return meta
 
 
 def _memmap(path: Path, dtype: Any, count: int) -> np.ndarray:

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 from tokenizers import BertWordPieceTokenizer, Tokenizer
 
+from bertjax.files import write_text_atomic
+
 SPECIAL_TOKENS: dict[str, str] = {
     "pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]",
 }
@@ -135,12 +137,12 @@ class WordPieceTokenizer:
         return cls(tokenizer, source=str(path))
 
     def save(self, directory: str | os.PathLike) -> None:
-        """Write `vocab.txt` (ids in order) and `tokenizer.json` into `directory`."""
+        """Write `vocab.txt` (ids in order) and `tokenizer.json` into `directory`, each written
+        aside and renamed into place (a crash never leaves half a file)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        self.tokenizer.save(str(directory / "tokenizer.json"))
-        (directory / "vocab.txt").write_text("".join(t + "\n" for t in self.id_to_token_list()),
-                                             encoding="utf-8")
+        write_text_atomic(directory / "tokenizer.json", self.tokenizer.to_str(pretty=True))
+        write_text_atomic(directory / "vocab.txt", "".join(t + "\n" for t in self.id_to_token_list()))
 
     # --- use -------------------------------------------------------------------------------------
 
