@@ -7,23 +7,29 @@ another entry of BENCHMARKS.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 
-from bertjax.commands.vocab import add_corpus_arguments
+from bertjax.commands.corpus_options import add_corpus_arguments
 
 
 def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    from bertjax.data.bench import run_data_benchmark
+
+    default = {k: p.default for k, p in inspect.signature(run_data_benchmark).parameters.items()}
     add_corpus_arguments(parser)
     parser.add_argument("--vocab", default=None, metavar="PATH",
                         help="vocabulary to use (default: train one of --vocab-size first)")
-    parser.add_argument("--vocab-size", type=int, default=8000)
-    parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--max-predictions", type=int, default=20)
+    for flag, help_text in (("vocab-size", "size of the vocabulary trained when --vocab is not "
+                             "given"), ("seq-len", "tokens per sequence"),
+                            ("batch-size", "sequences per batch"),
+                            ("max-predictions", "masked positions per sequence"),
+                            ("steps", "batches per timed repeat"), ("repeats", "timed repeats"),
+                            ("warmup", "untimed repeats first")):
+        name = flag.replace("-", "_")
+        parser.add_argument(f"--{flag}", type=int, default=default[name],
+                            help=f"{help_text} (default: {default[name]})")
     parser.add_argument("--whole-word-mask", action="store_true")
-    parser.add_argument("--steps", type=int, default=50, help="batches per timed repeat")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--cpu", type=int, default=None, help="core to pin to (default: first)")
     parser.add_argument("--json", action="store_true", help="also print the numbers as JSON")
 

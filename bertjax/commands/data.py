@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bertjax.commands.vocab import add_corpus_arguments
+from bertjax.commands.corpus_options import add_corpus_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -4,18 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-
-def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
-    """--corpus/--split/--text-field, shared by `vocab`, `data` and `bench data`."""
-    parser.add_argument("--corpus", nargs="+", default=["shakespeare"], metavar="SPEC",
-                        help="'shakespeare' (default), files, directories or globs of BERT-format "
-                             "text (one sentence per line, blank line between documents) or "
-                             "JSON lines (.jsonl)")
-    parser.add_argument("--split", default="train", choices=("train", "eval", "all"),
-                        help="Shakespeare plays to use: train (default), eval (the held-out plays) "
-                             "or all; ignored for other corpora")
-    parser.add_argument("--text-field", default="text",
-                        help="field holding the document in JSON-lines records (default: text)")
+from bertjax.commands.corpus_options import add_corpus_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

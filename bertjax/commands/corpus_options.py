@@ -1,0 +1,19 @@
+"""The --corpus/--split/--text-field options shared by `vocab`, `data` and `bench data`."""
+
+from __future__ import annotations
+
+import argparse
+
+from bertjax.data.corpus import SPLITS
+
+
+def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--corpus", nargs="+", default=["shakespeare"], metavar="SPEC",
+                        help="'shakespeare' (default), files, directories or globs of BERT-format "
+                             "text (one sentence per line, blank line between documents) or "
+                             "JSON lines (.jsonl)")
+    parser.add_argument("--split", default="train", choices=SPLITS,
+                        help="Shakespeare plays to use: train (default), eval (the held-out plays) "
+                             "or all; ignored for other corpora")
+    parser.add_argument("--text-field", default="text",
+                        help="field holding the document in JSON-lines records (default: text)")
