@@ -17,7 +17,6 @@ that fails to read or whose digest disagrees.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import time
@@ -78,8 +77,12 @@ class Restored:
 class Checkpointer:
     """Save and restore `{state, data, config}` under `directory` (one sub-directory per step)."""
 
-    def __init__(self, directory: str | Path, *, keep_last: int = 2, keep_best: int = 1):
+    def __init__(self, directory: str | Path, *, keep_last: int = 2, keep_best: int = 1,
+                 quarantine: str | Path | None = None):
         self.directory = Path(directory).absolute()
+        # where unreadable steps are moved (default: `<directory>_corrupt` beside it)
+        self.quarantine = (Path(quarantine).absolute() if quarantine is not None
+                           else self.directory.with_name(self.directory.name + "_corrupt"))
         policies: list[Any] = [ocp.checkpoint_managers.LatestN(n=max(1, keep_last))]
         if keep_best > 0:
             policies.append(
@@ -150,19 +153,6 @@ class Checkpointer:
                 best = (step, float(metrics[EVAL_LOSS_KEY]))
         return None if best is None else best[0]
 
-    def read_config(self, step: int | None = None) -> dict[str, Any] | None:
-        """The run config saved with `step` (newest readable one by default)."""
-        steps = self.steps() if step is None else [step]
-        for s in reversed(steps):
-            try:
-                restored = self.manager.restore(
-                    s, args=ocp.args.Composite(config=ocp.args.JsonRestore())
-                )
-                return dict(restored["config"])
-            except Exception:  # noqa: BLE001 - a damaged step: try the previous one
-                continue
-        return None
-
     def restore(self, step: int, abstract_state: Any) -> Restored:
         """Restore one step and check its digest; raises on any damage."""
         restored = self.manager.restore(
@@ -221,10 +211,9 @@ class Checkpointer:
         if not steps:
             return
         if jax.process_index() == 0:
-            aside = self.directory.parent / (self.directory.name + "_corrupt")
-            aside.mkdir(exist_ok=True)
+            self.quarantine.mkdir(exist_ok=True)
             for step in steps:
-                target = aside / f"{step}.{int(time.time())}"
+                target = self.quarantine / f"{step}.{int(time.time())}"
                 os.replace(self.directory / str(step), target)
                 log.warning("moved corrupt checkpoint step %d to %s", step, target)
         barrier("bertjax_checkpoint_quarantined")
@@ -242,10 +231,6 @@ def _first_line(err: BaseException) -> str:
 def abstract_like(tree: Any) -> Any:
     """Shape/dtype/sharding targets for `restore` from an example state (no data copied)."""
     return jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
-
-
-def dumps_config(config: dict[str, Any]) -> str:
-    return json.dumps(config, indent=2, sort_keys=True)
 
 
 def read_state(directory: str | Path, step: int | None = None) -> tuple[int, Any]:

@@ -1,7 +1,9 @@
 """The `bertjax` command line: one sub-command per module under `bertjax.commands`.
 
 Each command module defines `add_arguments(parser)` and `run(args) -> int`, and is imported only
-when its command runs, so `bertjax --help` stays fast.
+when its command runs, so `bertjax --help` stays fast. A module may also define
+`explain_unknown(arguments) -> str`, the error for options it does not know (e.g. to name the
+closest valid one).
 """
 
 from __future__ import annotations
@@ -33,8 +35,12 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(argv).parse_args(argv)
+    parser = build_parser(argv)
+    args, unknown = parser.parse_known_args(argv)
     module = importlib.import_module(COMMANDS[args.command][0])
+    if unknown:
+        explain = getattr(module, "explain_unknown", None)
+        parser.error(explain(unknown) if explain else f"unrecognized arguments: {' '.join(unknown)}")
     return int(module.run(args) or 0)
 
 

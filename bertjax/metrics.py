@@ -15,9 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-JSONL_NAME = "metrics.jsonl"
-TENSORBOARD_DIR = "tensorboard"
-CURVES_NAME = "curves.png"
+from bertjax.files import write_text_atomic
 
 
 def _plain(value: Any) -> Any:
@@ -61,14 +59,12 @@ def truncate_jsonl(path: str | Path, last_step: int) -> int:
     if not path.is_file():
         return 0
     kept = [r for r in read_jsonl(path) if int(r.get("step", 0)) <= last_step]
-    tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
     return len(kept)
 
 
 class MetricsWriter:
-    """Appends records to `run_dir/metrics.jsonl` and mirrors numbers to TensorBoard.
+    """Appends records to a JSON-lines file and mirrors numbers to TensorBoard events.
 
     `enabled=False` (non-zero processes in a multi-host run) makes every call a no-op.
     `resume_step` cuts the existing log back to that step and tells TensorBoard to purge later
@@ -77,30 +73,29 @@ class MetricsWriter:
 
     def __init__(
         self,
-        run_dir: str | Path,
+        path: str | Path,
         *,
+        tensorboard_dir: str | Path | None = None,
         enabled: bool = True,
         resume_step: int | None = None,
-        tensorboard: bool = True,
     ):
-        self.run_dir = Path(run_dir)
+        self.path = Path(path)
         self.enabled = enabled
-        self.path = self.run_dir / JSONL_NAME
         self._file = None
         self._tb = None
         if not enabled:
             return
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_step is not None:
             truncate_jsonl(self.path, resume_step)
         elif self.path.exists():
             self.path.unlink()
         self._file = self.path.open("a")
-        if tensorboard:
+        if tensorboard_dir is not None:
             from tensorboardX import SummaryWriter
 
             purge = None if resume_step is None else resume_step + 1
-            self._tb = SummaryWriter(str(self.run_dir / TENSORBOARD_DIR), purge_step=purge)
+            self._tb = SummaryWriter(str(tensorboard_dir), purge_step=purge)
 
     def log(self, kind: str, step: int, metrics: Mapping[str, Any], *, flush: bool = False) -> None:
         """Write one record; numeric values also go to TensorBoard as `<kind>/<name>`."""

@@ -23,9 +23,8 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from bertjax.config import COMPUTE_DTYPES, PRESETS, BertConfig
-from bertjax.training.schedule import OPTIMIZERS, OptimConfig  # framework-free
-
-PARALLEL_CHOICES = ("none", "pmap", "mesh")  # bertjax.training.parallel.make_strategy
+from bertjax.training.parallel import PARALLEL_CHOICES
+from bertjax.training.schedule import OPTIMIZERS, OptimConfig
 
 
 def _f(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:  # noqa: A002
@@ -39,7 +38,7 @@ class ModelSection:
     preset: str = _f("mini", "model size from bertjax.config.PRESETS", tuple(sorted(PRESETS)))
     hidden_dropout_prob: float = _f(0.0, "dropout on embeddings and residual branches")
     attention_probs_dropout_prob: float = _f(0.0, "dropout on attention probabilities")
-    max_position_embeddings: int = _f(0, "position table size; 0 keeps the preset's (512)")
+    max_position_embeddings: int = _f(0, "position table size; 0 keeps the preset's")
     dtype: str = _f("float32", "compute dtype of activations and matmuls", COMPUTE_DTYPES)
 
 
@@ -164,7 +163,9 @@ def option_names() -> list[str]:
     return [o.name for o in options()]
 
 
-def _unknown(name: str, valid: list[str], source: str) -> ValueError:
+def unknown_option(name: str, source: str, valid: list[str] | None = None) -> ValueError:
+    """The error for an option name that does not exist, naming the closest valid ones."""
+    valid = option_names() if valid is None else valid
     close = difflib.get_close_matches(name, valid, n=3)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
     return ValueError(
@@ -176,12 +177,6 @@ def parse_value(option: Option, value: Any, source: str = "override") -> Any:
     """Convert a string or loaded value to the option's type, with a clear error."""
     kind = option.type
     try:
-        if kind is bool:
-            if isinstance(value, str):
-                if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                    raise ValueError(value)
-                return value.lower() in ("true", "1", "yes")
-            return bool(value)
         if kind is int:
             if isinstance(value, float) and not value.is_integer():
                 raise ValueError(value)
@@ -219,10 +214,20 @@ def apply_overrides(
     sections = config.to_dict()
     for name, value in flat.items():
         if name not in by_name:
-            raise _unknown(name, list(by_name), source)
+            raise unknown_option(name, source, list(by_name))
         section, field = name.split(".", 1)
         sections[section][field] = parse_value(by_name[name], value, source)
     return RunConfig(**{s: SECTIONS[s](**fields) for s, fields in sections.items()})
+
+
+def to_toml(config: RunConfig) -> str:
+    """The configuration as a TOML file `load_file` reads back (one table per section)."""
+    lines = []
+    for section, fields in config.to_dict().items():
+        lines.append(f"[{section}]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in fields.items()]
+        lines.append("")
+    return "\n".join(lines)
 
 
 def load_file(path: str | Path) -> dict[str, Any]:
@@ -267,13 +272,9 @@ def differences(saved: dict[str, Any], requested: RunConfig) -> list[str]:
     lines = []
     for name in sorted(set(wanted) | set(got)):
         a, b = got.get(name, "<absent>"), wanted.get(name, "<absent>")
-        if a != b and not (_is_number(a) and _is_number(b) and math.isclose(a, b, rel_tol=0)):
+        if a != b:
             lines.append(f"{name}: saved {a!r}, requested {b!r}")
     return lines
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool)
 
 
 # --- validation --------------------------------------------------------------------------------

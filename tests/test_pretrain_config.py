@@ -86,7 +86,7 @@ def test_help_explains_every_option(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_metrics_log_truncates_on_resume_and_plots(tmp_path: Path) -> None:
-    w = MetricsWriter(tmp_path, tensorboard=True)
+    w = MetricsWriter(tmp_path / "metrics.jsonl", tensorboard_dir=tmp_path / "tensorboard")
     for step in range(1, 7):
         w.log("train", step, {"loss": 5.0 - step * 0.1, "mlm_accuracy": 0.01 * step,
                               "learning_rate": 1e-3})
@@ -98,7 +98,7 @@ def test_metrics_log_truncates_on_resume_and_plots(tmp_path: Path) -> None:
     assert records[-1]["loss"] == "nan"
     assert any((tmp_path / "tensorboard").iterdir())
     assert truncate_jsonl(tmp_path / "metrics.jsonl", 4) == 5
-    w = MetricsWriter(tmp_path, resume_step=4, tensorboard=False)
+    w = MetricsWriter(tmp_path / "metrics.jsonl", resume_step=4)
     w.log("train", 5, {"loss": 1.0})
     w.close()
     assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl", "train")] == [1, 2, 3, 4, 5]

@@ -12,10 +12,11 @@ import sys
 from typing import Any
 
 from bertjax import run_config as rc
+from bertjax.rundir import RunDir, describe
 
 DEFAULT_OUTPUT_DIR = "runs/pretrain"
 
-EPILOG = """\
+EPILOG = f"""\
 configuration:
   Options are read from defaults, then --config FILE (TOML, JSON or YAML with [model], [data],
   [optim], [train] tables), then --SECTION.FIELD=VALUE overrides, e.g.
@@ -25,8 +26,7 @@ configuration:
   the saved one, and every differing field is named.
 
 outputs (in --output-dir):
-  run_config.json, vocab.txt, checkpoints/<step>/ (newest N and the best by held-out MLM loss),
-  metrics.jsonl (one record per step and per evaluation), tensorboard/, curves.png, summary.json
+{describe("  ")}
 
 exit status: 0 done, 1 NaN/Inf loss (last good checkpoint kept), 2 bad options or run directory.
 
@@ -78,22 +78,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     default=None, help=_help(option),
                 )
 
-    # Unknown options reach argparse's top-level parser as "unrecognized arguments" with no hint;
-    # catch them here to name the closest valid option and list them all.
-    original = parser.parse_known_args
 
-    def parse_known_args(args: Any = None, namespace: Any = None) -> Any:
-        ns, extras = original(args, namespace)
-        for extra in extras:
-            if extra.startswith("--"):
-                name = extra[2:].split("=", 1)[0]
-                try:
-                    raise rc._unknown(name, rc.option_names(), "command line")
-                except ValueError as err:
-                    parser.error(str(err) + " (and --config, --output-dir, --resume, ...; see --help)")
-        return ns, extras
-
-    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
+def explain_unknown(arguments: list[str]) -> str:
+    """The error for options `bertjax pretrain` does not know: the closest valid names."""
+    for argument in arguments:
+        if argument.startswith("--"):
+            error = rc.unknown_option(argument[2:].split("=", 1)[0], "command line")
+            return f"{error} (and --config, --output-dir, --resume, ...; see --help)"
+    return f"unrecognized arguments: {' '.join(arguments)}"
 
 
 def _env_int(name: str) -> int | None:
@@ -111,25 +103,13 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def resolve_config(args: argparse.Namespace) -> rc.RunConfig:
     """Defaults <- --config <- overrides; on a bare --resume, the run's saved configuration."""
-    from bertjax.pretrain import saved_config
-
     overrides = overrides_from_args(args)
     if args.resume and args.config is None and not overrides:
-        saved = saved_config(args.output_dir)
+        run = RunDir(args.output_dir)
+        saved = run.saved_config()
         if saved is not None:
-            return rc.RunConfig.from_dict(saved, source=f"{args.output_dir}/run_config.json")
+            return rc.RunConfig.from_dict(saved, source=str(run.config))
     return rc.load(args.config, overrides)
-
-
-def to_toml(config: rc.RunConfig) -> str:
-    lines = []
-    for section, fields in config.to_dict().items():
-        lines.append(f"[{section}]")
-        for key, value in fields.items():
-            text = f'"{value}"' if isinstance(value, str) else repr(value)
-            lines.append(f"{key} = {text}")
-        lines.append("")
-    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -139,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"bertjax pretrain: error: {err}", file=sys.stderr)
         return 2
     if args.print_config:
-        print(to_toml(config), end="")
+        print(rc.to_toml(config), end="")
         return 0
 
     if args.coordinator_address or args.num_processes or args.process_id is not None:

@@ -1,4 +1,6 @@
-"""Multi-host start-up: `jax.distributed.initialize`, with gloo collectives on the CPU."""
+"""Multi-host: start-up through `jax.distributed.initialize` (gloo collectives on the CPU), a
+barrier, and the few host-side collectives the pre-training job needs; each is a no-op (or a
+plain copy) in a single process."""
 
 from __future__ import annotations
 
@@ -34,3 +36,56 @@ def barrier(name: str, timeout_s: float = 3600.0) -> None:
 
     count = _BARRIERS[name] = _BARRIERS.get(name, 0) + 1  # barrier ids must be unique
     ocp.multihost.get_barrier_sync_fn()(key=f"{name}_{count}", timeout_ms=int(timeout_s * 1000))
+
+
+def any_process(flag: bool) -> bool:
+    """True on every process if `flag` is true on any (a collective when there are several)."""
+    import jax
+
+    if jax.process_count() == 1:
+        return flag
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    return bool(np.any(multihost_utils.process_allgather(np.array([flag]))))
+
+
+def gather_rows(batches: list[dict], keys: tuple[str, ...]) -> list[dict]:
+    """`batches` with the `keys` arrays of every process's rows (process order), other keys
+    dropped: a statistic of the global batch (a baseline), not only this process's rows.
+    Arrays are (local rows, ...) in each process."""
+    import jax
+
+    if jax.process_count() == 1:
+        return [{k: b[k] for k in keys} for b in batches]
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    local = {k: np.stack([b[k] for b in batches]) for k in keys}  # (batches, B_local, ...)
+    gathered = multihost_utils.process_allgather(local)  # (processes, batches, B_local, ...)
+    return [
+        {k: np.asarray(v[:, i]).reshape(-1, *v.shape[3:]) for k, v in gathered.items()}
+        for i in range(len(batches))
+    ]  # each (processes * B_local, ...)
+
+
+def allgather_json(value: object) -> list:
+    """Every process's JSON-serialisable `value`, in process order."""
+    import jax
+
+    if jax.process_count() == 1:
+        return [value]
+    import json
+
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    raw = np.frombuffer(json.dumps(value).encode(), np.uint8)
+    lengths = multihost_utils.process_allgather(np.array([raw.size], np.int64))
+    padded = np.zeros(int(np.max(lengths)), np.uint8)
+    padded[: raw.size] = raw
+    everything = multihost_utils.process_allgather(padded)  # (processes, max_len)
+    return [
+        json.loads(bytes(everything[i, : int(lengths[i][0])]).decode())
+        for i in range(everything.shape[0])
+    ]

@@ -22,8 +22,6 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bertjax.run_config import PARALLEL_CHOICES
-
 
 def _check_divisible(kind: str, batch_size: int, devices: int, grad_accum_steps: int) -> None:
     if batch_size % (devices * grad_accum_steps):
@@ -188,12 +186,12 @@ class MeshStrategy:
         return {k: float(_first_local(v)) for k, v in metrics.items()}
 
 
+STRATEGIES: dict[str, type] = {"none": SingleDevice, "pmap": Pmap, "mesh": MeshStrategy}
+PARALLEL_CHOICES = tuple(STRATEGIES)  # the names `--train.parallel` accepts
+
+
 def make_strategy(kind: str = "none", fsdp: int = 1) -> SingleDevice | Pmap | MeshStrategy:
     """The strategy named by `--train.parallel` (`fsdp` only applies to 'mesh')."""
-    if kind == "none":
-        return SingleDevice()
-    if kind == "pmap":
-        return Pmap()
-    if kind == "mesh":
-        return MeshStrategy(fsdp)
-    raise ValueError(f"unknown parallel strategy {kind!r}; choose one of {PARALLEL_CHOICES}")
+    if kind not in STRATEGIES:
+        raise ValueError(f"unknown parallel strategy {kind!r}; choose one of {PARALLEL_CHOICES}")
+    return MeshStrategy(fsdp) if kind == "mesh" else STRATEGIES[kind]()
