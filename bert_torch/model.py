@@ -32,15 +32,42 @@ class BertOutput:
     hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings + per layer (B, S, H)
 
 
-def _linear(config: BertConfig, n_in: int, n_out: int) -> nn.Linear:
-    layer = nn.Linear(n_in, n_out)
+class Linear(nn.Linear):
+    """`nn.Linear` that computes in `dtype` (Flax's `dtype`) with its parameters kept in their
+    own dtype (Flax's `param_dtype`): input, weight and bias are cast first. `dtype=None`
+    computes in the parameters' dtype (float32, or float64 for a float64 referee)."""
+
+    def __init__(self, n_in: int, n_out: int, dtype: torch.dtype | None):
+        super().__init__(n_in, n_out)
+        self.dtype = dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.dtype is None:
+            return super().forward(x)
+        return F.linear(x.to(self.dtype), self.weight.to(self.dtype), self.bias.to(self.dtype))
+
+
+class Embed(nn.Embedding):
+    """`nn.Embedding` whose rows come out in `dtype` (Flax's `nnx.Embed`; None: the table's)."""
+
+    def __init__(self, num: int, features: int, dtype: torch.dtype | None):
+        super().__init__(num, features)
+        self.dtype = dtype
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = super().forward(ids)
+        return rows if self.dtype is None else rows.to(self.dtype)
+
+
+def _linear(config: BertConfig, n_in: int, n_out: int) -> Linear:
+    layer = Linear(n_in, n_out, numerics.compute_dtype(config))
     nn.init.normal_(layer.weight, std=config.initializer_range)
     nn.init.zeros_(layer.bias)
     return layer
 
 
-def _embed(config: BertConfig, num: int) -> nn.Embedding:
-    layer = nn.Embedding(num, config.hidden_size)
+def _embed(config: BertConfig, num: int) -> Embed:
+    layer = Embed(num, config.hidden_size, numerics.compute_dtype(config))
     nn.init.normal_(layer.weight, std=config.initializer_range)
     return layer
 
@@ -190,7 +217,9 @@ class BertMLMHead(nn.Module):
 
     def forward(self, h: torch.Tensor, word_embeddings: nn.Embedding) -> torch.Tensor:
         h = self.layer_norm(self.activation(self.transform(h)))  # (B, P, H)
-        return numerics.upcast(F.linear(h, word_embeddings.weight)) + self.bias  # (B, P, V)
+        # the decoder's products in float32 from compute-dtype operands (Flax: preferred f32)
+        embedding = numerics.upcast(word_embeddings.weight.to(h.dtype))  # (V, H)
+        return F.linear(numerics.upcast(h), embedding) + self.bias  # (B, P, V) float32
 
 
 class BertForPreTraining(nn.Module):
@@ -201,7 +230,7 @@ class BertForPreTraining(nn.Module):
         self.config = config
         self.bert = BertModel(config)
         self.mlm_head = BertMLMHead(config)
-        self.nsp_head = _linear(config, config.hidden_size, 2)
+        self.nsp_head = _linear(config.replace(dtype="float32"), config.hidden_size, 2)  # f32 logits
 
     def forward(
         self,

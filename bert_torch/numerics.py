@@ -10,6 +10,12 @@ import torch.nn.functional as F
 from bertjax.config import BertConfig
 
 
+def compute_dtype(config: BertConfig) -> torch.dtype | None:
+    """The dtype activations and matmuls run in, as `bertjax.numerics.compute_dtype`; None for
+    float32, meaning the parameters' own dtype (so a `.double()` mirror computes in float64)."""
+    return None if config.dtype == "float32" else getattr(torch, config.dtype)
+
+
 def gelu_exact(x: torch.Tensor) -> torch.Tensor:
     return F.gelu(x, approximate="none")
 
@@ -58,6 +64,9 @@ def check_inputs(
             f"({config.max_position_embeddings}); truncate the input or use a config with more "
             "positions"
         )
+    if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
+        dtype = str(input_ids.dtype).removeprefix("torch.")
+        raise ValueError(f"input_ids must be integers, got dtype {dtype}")
     if token_type_ids is None:
         token_type_ids = torch.zeros_like(input_ids)
     if attention_mask is None:

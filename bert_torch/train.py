@@ -21,23 +21,17 @@ import torch
 from torch import nn
 
 from bert_torch.losses import pretraining_loss
-from bertjax.training.schedule import OptimConfig, warmup_linear_decay_factor
+from bertjax.training.schedule import OptimConfig, applies_weight_decay, warmup_linear_decay_factor
 
 __all__ = ["OptimConfig", "decay_parameter_names", "make_optimizer", "train_step"]
 
 
 def decay_parameter_names(model: nn.Module) -> tuple[list[str], list[str]]:
-    """(decayed, not decayed) parameter names: no decay for biases and LayerNorm parameters.
-
-    The same rule as `bertjax.training.optim.decay_mask` (Flax leaves `bias` and `scale`, i.e.
-    LayerNorm's weight); `tests/test_train_parity.py` checks both pick the same parameters.
-    """
+    """(decayed, not decayed) parameter names by `schedule.applies_weight_decay`, the rule
+    `bertjax.training.optim.decay_mask` applies too: no decay for biases and LayerNorm parameters."""
     decay, no_decay = [], []
-    for module_name, module in model.named_modules():
-        for leaf, _ in module.named_parameters(recurse=False):
-            name = f"{module_name}.{leaf}" if module_name else leaf
-            skip = isinstance(module, nn.LayerNorm) or leaf == "bias"
-            (no_decay if skip else decay).append(name)
+    for name, param in model.named_parameters():
+        (decay if applies_weight_decay(tuple(param.shape)) else no_decay).append(name)
     return decay, no_decay
 
 

@@ -10,8 +10,6 @@ V vocabulary, I intermediate.
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 from flax import nnx, struct
@@ -69,7 +67,7 @@ class LayerNorm(nnx.LayerNorm):
         )
         self.out_dtype = numerics.compute_dtype(config)
 
-    def __call__(self, x: jax.Array, mask: Any = None) -> jax.Array:
+    def __call__(self, x: jax.Array) -> jax.Array:
         return super().__call__(x.astype(jnp.float32)).astype(self.out_dtype)
 
 

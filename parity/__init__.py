@@ -19,8 +19,8 @@ __all__ = ["ParityReport", "compare", "flax_to_torch", "random_batch", "to_torch
 
 _LAZY = {
     "flax_to_torch": "parity.convert", "torch_to_flax": "parity.convert",
-    "to_torch_model": "parity.convert", "compare": "parity.compare",
-    "random_batch": "parity.compare", "ParityReport": "parity.compare",
+    "to_torch_model": "parity.convert", "compare": "parity.tensors",
+    "random_batch": "parity.tensors", "ParityReport": "parity.tensors",
     "train_parity": "parity.training",
 }
 

@@ -36,6 +36,7 @@ from parity.convert import to_torch_model
 
 Batch = dict[str, np.ndarray]
 LOSS_TOLERANCE = 1e-4  # max abs diff of the loss at every step (tests/test_train_parity.py)
+PARAM_TOLERANCE = 1e-5  # max abs diff of every parameter after the first and the last update
 
 
 def word_vocabulary(documents: Sequence[Sequence[str]], vocab_size: int) -> list[str]:
@@ -99,7 +100,8 @@ class TrainParityReport:
 
     @property
     def passed(self) -> bool:
-        return self.max_loss_diff <= LOSS_TOLERANCE
+        return (self.max_loss_diff <= LOSS_TOLERANCE
+                and max(self.max_first_step_diff, self.max_last_step_diff) <= PARAM_TOLERANCE)
 
     @property
     def max_first_step_diff(self) -> float:
@@ -128,9 +130,9 @@ class TrainParityReport:
             lines.append(f"{name:<{width}}  {self.first_step_diff[name]:10.3e}  "
                          f"{self.last_step_diff[name]:10.3e}")
         lines.append(f"max param diff: {self.max_first_step_diff:.3e} after 1 step, "
-                     f"{self.max_last_step_diff:.3e} after {len(self.losses)}; "
-                     f"max loss diff {self.max_loss_diff:.3e} (tolerance {LOSS_TOLERANCE:.0e}): "
-                     f"{'ok' if self.passed else 'FAIL'}")
+                     f"{self.max_last_step_diff:.3e} after {len(self.losses)} (tolerance "
+                     f"{PARAM_TOLERANCE:.0e}); max loss diff {self.max_loss_diff:.3e} (tolerance "
+                     f"{LOSS_TOLERANCE:.0e}): {'ok' if self.passed else 'FAIL'}")
         return "\n".join(lines)
 
 

@@ -15,16 +15,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bertjax.training.schedule import OPTIMIZERS, OptimConfig
+from bertjax.training.schedule import OPTIMIZERS, OptimConfig, applies_weight_decay
 
-__all__ = [
-    "NO_DECAY_NAMES", "OPTIMIZERS", "OptimConfig", "decay_mask", "learning_rate_schedule",
-    "make_optimizer", "parameter_name",
-]
-
-# Parameters named like this are biases or LayerNorm parameters: no weight decay. (LayerNorm's
-# `bias` is caught by the first name; the MLM head's output bias is also a `bias`.)
-NO_DECAY_NAMES = ("bias", "scale")
+__all__ = ["OPTIMIZERS", "OptimConfig", "decay_mask", "learning_rate_schedule", "make_optimizer"]
 
 
 def learning_rate_schedule(config: OptimConfig) -> optax.Schedule:
@@ -40,18 +33,10 @@ def learning_rate_schedule(config: OptimConfig) -> optax.Schedule:
     return schedule
 
 
-def parameter_name(path: tuple[Any, ...]) -> str:
-    """The leaf name of a parameter path (`kernel`, `bias`, `scale`, `embedding`)."""
-    names = [getattr(k, "key", getattr(k, "name", None)) for k in path]
-    names = [n for n in names if isinstance(n, str) and n != "value"]
-    return names[-1] if names else ""
-
-
 def decay_mask(params: Any) -> Any:
-    """True where weight decay applies: every parameter but biases and LayerNorm parameters."""
-    return jax.tree_util.tree_map_with_path(
-        lambda path, _: parameter_name(path) not in NO_DECAY_NAMES, params
-    )
+    """True where weight decay applies (`schedule.applies_weight_decay`: matrices, not biases or
+    LayerNorm parameters)."""
+    return jax.tree.map(lambda p: applies_weight_decay(p.shape), params)
 
 
 def make_optimizer(config: OptimConfig) -> optax.GradientTransformation:

@@ -1,5 +1,6 @@
-"""The optimizer settings and the learning-rate schedule as plain Python: no framework import, so
-`bert_torch.train` builds its PyTorch mirror from the same `OptimConfig` and formula.
+"""The optimizer settings, the weight-decay rule and the learning-rate schedule as plain Python:
+no framework import, so `bert_torch.train` builds its PyTorch mirror from the same `OptimConfig`,
+rule and formula.
 
 Linear warm-up from 0 to the peak over `warmup_steps`, then linear decay to 0 at `total_steps`,
 as the original BERT and `transformers.get_linear_schedule_with_warmup`. `step` counts the
@@ -34,6 +35,12 @@ class OptimConfig:
             raise ValueError(f"optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
         if self.total_steps <= 0 or self.warmup_steps < 0 or self.grad_accum_steps <= 0:
             raise ValueError("total_steps and grad_accum_steps must be positive, warmup_steps >= 0")
+
+
+def applies_weight_decay(shape: tuple[int, ...]) -> bool:
+    """BERT's rule, for both frameworks: weight decay on matrices (dense kernels, embeddings),
+    none on vectors (every bias and LayerNorm parameter, the MLM output bias)."""
+    return len(shape) >= 2
 
 
 def warmup_linear_decay_factor(step: int, warmup_steps: int, total_steps: int) -> float:
