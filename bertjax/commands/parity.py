@@ -29,12 +29,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from bertjax.commands.requirements import require_torch
+
+    if not require_torch("bertjax parity compares bertjax with its PyTorch mirror"):
+        return 2
     from flax import nnx
 
     from bertjax.config import BertConfig
     from bertjax.hf import load_hf
     from bertjax.model import BertForPreTraining
-    from parity.compare import compare, random_batch
+    from parity.tensors import compare, random_batch
 
     if args.hf:
         model = load_hf(args.hf, seed=args.seed)
