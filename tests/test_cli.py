@@ -36,3 +36,26 @@ def test_console_script_help_lists_commands():
     out = subprocess.run([sys.executable, "-m", "bertjax.cli", "--help"], capture_output=True,
                          text=True, check=True).stdout
     assert "parity" in out and "vocab" in out and "data" in out
+
+
+# Runs the CLI with PyTorch and transformers made unimportable, as after `pip install bertjax`.
+NO_TORCH = ("import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None\n"
+            "from bertjax.cli import main; sys.exit(main(sys.argv[1:]))\n")
+
+
+def test_pretrain_needs_no_torch(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-c", NO_TORCH, "pretrain", "--model.preset=tiny", "--data.vocab_size=200",
+         "--data.seq_len=32", "--data.max_predictions=5", "--data.batch_size=4",
+         "--data.eval_batches=1", "--train.steps=2", "--train.eval_every=2", "--no-progress",
+         f"--output-dir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "done: 2 steps" in proc.stdout
+
+
+def test_parity_without_torch_says_how_to_install_it():
+    proc = subprocess.run([sys.executable, "-c", NO_TORCH, "parity"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2
+    assert "bertjax parity compares bertjax with its PyTorch mirror, which needs PyTorch" in proc.stderr
+    assert "pip install 'bertjax[torch]'" in proc.stderr

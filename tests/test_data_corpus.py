@@ -41,8 +41,14 @@ def test_shakespeare_documents_are_scenes_without_markup():
     assert not [s for s in sentences if s != s.strip() or not s]
     assert "To be, or not to be: that is the question:" in " ".join(sentences)
     assert not set(sentences[:2000]) & {"HAMLET", "Enter HAMLET"}
-    # split is deterministic and whole plays: no held-out sentence text leaks into training docs
-    assert eval_docs == list(shakespeare_documents("eval"))
+    assert eval_docs == list(shakespeare_documents("eval"))  # deterministic
+    # whole plays are held out: no long (play-specific) held-out sentence is in the training split
+    long_eval = {x for x in sentences if len(x) > 60}
+    long_train = {x for d in train_docs for x in d if len(x) > 60}
+    assert len(long_eval) > 1000 and len(long_train) > 20000
+    assert not long_eval & long_train
+    assert set(shakespeare_plays("eval")) == {"twelfth-night", "hamlet"}
+    assert not set(shakespeare_plays("eval")) & set(shakespeare_plays("train"))
 
 
 def test_play_parser_rules():

@@ -231,3 +231,47 @@ def test_sharded_safetensors_checkpoint_loads(tmp_path):
     ours = load_hf(tmp_path)
     batch = _batch(HF_CONFIGS["small"])
     assert _max_diff(_ours(ours, *batch).mlm_logits, _theirs(hf, *batch).prediction_logits) <= TOL
+
+
+def test_save_hf_over_a_checkpoint_is_atomic_and_refuses_foreign_files(tmp_path, monkeypatch):
+    old = BertForPreTraining(BertConfig.from_preset("tiny", vocab_size=64), rngs=nnx.Rngs(1))
+    new = BertForPreTraining(BertConfig.from_preset("tiny", vocab_size=64), rngs=nnx.Rngs(2))
+    ckpt = tmp_path / "ckpt"
+    save_hf(old, ckpt)
+    before = {p.name: p.read_bytes() for p in ckpt.iterdir()}
+
+    import safetensors.numpy
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+
+    with monkeypatch.context() as m:  # a writer that dies half way leaves the old checkpoint
+        m.setattr(safetensors.numpy, "save_file", crash)
+        with pytest.raises(OSError, match="disk full"):
+            save_hf(new, ckpt)
+    assert {p.name: p.read_bytes() for p in ckpt.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no temporary left behind
+
+    save_hf(new, ckpt)
+    batch = _batch(dict(vocab_size=64, max_position_embeddings=128))
+    assert _max_diff(_ours(load_hf(ckpt), *batch).mlm_logits,
+                     torch.from_numpy(np.array(_ours(new, *batch).mlm_logits))) == 0.0
+
+    (ckpt / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"not part of a checkpoint \(notes\.txt\)"):
+        save_hf(old, ckpt)
+    assert (ckpt / "notes.txt").read_text() == "mine"
+
+
+def test_top_level_api():
+    import bertjax
+    import parity
+
+    assert bertjax.load_hf is load_hf and bertjax.save_hf is save_hf
+    from parity.convert import flax_to_torch, torch_to_flax
+    from parity.tensors import compare
+
+    assert (parity.flax_to_torch, parity.torch_to_flax, parity.compare) == (
+        flax_to_torch, torch_to_flax, compare)
+    with pytest.raises(AttributeError, match="no attribute 'load'"):
+        _ = parity.load

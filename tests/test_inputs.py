@@ -55,6 +55,12 @@ def test_token_types_outside_type_vocab(models):
             call()
 
 
+def test_float_ids_are_refused(models):
+    for call in _both(models, np.ones((1, 4), np.float32)):
+        with pytest.raises(ValueError, match="input_ids must be integers, got dtype float32"):
+            call()
+
+
 def test_shape_errors(models):
     for call in _both(models, np.ones((4,), np.int32)):
         with pytest.raises(ValueError, match=r"input_ids must have shape \(batch, seq_len\)"):

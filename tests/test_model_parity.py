@@ -2,7 +2,7 @@
 
 Tolerance: 1e-5 max abs diff for every forward tensor (the Hugging Face PT/Flax test tolerance);
 1e-5 relative to each gradient's max magnitude (floored at 1% of the largest gradient, see
-parity.compare) for every parameter's gradient of the MLM + NSP loss.
+parity.tensors) for every parameter's gradient of the MLM + NSP loss.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import torch
 from flax import nnx
 
 from bertjax import BertConfig, BertForPreTraining
-from parity.compare import TOLERANCE, compare, random_batch
 from parity.convert import to_torch_model
+from parity.tensors import TOLERANCE, compare, random_batch
 
 TINY = BertConfig.from_preset("tiny")
 
@@ -38,8 +38,10 @@ def test_tiny_whole_model_parity(tiny_pair, masked):
     assert len(report.rows) == expected_rows + (n_params if masked else 0)
     # padding is real in this batch: some rows are shorter than the sequence
     assert batch["attention_mask"].sum(1).min() < 24
-    shape = (3, 5, TINY.vocab_size) if masked else (3, 24, TINY.vocab_size)
-    assert report.row("mlm_logits").max_abs <= TOLERANCE and shape is not None
+    assert report.row("mlm_logits").max_abs <= TOLERANCE
+    out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
+                batch["masked_positions"] if masked else None)
+    assert out.mlm_logits.shape == ((3, 5, TINY.vocab_size) if masked else (3, 24, TINY.vocab_size))
 
 
 @pytest.mark.slow
@@ -183,3 +185,27 @@ def test_bfloat16_compute_keeps_float32_params_and_logits():
     scale = float(np.abs(np.asarray(out32.mlm_logits)).max())
     diff = float(np.abs(np.asarray(out16.mlm_logits) - np.asarray(out32.mlm_logits)).max())
     assert 0 < diff <= 5e-2 * scale, (diff, scale)
+
+
+def test_bfloat16_mirror_computes_in_bfloat16_too():
+    """bert_torch honours `config.dtype`: a bfloat16 bertjax model's mirror computes in bfloat16
+    (float32 parameters, softmax, LayerNorm statistics and logits), so the two agree far more
+    closely than either agrees with float32."""
+    config = TINY.replace(dtype="bfloat16")
+    model16 = BertForPreTraining(config, rngs=nnx.Rngs(1))
+    model32 = BertForPreTraining(TINY, rngs=nnx.Rngs(1))
+    batch = random_batch(config, batch_size=3, seq_len=24, num_predictions=5, seed=2)
+    keys = ("input_ids", "token_type_ids", "attention_mask", "masked_positions")
+    ours = model16(*(batch[k] for k in keys))
+    ref32 = model32(*(batch[k] for k in keys))
+    torch16 = to_torch_model(model16)
+    assert all(p.dtype == torch.float32 for p in torch16.parameters())
+    theirs = torch16(*(torch.from_numpy(batch[k]) for k in keys))
+    assert theirs.sequence_output.dtype == torch.bfloat16 and theirs.mlm_logits.dtype == torch.float32
+    for field in ("mlm_logits", "nsp_logits", "pooled_output"):
+        a = np.asarray(getattr(ours, field), np.float32)
+        scale = float(np.abs(a).max())
+        mirror = float(np.abs(a - getattr(theirs, field).detach().float().numpy()).max())
+        to_f32 = float(np.abs(a - np.asarray(getattr(ref32, field), np.float32)).max())
+        assert mirror <= 1e-2 * scale, (field, mirror, scale)  # 2e-2 relative is the issue's bar
+        assert mirror < to_f32, (field, mirror, to_f32)

@@ -10,6 +10,7 @@ import pytest
 from bertjax import run_config as rc
 from bertjax.cli import main
 from bertjax.metrics import MetricsWriter, plot_curves, read_jsonl, truncate_jsonl
+from bertjax.rundir import CONTENTS
 
 
 def test_file_then_overrides(tmp_path: Path) -> None:
@@ -83,6 +84,8 @@ def test_help_explains_every_option(capsys: pytest.CaptureFixture[str]) -> None:
     for flag in ("--config", "--output-dir", "--resume", "--coordinator-address",
                  "--num-processes", "--process-id", "--time-limit"):
         assert flag in text
+    for name, what in CONTENTS:  # the run directory's files, from their one owner
+        assert f"{name}" in text and what in " ".join(text.split())
 
 
 def test_metrics_log_truncates_on_resume_and_plots(tmp_path: Path) -> None:

@@ -7,6 +7,8 @@ empty prediction slots, both NSP labels), float32, no dropout, highest matmul pr
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -20,7 +22,13 @@ from bertjax.model import BertForPreTraining
 from bertjax.names import torch_name
 from bertjax.training.optim import OptimConfig, decay_mask, learning_rate_schedule
 from bertjax.training.schedule import warmup_linear_decay_factor
-from parity.training import shakespeare_batches, train_parity
+from parity.training import (
+    LOSS_TOLERANCE,
+    PARAM_TOLERANCE,
+    TrainParityReport,
+    shakespeare_batches,
+    train_parity,
+)
 
 TINY = BertConfig.from_preset("tiny")
 STEPS = 20
@@ -130,3 +138,14 @@ def test_torch_training_mirror_imports_no_jax():
     code = ("import sys, bert_torch.train; "
             "bad = [m for m in ('jax', 'flax', 'optax') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_report_fails_on_a_parameter_difference_alone():
+    """`passed` judges the parameters as well as the losses."""
+    steps = np.zeros((3, 2))
+    good = TrainParityReport(losses=steps, grad_norms=steps, learning_rates=steps,
+                             first_step_diff={"w": 1e-7}, last_step_diff={"w": 2e-7})
+    assert good.passed and "ok" in good.format().splitlines()[-1]
+    drifted = dataclasses.replace(good, last_step_diff={"w": 10 * PARAM_TOLERANCE})
+    assert not drifted.passed and "FAIL" in drifted.format().splitlines()[-1]
+    assert not dataclasses.replace(good, losses=steps + [[0.0, 2 * LOSS_TOLERANCE]]).passed
