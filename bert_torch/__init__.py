@@ -4,6 +4,7 @@ from bert_torch.model import (
     BertAttention,
     BertEmbeddings,
     BertForPreTraining,
+    BertForSequenceClassification,
     BertLayer,
     BertMLMHead,
     BertModel,
@@ -14,6 +15,7 @@ from bert_torch.model import (
 from bertjax.config import BertConfig
 
 __all__ = [
-    "BertAttention", "BertConfig", "BertEmbeddings", "BertForPreTraining", "BertLayer",
+    "BertAttention", "BertConfig", "BertEmbeddings", "BertForPreTraining",
+    "BertForSequenceClassification", "BertLayer",
     "BertMLMHead", "BertModel", "BertOutput", "BertPooler", "LayerNorm",
 ]

@@ -31,3 +31,8 @@ def pretraining_loss(
     mlm = mlm_loss(mlm_logits, batch["masked_ids"], batch["masked_weights"])
     nsp = nsp_loss(nsp_logits, batch["next_sentence_label"])
     return mlm + nsp, {"mlm_loss": mlm, "nsp_loss": nsp}
+
+
+def classification_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of sequence classification. logits (B, L), labels (B,)."""
+    return F.cross_entropy(logits.float(), labels.long())

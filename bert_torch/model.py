@@ -28,6 +28,7 @@ class BertOutput:
     pooled_output: torch.Tensor  # (B, H)
     mlm_logits: torch.Tensor | None = None  # (B, P, V) or (B, S, V)
     nsp_logits: torch.Tensor | None = None  # (B, 2)
+    logits: torch.Tensor | None = None  # (B, num_labels): sequence classification
     attentions: tuple[torch.Tensor, ...] | None = None  # per layer (B, A, S, S)
     hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings + per layer (B, S, H)
 
@@ -259,3 +260,35 @@ class BertForPreTraining(nn.Module):
             mlm_logits=self.mlm_head(h, self.bert.embeddings.word_embeddings),
             nsp_logits=self.nsp_head(numerics.upcast(out.pooled_output)),
         )
+
+
+class BertForSequenceClassification(nn.Module):
+    """BERT with a classifier on the pooled [CLS] output: dropout, then a dense layer to
+    `config.num_labels` float32 logits (Hugging Face's BertForSequenceClassification)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config)
+        self.dropout = nn.Dropout(config.classifier_dropout_prob)
+        self.classifier = _linear(config.replace(dtype="float32"), config.hidden_size,
+                                  config.num_labels)  # float32 logits
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> BertOutput:
+        out = self.bert(
+            input_ids,
+            token_type_ids,
+            attention_mask,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        pooled = self.dropout(numerics.upcast(out.pooled_output))
+        return dataclasses.replace(out, logits=self.classifier(pooled))  # (B, num_labels)

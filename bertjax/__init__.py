@@ -1,8 +1,10 @@
 """bertjax: BERT in Flax NNX.
 
     import bertjax
-    model = bertjax.load_hf("path/to/hf-bert")      # config.json + model.safetensors
-    bertjax.save_hf(model, "out/")                   # loads in transformers.BertForPreTraining
+    model, tokenizer = bertjax.from_pretrained("path")  # Hugging Face dir or pretrain run dir
+    model.save_pretrained("out/", tokenizer)             # transformers loads it
+    model = bertjax.load_hf("path/to/hf-bert")           # config.json + model.safetensors
+    bertjax.save_hf(model, "out/")
 
 Importing `bertjax` (or `bertjax.config`) does not import JAX; the rest loads on first use.
 """
@@ -14,12 +16,13 @@ from typing import Any
 
 from bertjax.config import PRESETS, BertConfig
 
-__all__ = ["PRESETS", "BertConfig", "BertForPreTraining", "BertModel", "BertOutput", "load_hf",
-           "save_hf"]
+__all__ = ["PRESETS", "BertConfig", "BertForPreTraining", "BertForSequenceClassification",
+           "BertModel", "BertOutput", "from_pretrained", "load_hf", "save_hf"]
 __version__ = "0.1.0"
 
 _LAZY = {"BertModel": "bertjax.model", "BertForPreTraining": "bertjax.model",
-         "BertOutput": "bertjax.model", "load_hf": "bertjax.hf", "save_hf": "bertjax.hf"}
+         "BertForSequenceClassification": "bertjax.model", "BertOutput": "bertjax.model",
+         "load_hf": "bertjax.hf", "save_hf": "bertjax.hf", "from_pretrained": "bertjax.pretrained"}
 
 
 def __getattr__(name: str) -> Any:

@@ -37,6 +37,10 @@ class BertConfig:
     initializer_range: float = 0.02
     layer_norm_eps: float = 1e-12
     pad_token_id: int = 0
+    # Sequence classification (BertForSequenceClassification): the label names, in id order, and
+    # the dropout before the classifier (None: hidden_dropout_prob), as in Hugging Face.
+    id2label: tuple[str, ...] = ("LABEL_0", "LABEL_1")
+    classifier_dropout: float | None = None
     # Not a Hugging Face field: the dtype of activations and matmuls in bertjax. Parameters,
     # softmax, LayerNorm statistics and logits stay float32 whatever this says.
     dtype: str = "float32"
@@ -73,12 +77,26 @@ class BertConfig:
                 f"BertConfig.pad_token_id ({self.pad_token_id}) must be in [0, vocab_size="
                 f"{self.vocab_size})"
             )
+        if not self.id2label or len(set(self.id2label)) != len(self.id2label):
+            raise ValueError(f"BertConfig.id2label must name each label once, got {self.id2label!r}")
+        if self.classifier_dropout is not None and not 0.0 <= self.classifier_dropout < 1.0:
+            raise ValueError(
+                f"BertConfig.classifier_dropout must be None or in [0, 1), got {self.classifier_dropout!r}")
         if self.dtype not in COMPUTE_DTYPES:
             raise ValueError(f"BertConfig.dtype {self.dtype!r} is not one of {COMPUTE_DTYPES}")
 
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.id2label)
+
+    @property
+    def classifier_dropout_prob(self) -> float:
+        """The classifier's dropout: `classifier_dropout`, or `hidden_dropout_prob` if None."""
+        return self.hidden_dropout_prob if self.classifier_dropout is None else self.classifier_dropout
 
     def replace(self, **changes: Any) -> BertConfig:
         """A copy with some fields changed (validated again)."""
@@ -93,14 +111,17 @@ class BertConfig:
 
     # --- Hugging Face config.json -------------------------------------------------------------
 
-    def to_hf_dict(self) -> dict[str, Any]:
-        """The fields transformers' BertConfig reads, for a BertForPreTraining checkpoint."""
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "dtype"}
+    def to_hf_dict(self, architecture: str = "BertForPreTraining") -> dict[str, Any]:
+        """The fields transformers' BertConfig reads, for a checkpoint of `architecture`."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                  if f.name not in ("dtype", "id2label")}
         return {
-            "architectures": ["BertForPreTraining"],
+            "architectures": [architecture],
             "model_type": "bert",
             "position_embedding_type": "absolute",
             **fields,
+            "id2label": {str(i): name for i, name in enumerate(self.id2label)},
+            "label2id": {name: i for i, name in enumerate(self.id2label)},
         }
 
     @classmethod
@@ -116,14 +137,20 @@ class BertConfig:
             )
         if data.get("is_decoder") or data.get("add_cross_attention"):
             raise ValueError("config.json describes a decoder / cross-attention BERT; not supported")
-        known = {f.name for f in dataclasses.fields(cls)} - {"dtype"}
+        known = {f.name for f in dataclasses.fields(cls)} - {"dtype", "id2label"}
         kwargs = {k: v for k, v in data.items() if k in known}
+        if isinstance(data.get("id2label"), dict) and data["id2label"]:
+            labels = {int(i): str(name) for i, name in data["id2label"].items()}
+            if sorted(labels) != list(range(len(labels))):
+                raise ValueError(f"config.json's id2label ids must be 0..n-1, got {sorted(labels)}")
+            kwargs["id2label"] = tuple(labels[i] for i in range(len(labels)))
         if kwargs.get("pad_token_id") is None:
             kwargs.pop("pad_token_id", None)
         return cls(**{**kwargs, **overrides})
 
-    def save_hf_json(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_hf_dict(), indent=2, sort_keys=True) + "\n")
+    def save_hf_json(self, path: str | Path, architecture: str = "BertForPreTraining") -> None:
+        Path(path).write_text(json.dumps(self.to_hf_dict(architecture), indent=2, sort_keys=True)
+                              + "\n")
 
     @classmethod
     def load_hf_json(cls, path: str | Path, **overrides: Any) -> BertConfig:

@@ -17,7 +17,15 @@ from flax import nnx
 from bertjax.config import BertConfig
 from bertjax.files import atomic_directory
 from bertjax.model import BertForPreTraining
-from bertjax.names import HF_DERIVED_KEYS, HF_HEAD_PREFIXES, normalise_hf_key, to_hf_name
+from bertjax.names import (
+    BARE_PREFIX,
+    HEAD_PREFIXES,
+    HF_DERIVED_KEYS,
+    HF_FOREIGN_HEAD_PREFIXES,
+    HF_SEQUENCE_CLASSIFIERS,
+    normalise_hf_key,
+    to_hf_name,
+)
 from bertjax.weights import expected_shapes, model_from_numpy, model_to_numpy
 
 SAFETENSORS = "model.safetensors"
@@ -83,41 +91,93 @@ def _read_pytorch_bin(file: Path) -> dict[str, np.ndarray]:
             for k, v in state.items()}
 
 
-def load_hf(path: str | Path, *, seed: int = 0, **config_overrides: Any) -> BertForPreTraining:
-    """A Hugging Face BERT directory -> a bertjax `BertForPreTraining`.
+def load_hf(
+    path: str | Path, *, model_cls: type | None = None, seed: int = 0,
+    missing_heads: str = "init", **config_overrides: Any,
+) -> Any:
+    """A Hugging Face BERT directory -> a bertjax `model_cls` (default `BertForPreTraining`;
+    also `BertModel`, `BertForSequenceClassification`).
 
-    Reads `BertForPreTraining` checkpoints and bare `BertModel` ones (with or without the `bert.`
-    prefix, TF-era gamma/beta names too). Heads a checkpoint lacks (MLM, NSP, pooler) are freshly
-    initialised from `seed`, with a warning naming them; missing encoder weights are an error.
+    Reads checkpoints of BertForPreTraining, BertForMaskedLM, BertForNextSentencePrediction,
+    BertForSequenceClassification and bare BertModel ones (with or without the `bert.` prefix,
+    TF-era gamma/beta names too). Heads the checkpoint lacks (MLM, NSP, pooler, classifier) are
+    freshly initialised from `seed`, with a warning naming them (or, with `missing_heads="error"`,
+    are an error); heads the class does not have are left out; missing encoder weights and unknown
+    keys are errors.
     """
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"{path} is not a directory; load_hf wants a checkpoint directory")
-    config = BertConfig.load_hf_json(path, **config_overrides)
-    raw = read_hf_tensors(path)
-    tensors = {normalise_hf_key(k): v for k, v in raw.items()}
+    data = _read_config_json(path)
+    config = BertConfig.from_hf_dict(data, **config_overrides)
+    tensors = {normalise_hf_key(k): v for k, v in read_hf_tensors(path).items()}
     _check_tied(tensors)
-
-    ours_by_hf = {to_hf_name(name): name for name in expected_shapes(config)}
-    state = {ours_by_hf.get(k, k): v for k, v in tensors.items() if k not in HF_DERIVED_KEYS}
+    ours_by_hf = {to_hf_name(name): name for name in _all_names(config)}
+    arrays = {ours_by_hf.get(k, k): v for k, v in tensors.items()
+              if k not in HF_DERIVED_KEYS and not k.startswith(HF_FOREIGN_HEAD_PREFIXES)}
     if "cls.predictions.bias" not in tensors and "cls.predictions.decoder.bias" in tensors:
-        state["mlm_head.bias"] = tensors["cls.predictions.decoder.bias"]
+        arrays["mlm_head.bias"] = tensors["cls.predictions.decoder.bias"]
+    if not set(data.get("architectures") or ["BertForSequenceClassification"]) & set(
+            HF_SEQUENCE_CLASSIFIERS):
+        arrays = {k: v for k, v in arrays.items() if not k.startswith("classifier.")}
+    return build_model(arrays, config, model_cls, seed=seed, source=f"the checkpoint {path}",
+                       missing_heads=missing_heads)
 
-    missing_heads = sorted(
-        name for hf, name in ours_by_hf.items()
-        if name not in state and hf.startswith(HF_HEAD_PREFIXES)
-    )
-    if missing_heads:
-        fresh = model_to_numpy(BertForPreTraining(config, rngs=nnx.Rngs(seed)))
-        state.update({name: fresh[name] for name in missing_heads})
-        heads = sorted({"bert.pooler" if n.startswith("bert.") else n.split(".")[0]
-                        for n in missing_heads})
+
+def _read_config_json(path: Path) -> dict[str, Any]:
+    file = path / CONFIG
+    if not file.is_file():
+        raise FileNotFoundError(f"no {CONFIG} in {path}; a Hugging Face model directory has one")
+    try:
+        return json.loads(file.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{file} is not valid JSON: {err}") from err
+
+
+def _all_names(config: BertConfig) -> list[str]:
+    """Our PyTorch names of every weight any bertjax class of `config` has."""
+    from bertjax.model import BertForSequenceClassification
+
+    return sorted({*expected_shapes(config, BertForPreTraining),
+                   *expected_shapes(config, BertForSequenceClassification)})
+
+
+def build_model(
+    arrays: dict[str, np.ndarray], config: BertConfig, model_cls: type | None = None, *,
+    seed: int = 0, source: str = "the weights", missing_heads: str = "init",
+) -> Any:
+    """A `model_cls` (default `BertForPreTraining`) from arrays under our PyTorch names as a
+    BertForPreTraining or BertForSequenceClassification has them (`bert.*` + heads).
+
+    Heads the class does not have are left out; heads the arrays lack are initialised from
+    `seed`, with a warning naming them (`missing_heads="init"`) or refused (`"error"`); any other
+    missing, unexpected or mis-shaped weight is an error naming each one.
+    """
+    from bertjax.model import BertModel
+
+    cls = model_cls or BertForPreTraining
+    prefix = BARE_PREFIX if cls is BertModel else ""
+    wanted = {prefix + name: name for name in expected_shapes(config, cls)}  # full name -> class's
+    state = {wanted.get(k, k): v for k, v in arrays.items()
+             if k in wanted or not k.startswith(HEAD_PREFIXES)}
+    fresh_heads = sorted(n for full, n in wanted.items()
+                         if full not in arrays and full.startswith(HEAD_PREFIXES))
+    if fresh_heads:
+        heads = sorted({n.rsplit(".", 2)[0] if n.startswith("bert.") else n.split(".")[0]
+                        for n in fresh_heads})
+        if missing_heads == "error":
+            raise ValueError(
+                f"{source} has no weights for {', '.join(heads)}, which {cls.__name__} needs here: "
+                "use a model pre-trained with that head (e.g. a `bertjax pretrain` run or a "
+                "BertForPreTraining checkpoint)")
+        fresh = model_to_numpy(cls(config, rngs=nnx.Rngs(seed)))
+        state.update({name: fresh[name] for name in fresh_heads})
         warnings.warn(
-            f"{path} has no weights for {', '.join(heads)}: freshly initialised (seed {seed}). "
+            f"{source} has no weights for {', '.join(heads)}: freshly initialised (seed {seed}). "
             "Fine-tune or pre-train before trusting those outputs.",
-            stacklevel=2,
+            stacklevel=3,
         )
-    return model_from_numpy(state, config, what=f"the checkpoint {path}")
+    return model_from_numpy(state, config, cls, what=source)
 
 
 def _check_tied(tensors: dict[str, np.ndarray]) -> None:
@@ -130,8 +190,9 @@ def _check_tied(tensors: dict[str, np.ndarray]) -> None:
         )
 
 
-def save_hf(model: BertForPreTraining, path: str | Path) -> Path:
-    """Write `config.json` + `model.safetensors` that transformers' BertForPreTraining loads.
+def save_hf(model: Any, path: str | Path, *, tokenizer: Any = None) -> Path:
+    """Write a directory that transformers loads as the model's class (`config.json` +
+    `model.safetensors`), plus, given a `WordPieceTokenizer`, the files `AutoTokenizer` reads.
 
     The decoder weight is tied to the word embeddings, so (as transformers itself does) it is not
     written. The directory is written aside and renamed into place, so a crash leaves either the
@@ -140,13 +201,33 @@ def save_hf(model: BertForPreTraining, path: str | Path) -> Path:
     """
     from safetensors.numpy import save_file
 
+    from bertjax.model import BertModel
+
     path = Path(path)
     _check_replaceable(path)
-    tensors = {to_hf_name(k): np.ascontiguousarray(v) for k, v in model_to_numpy(model).items()}
+    bare = isinstance(model, BertModel)
+    tensors = {}
+    for name, value in model_to_numpy(model).items():
+        hf = to_hf_name(BARE_PREFIX + name if bare else name)
+        tensors[hf.removeprefix(BARE_PREFIX) if bare else hf] = np.ascontiguousarray(value)
     with atomic_directory(path, replace=True) as tmp:
         save_file(tensors, tmp / SAFETENSORS, metadata={"format": "pt"})
-        model.config.save_hf_json(tmp / CONFIG)
+        model.config.save_hf_json(tmp / CONFIG, architecture=type(model).__name__)
+        if tokenizer is not None:
+            _save_tokenizer(tokenizer, tmp, model.config.max_position_embeddings)
     return path
+
+
+def _save_tokenizer(tokenizer: Any, directory: Path, max_length: int) -> None:
+    """`tokenizer.json`, `vocab.txt` and the two small JSON files `AutoTokenizer` reads."""
+    from bertjax.data.tokenizer import SPECIAL_TOKENS
+
+    tokenizer.save(directory)
+    specials = {f"{k}_token": v for k, v in SPECIAL_TOKENS.items()}
+    (directory / "special_tokens_map.json").write_text(json.dumps(specials, indent=2) + "\n")
+    settings = {"tokenizer_class": "BertTokenizer", "do_lower_case": tokenizer.lowercase,
+                "model_max_length": max_length, **specials}
+    (directory / "tokenizer_config.json").write_text(json.dumps(settings, indent=2) + "\n")
 
 
 def _check_replaceable(path: Path) -> None:

@@ -79,3 +79,20 @@ def metrics_from_sums(sums: dict[str, Any]) -> dict[str, Any]:
         "nsp_loss": sums["nsp_loss_sum"] / count,
         "nsp_accuracy": sums["nsp_correct"] / count,
     }
+
+
+def classification_sums(logits: jax.Array, labels: jax.Array) -> dict[str, jax.Array]:
+    """Sums over a batch of sequence-classification logits (B, L) and labels (B,) that add up
+    across micro-batches and devices: summed cross-entropy, the row count, right predictions."""
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), labels)  # (B,)
+    return {
+        "loss_sum": jnp.sum(ce),
+        "count": jnp.float32(labels.shape[0]),
+        "correct": jnp.sum(jnp.argmax(logits, -1) == labels).astype(jnp.float32),
+    }
+
+
+def classification_loss(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    """The batch's mean cross-entropy (what fine-tuning minimises; parity compares it)."""
+    sums = classification_sums(logits, labels)
+    return sums["loss_sum"] / sums["count"]

@@ -10,6 +10,8 @@ V vocabulary, I intermediate.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 from flax import nnx, struct
@@ -26,6 +28,7 @@ class BertOutput:
     pooled_output: jax.Array  # (B, H)
     mlm_logits: jax.Array | None = None  # (B, P, V) or (B, S, V), float32
     nsp_logits: jax.Array | None = None  # (B, 2), float32
+    logits: jax.Array | None = None  # (B, num_labels), float32: sequence classification
     attentions: tuple[jax.Array, ...] | None = None  # per layer (B, A, S, S), float32
     hidden_states: tuple[jax.Array, ...] | None = None  # embeddings + per layer (B, S, H)
 
@@ -172,7 +175,18 @@ class BertPooler(nnx.Module):
         return jnp.tanh(self.dense(sequence_output[:, 0]))  # (B, H)
 
 
-class BertModel(nnx.Module):
+class SavePretrained:
+    """`save_pretrained(directory, tokenizer=None)`: a Hugging Face directory (`bertjax.hf`)."""
+
+    def save_pretrained(self, directory: Any, tokenizer: Any = None) -> Any:
+        """Write `config.json` + `model.safetensors` (+ the tokenizer's files) that transformers
+        loads as this class; returns the directory's path."""
+        from bertjax.hf import save_hf
+
+        return save_hf(self, directory, tokenizer=tokenizer)
+
+
+class BertModel(nnx.Module, SavePretrained):
     """The BERT encoder: embeddings, `num_hidden_layers` layers, pooler."""
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
@@ -226,7 +240,7 @@ class BertMLMHead(nnx.Module):
         return logits + self.bias[...]  # (B, P, V) float32
 
 
-class BertForPreTraining(nnx.Module):
+class BertForPreTraining(nnx.Module, SavePretrained):
     """BERT with the masked-LM and next-sentence-prediction heads."""
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
@@ -271,3 +285,47 @@ class BertForPreTraining(nnx.Module):
             mlm_logits=self.mlm_head(h, self.bert.embeddings.word_embeddings),
             nsp_logits=self.nsp_head(out.pooled_output.astype(jnp.float32)),
         )
+
+
+class BertForSequenceClassification(nnx.Module, SavePretrained):
+    """BERT with a classifier on the pooled [CLS] output: dropout, then a dense layer to
+    `config.num_labels` float32 logits (Hugging Face's BertForSequenceClassification)."""
+
+    def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+        self.config = config
+        self.bert = BertModel(config, rngs=rngs)
+        self.dropout = nnx.Dropout(config.classifier_dropout_prob)
+        self.classifier = nnx.Linear(
+            config.hidden_size,
+            config.num_labels,
+            param_dtype=jnp.float32,
+            dtype=jnp.float32,  # logits in float32
+            kernel_init=nnx.initializers.normal(config.initializer_range),
+            rngs=rngs,
+        )
+
+    def __call__(
+        self,
+        input_ids: jax.Array,
+        token_type_ids: jax.Array | None = None,
+        attention_mask: jax.Array | None = None,
+        *,
+        deterministic: bool = True,
+        dropout_rng: jax.Array | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> BertOutput:
+        out = self.bert(
+            input_ids,
+            token_type_ids,
+            attention_mask,
+            deterministic=deterministic,
+            dropout_rng=dropout_rng,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        # the head's own stream: the encoder's starts from dropout_rng itself
+        head_rng = None if dropout_rng is None else jax.random.fold_in(dropout_rng, 1)
+        pooled = self.dropout(out.pooled_output.astype(jnp.float32), deterministic=deterministic,
+                              rngs=numerics.dropout_rngs(deterministic, head_rng))
+        return out.replace(logits=self.classifier(pooled))  # (B, num_labels)

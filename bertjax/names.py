@@ -41,8 +41,16 @@ HF_DERIVED_KEYS = (
     "cls.predictions.decoder.weight",  # tied to bert.embeddings.word_embeddings.weight
     "cls.predictions.decoder.bias",  # tied to cls.predictions.bias
 )
-# Hugging Face keys whose absence means "this checkpoint has no such head".
-HF_HEAD_PREFIXES = ("cls.", "bert.pooler.")
+# Our PyTorch names of the heads: a checkpoint may lack them (they are then initialised fresh) or
+# carry ones the requested class does not have (left out); every other weight is required.
+HEAD_PREFIXES = ("bert.pooler.", "mlm_head.", "nsp_head.", "classifier.")
+# Hugging Face heads bertjax has no class for (BertForQuestionAnswering): left out on import.
+HF_FOREIGN_HEAD_PREFIXES = ("qa_outputs.",)
+# Classes whose checkpoints hold the sequence classifier; another class's `classifier.*`
+# (BertForTokenClassification, BertForMultipleChoice) is a different head under the same name.
+HF_SEQUENCE_CLASSIFIERS = ("BertForSequenceClassification",)
+# A bare BertModel's names are its BertForPreTraining names without this prefix.
+BARE_PREFIX = "bert."
 
 
 def torch_name(flax_path: Iterable[object]) -> tuple[str, bool]:
@@ -65,7 +73,7 @@ def to_hf_name(name: str) -> str:
 
 def normalise_hf_key(key: str) -> str:
     """Accept the variants found in the wild: no `bert.` prefix, TF-era gamma/beta leaves."""
-    if not key.startswith(("bert.", "cls.")):
+    if not key.startswith(("bert.", "cls.", "classifier.", *HF_FOREIGN_HEAD_PREFIXES)):
         key = "bert." + key
     if key.endswith(".gamma"):
         key = key[: -len("gamma")] + "weight"

@@ -116,6 +116,24 @@ def state_to_numpy(params: nnx.State) -> dict[str, np.ndarray]:
     return out
 
 
+def saved_params_to_numpy(params: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Parameters as a checkpoint holds them (nested dicts of arrays, each leaf under a `value`
+    key, layer indices as strings) -> PyTorch-named, PyTorch-shaped numpy arrays."""
+    out = {}
+
+    def walk(tree: Any, path: tuple[str, ...]) -> None:
+        if isinstance(tree, Mapping) and set(tree) != {"value"}:
+            for key, sub in tree.items():
+                walk(sub, (*path, str(key)))
+            return
+        name, transposed = torch_name(path)
+        value = np.asarray(tree["value"] if isinstance(tree, Mapping) else tree)
+        out[name] = np.ascontiguousarray(value.T) if transposed else value
+
+    walk(params, ())
+    return out
+
+
 def model_to_numpy(model: nnx.Module) -> dict[str, np.ndarray]:
     """A bertjax model -> PyTorch-named numpy arrays, checked against the model's config."""
     arrays = state_to_numpy(nnx.state(model, nnx.Param))

@@ -166,6 +166,18 @@ class WordPieceTokenizer:
         return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
 
     @property
+    def lowercase(self) -> bool:
+        """Whether the normaliser lower-cases text (an uncased vocabulary)."""
+        def lowers(spec: dict | None) -> bool:
+            if not spec:
+                return False
+            if spec.get("type") == "Sequence":
+                return any(lowers(n) for n in spec.get("normalizers", []))
+            return spec.get("type") == "Lowercase" or bool(spec.get("lowercase"))
+
+        return lowers(json.loads(self.tokenizer.to_str()).get("normalizer"))
+
+    @property
     def vocab_hash(self) -> str:
         """sha256 of the token -> id table: shards remember which vocabulary made them."""
         table = json.dumps(sorted(self._vocab.items(), key=lambda kv: kv[1]), ensure_ascii=False)

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx, struct
 
-from bertjax.losses import loss_from_sums, metrics_from_sums, pretraining_sums
+from bertjax.training.objectives import PRETRAINING, Objective
 
 Batch = dict[str, jax.Array]
 Metrics = dict[str, jax.Array]
@@ -54,14 +54,6 @@ def create_train_state(
     )
 
 
-def _forward(graphdef: nnx.GraphDef, params: Any, batch: Batch, dropout_rng: jax.Array | None):
-    model = nnx.merge(graphdef, params)
-    return model(
-        batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
-        batch["masked_positions"], deterministic=dropout_rng is None, dropout_rng=dropout_rng,
-    )
-
-
 def _psum(tree: Any, axis_name: str | None) -> Any:
     return tree if axis_name is None else jax.lax.psum(tree, axis_name)
 
@@ -82,8 +74,10 @@ def make_train_step(
     grad_accum_steps: int = 1,
     dropout: bool = True,
     axis_name: str | None = None,
+    objective: Objective = PRETRAINING,
 ) -> Callable[[TrainState, Batch], tuple[TrainState, Metrics]]:
-    """A pure `train_step(state, batch) -> (state, metrics)`: one optimizer update.
+    """A pure `train_step(state, batch) -> (state, metrics)`: one optimizer update of
+    `objective` (pre-training by default; `objectives.CLASSIFICATION` fine-tunes).
 
     `axis_name` is the pmap axis (gradients and counts are summed over it); `None` for a single
     device or a mesh, where the batch is one global array. `dropout=False` runs deterministically.
@@ -91,10 +85,8 @@ def make_train_step(
     k = grad_accum_steps
 
     def train_step(state: TrainState, batch: Batch) -> tuple[TrainState, Metrics]:
-        counts = _psum(
-            {"predictions": jnp.sum(batch["masked_weights"].astype(jnp.float32)),
-             "sequences": jnp.float32(batch["next_sentence_label"].shape[0]),
-             "tokens": jnp.sum(batch["attention_mask"], dtype=jnp.float32)}, axis_name)
+        counts = _psum({**objective.counts(batch),
+                        "tokens": jnp.sum(batch["attention_mask"], dtype=jnp.float32)}, axis_name)
         key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
         if axis_name is not None:
             key = jax.random.fold_in(key, jax.lax.axis_index(axis_name))
@@ -102,10 +94,8 @@ def make_train_step(
         def grads_and_sums(index: jax.Array, micro: Batch) -> tuple[Any, Metrics]:
             def loss_fn(params: Any) -> tuple[jax.Array, Metrics]:
                 rng = jax.random.fold_in(key, index) if dropout else None
-                out = _forward(graphdef, params, micro, rng)
-                sums = pretraining_sums(out.mlm_logits, out.nsp_logits, micro)
-                loss = loss_from_sums(sums, counts["predictions"], counts["sequences"])
-                return loss, sums
+                sums = objective.forward_sums(nnx.merge(graphdef, params), micro, rng)
+                return objective.loss(sums, counts), sums
 
             grads, sums = jax.grad(loss_fn, has_aux=True)(state.params)
             return grads, sums
@@ -128,28 +118,25 @@ def make_train_step(
             step=state.step + 1, params=optax.apply_updates(state.params, updates),
             opt_state=opt_state,
         )
-        metrics = metrics_from_sums(sums)
+        metrics = objective.metrics(sums)
         metrics.update(
-            loss=metrics["mlm_loss"] + metrics["nsp_loss"],
             grad_norm=optax.tree.norm(grads),  # before clipping
             learning_rate=schedule(state.step),  # the rate this update used
             tokens=counts["tokens"],  # real (unpadded) tokens of the global batch
         )
-        del metrics["perplexity"]
         return new_state, metrics
 
     return train_step
 
 
 def make_eval_step(
-    graphdef: nnx.GraphDef, *, axis_name: str | None = None
+    graphdef: nnx.GraphDef, *, axis_name: str | None = None, objective: Objective = PRETRAINING
 ) -> Callable[[Any, Batch], Metrics]:
     """`eval_step(params, batch) -> sums` (no dropout); add the sums of several batches, then
-    `bertjax.losses.metrics_from_sums` turns them into means."""
+    turn them into means (`bertjax.losses.metrics_from_sums` for pre-training)."""
 
     def eval_step(params: Any, batch: Batch) -> Metrics:
-        out = _forward(graphdef, params, batch, None)
-        return _psum(pretraining_sums(out.mlm_logits, out.nsp_logits, batch), axis_name)
+        return _psum(objective.forward_sums(nnx.merge(graphdef, params), batch, None), axis_name)
 
     return eval_step
 
