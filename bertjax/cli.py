@@ -19,6 +19,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "data": ("bertjax.commands.data", "tokenise a corpus once into memory-mapped shards"),
     "bench": ("bertjax.commands.bench", "benchmarks (data pipeline, training step)"),
     "pretrain": ("bertjax.commands.pretrain", "pre-train BERT with evaluation, checkpoints and resume"),
+    "export": ("bertjax.commands.export", "write a run's model as a Hugging Face directory"),
+    "fill-mask": ("bertjax.commands.fill_mask", "the most likely tokens for each [MASK]"),
+    "nsp": ("bertjax.commands.nsp", "probability that sentence B follows sentence A"),
+    "embed": ("bertjax.commands.embed", "sentence embeddings of lines of text (.npy)"),
+    "similarity": ("bertjax.commands.similarity", "the lines nearest to a query"),
+    "attention": ("bertjax.commands.attention", "attention maps as PNG grids and an HTML viewer"),
+    "finetune": ("bertjax.commands.finetune", "fine-tune a sequence classifier"),
+    "classify": ("bertjax.commands.classify", "predict labels with a fine-tuned classifier"),
 }
 
 

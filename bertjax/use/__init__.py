@@ -1,0 +1,6 @@
+"""Using a BERT: each module works on one loaded model and its tokenizer (`bertjax.from_pretrained`).
+
+    encode.py         text -> padded batches, a jitted inference forward
+    fill_mask.py      top-k tokens for every [MASK]
+    next_sentence.py  P(IsNext) of sentence pairs
+"""

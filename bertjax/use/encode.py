@@ -1,0 +1,120 @@
+"""Text -> model inputs for inference: [CLS] A [SEP] (B [SEP]), padded batches, a jitted forward.
+
+Sequences are built from the tokenizer's ids exactly as pre-training builds them (and as
+Hugging Face's BERT tokenizers do): [CLS] A [SEP] with token type 0, then B [SEP] with type 1.
+Text longer than the model allows is cut (longest segment first, as Hugging Face's
+`truncation=True`) with a warning naming the line. Batches are padded to a multiple of
+`PAD_MULTIPLE` so that a handful of shapes is compiled, not one per length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from bertjax.data.tokenizer import WordPieceTokenizer
+
+PAD_MULTIPLE = 16  # padded lengths are multiples of this (fewer compiled shapes)
+
+
+class TruncationWarning(UserWarning):
+    """An input was longer than the model allows and was cut."""
+
+
+@dataclasses.dataclass
+class Encoded:
+    """A padded batch and where each row's tokens are."""
+
+    input_ids: np.ndarray  # (B, S) int32
+    token_type_ids: np.ndarray  # (B, S) int32
+    attention_mask: np.ndarray  # (B, S) int32, 1 on real tokens
+    tokens: list[list[str]]  # each row's tokens, [CLS] and [SEP] included, no padding
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {"input_ids": self.input_ids, "token_type_ids": self.token_type_ids,
+                "attention_mask": self.attention_mask}
+
+
+def encode(
+    tokenizer: WordPieceTokenizer,
+    texts: Sequence[str],
+    pairs: Sequence[str] | None = None,
+    *,
+    max_length: int,
+    names: Sequence[str] | None = None,
+    pad_to: int | None = None,
+) -> Encoded:
+    """Tokenise `texts` (and `pairs`, the second segments) into one padded batch.
+
+    `names` label the inputs in truncation warnings (default "line 1", "line 2", ...). Rows are
+    padded to `pad_to` if given, else to the longest row rounded up to `PAD_MULTIPLE` (never past
+    `max_length`).
+    """
+    if pairs is not None and len(pairs) != len(texts):
+        raise ValueError(f"got {len(texts)} first segments but {len(pairs)} second segments")
+    if max_length < (5 if pairs is not None else 3):
+        raise ValueError(f"max_length {max_length} leaves no room for text")
+    names = names or [f"line {i + 1}" for i in range(len(texts))]
+    special = tokenizer.special
+    a_ids = tokenizer.encode_batch(list(texts))
+    b_ids = tokenizer.encode_batch(list(pairs)) if pairs is not None else [None] * len(texts)
+    rows, types = [], []
+    for name, a, b in zip(names, a_ids, b_ids, strict=True):
+        a, b, cut = _truncate(a, b, max_length)
+        if cut:
+            warnings.warn(f"{name} has {cut} more tokens than the model's {max_length} positions "
+                          "allow: cut to fit", TruncationWarning, stacklevel=2)
+        row = [special.cls, *a, special.sep] + ([*b, special.sep] if b is not None else [])
+        rows.append(row)
+        types.append([0] * (len(a) + 2) + [1] * (len(row) - len(a) - 2))
+    longest = max((len(r) for r in rows), default=1)
+    width = pad_to or min(max_length, -(-longest // PAD_MULTIPLE) * PAD_MULTIPLE)
+    if width < longest:
+        raise ValueError(f"pad_to={pad_to} is shorter than the longest row ({longest} tokens)")
+    ids = np.full((len(rows), width), special.pad, np.int32)  # (B, S)
+    type_ids = np.zeros((len(rows), width), np.int32)
+    mask = np.zeros((len(rows), width), np.int32)
+    for i, (row, t) in enumerate(zip(rows, types, strict=True)):
+        ids[i, :len(row)], type_ids[i, :len(row)], mask[i, :len(row)] = row, t, 1
+    tokens = [[tokenizer.id_to_token(i) for i in row] for row in rows]
+    return Encoded(ids, type_ids, mask, tokens)
+
+
+def _truncate(a: list[int], b: list[int] | None, max_length: int
+              ) -> tuple[list[int], list[int] | None, int]:
+    """Cut the longer segment first until [CLS] A [SEP] (B [SEP]) fits; returns how many went."""
+    room = max_length - (3 if b is not None else 2)
+    a, b = list(a), None if b is None else list(b)
+    cut = 0
+    while len(a) + (len(b) if b is not None else 0) > room:
+        if b is not None and len(b) > len(a):
+            b.pop()
+        else:
+            a.pop()
+        cut += 1
+    return a, b, cut
+
+
+def jitted_forward(model: Any, **outputs: bool) -> Callable[[dict[str, np.ndarray]], Any]:
+    """`forward(arrays) -> BertOutput` of `model` in inference mode, jitted once per input shape
+    (`outputs`: e.g. `output_attentions=True`). The model is split once, not on every call."""
+    import jax
+    from flax import nnx
+
+    graphdef, state = nnx.split(model)
+
+    @jax.jit
+    def forward(state: Any, arrays: dict[str, Any]) -> Any:
+        return nnx.merge(graphdef, state)(
+            arrays["input_ids"], arrays["token_type_ids"], arrays["attention_mask"], **outputs)
+
+    return lambda arrays: forward(state, arrays)
+
+
+def model_max_length(model: Any) -> int:
+    """The longest sequence the model takes."""
+    return int(model.config.max_position_embeddings)

@@ -1,0 +1,198 @@
+"""Using a trained BERT: from_pretrained (Hugging Face and run directories), export, fill-mask and
+next sentence against transformers, and the commands' handling of bad input.
+
+Tolerances: logits 1e-5 max abs; probabilities 1e-5 max abs (transformers' own float32 round-off
+is far below that).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from flax import nnx
+from use_helpers import sentences
+
+import bertjax
+from bertjax import BertConfig, BertForPreTraining
+from bertjax.cli import main
+from bertjax.model import BertModel
+from bertjax.use.encode import TruncationWarning, encode
+from bertjax.use.fill_mask import fill_mask
+from bertjax.use.next_sentence import next_sentence_probability
+
+TOL = 1e-5
+ROOT = Path(__file__).resolve().parents[1]
+TEXTS = ["To be, or not to be: that is the [MASK].", "The [MASK] of Denmark is [MASK] .",
+         "[MASK] lord, my [MASK] lord!"]
+
+
+@pytest.fixture(scope="module")
+def peaked(tmp_path_factory) -> Path:
+    """A tiny checkpoint whose MLM distributions are peaked (large random weights), so the top-k
+    order is decided by clear margins rather than float32 round-off."""
+    from bertjax.data import WordPieceTokenizer
+
+    tokenizer = WordPieceTokenizer.train(sentences(), vocab_size=400)
+    config = BertConfig.from_preset("tiny", vocab_size=tokenizer.vocab_size, initializer_range=0.3,
+                                    pad_token_id=tokenizer.special.pad)
+    out = tmp_path_factory.mktemp("peaked") / "model"
+    BertForPreTraining(config, rngs=nnx.Rngs(4)).save_pretrained(out, tokenizer)
+    return out
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    """A `bertjax pretrain` run of 6 steps with checkpoints at 3 and 6 (evaluated at both)."""
+    run = tmp_path_factory.mktemp("run") / "run"
+    code = main(["pretrain", "--model.preset=tiny", "--data.vocab_size=300", "--data.seq_len=32",
+                 "--data.max_predictions=5", "--data.batch_size=4", "--data.eval_batches=1",
+                 "--train.steps=6", "--train.eval_every=3", "--train.checkpoint_every=3",
+                 "--no-progress", f"--output-dir={run}"])
+    assert code == 0
+    return run
+
+
+def test_export_of_a_run_loads_in_transformers_and_autotokenizer(run_dir, tmp_path, capsys):
+    assert main(["export", str(run_dir), str(tmp_path / "hf")]) == 0
+    assert "wrote" in capsys.readouterr().out
+    names = sorted(p.name for p in (tmp_path / "hf").iterdir())
+    assert names == ["config.json", "model.safetensors", "special_tokens_map.json", "tokenizer.json",
+                     "tokenizer_config.json", "vocab.txt"]
+    ours, tokenizer = bertjax.from_pretrained(run_dir)
+    theirs, info = transformers.BertForPreTraining.from_pretrained(
+        tmp_path / "hf", output_loading_info=True, attn_implementation="eager")
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    hf_tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    texts = sentences(40)[-8:]
+    enc = hf_tok(texts, padding=True, return_tensors="np")
+    mine = encode(tokenizer, texts, max_length=128, pad_to=enc["input_ids"].shape[1])
+    np.testing.assert_array_equal(enc["input_ids"], mine.input_ids)
+    np.testing.assert_array_equal(enc["attention_mask"], mine.attention_mask)
+    with torch.no_grad():
+        ref = theirs.eval()(**{k: torch.from_numpy(v) for k, v in enc.items()})
+    out = ours(mine.input_ids, mine.token_type_ids, mine.attention_mask)
+    assert float(np.abs(np.asarray(out.mlm_logits) - ref.prediction_logits.numpy()).max()) <= TOL
+    assert float(np.abs(np.asarray(out.nsp_logits) - ref.seq_relationship_logits.numpy()).max()) <= TOL
+
+
+def test_run_directory_best_step_and_named_steps(run_dir):
+    from bertjax.checkpoint import Checkpointer
+
+    ckpt = Checkpointer(run_dir / "checkpoints")
+    best, steps = ckpt.best_step(), ckpt.steps()
+    ckpt.close()
+    assert steps == [3, 6] and best in steps
+    by_default, _ = bertjax.from_pretrained(run_dir)
+    chosen, _ = bertjax.from_pretrained(run_dir, step=best)
+    other, _ = bertjax.from_pretrained(run_dir, step=9 - best)
+    a, b, c = (np.asarray(m.mlm_head.bias[...]) for m in (by_default, chosen, other))
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+    with pytest.raises(ValueError, match=r"has no checkpoint step 4; it has steps \[3, 6\]"):
+        bertjax.from_pretrained(run_dir, step=4)
+    encoder, _ = bertjax.from_pretrained(run_dir, model_cls=BertModel)
+    ids = np.array([[2, 30, 31, 3]])
+    np.testing.assert_array_equal(np.asarray(encoder(ids).sequence_output),
+                                  np.asarray(by_default.bert(ids).sequence_output))
+
+
+def test_from_pretrained_errors_name_the_problem(tmp_path, peaked):
+    with pytest.raises(FileNotFoundError, match="does not exist; pass a Hugging Face BERT directory"):
+        bertjax.from_pretrained(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError, match="neither config.json .* nor run_config.json"):
+        bertjax.from_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="not a `bertjax pretrain` run directory"):
+        bertjax.from_pretrained(peaked, step=3)
+    other = tmp_path / "roberta"
+    other.mkdir()
+    (other / "config.json").write_text('{"model_type": "roberta"}')
+    with pytest.raises(ValueError, match="model_type 'roberta'; expected 'bert'"):
+        bertjax.from_pretrained(other)
+
+
+def test_fill_mask_equals_the_transformers_pipeline(peaked):
+    model, tokenizer = bertjax.from_pretrained(peaked)
+    ours = fill_mask(model, tokenizer, TEXTS, top_k=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pipe = transformers.pipeline("fill-mask", model=str(peaked), tokenizer=str(peaked),
+                                     device="cpu")
+    for text, predictions in zip(TEXTS, ours, strict=True):
+        ref = pipe(text, top_k=5)
+        ref = [ref] if isinstance(ref[0], dict) else ref  # one [MASK]: a flat list
+        assert len(predictions) == len(ref) == text.count("[MASK]")
+        for mine, theirs in zip(predictions, ref, strict=True):
+            assert [p.id for p in mine] == [r["token"] for r in theirs]
+            assert [p.token for p in mine] == [tokenizer.id_to_token(r["token"]) for r in theirs]
+            diff = max(abs(p.probability - r["score"]) for p, r in zip(mine, theirs, strict=True))
+            assert diff <= TOL
+            assert mine[0].probability > 0.05  # peaked: the order is not a coin toss
+
+
+def test_next_sentence_equals_transformers(peaked):
+    model, tokenizer = bertjax.from_pretrained(peaked)
+    lines = sentences(60)
+    first, second = lines[10:16], lines[11:17][::-1]
+    ours = next_sentence_probability(model, tokenizer, first, second)
+    theirs = transformers.BertForNextSentencePrediction.from_pretrained(peaked).eval()
+    hf_tok = transformers.AutoTokenizer.from_pretrained(peaked)
+    enc = hf_tok(first, second, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        ref = torch.softmax(theirs(**enc).logits, -1)[:, 0].numpy()
+    assert ours.shape == (6,) and float(np.abs(ours - ref).max()) <= TOL
+    assert float(ours.max() - ours.min()) > 1e-3  # the pairs really differ
+
+
+def test_commands_print_predictions(peaked, capsys):
+    assert main(["fill-mask", str(peaked), TEXTS[1], "--top-k", "3"]) == 0
+    out = capsys.readouterr().out
+    model, tokenizer = bertjax.from_pretrained(peaked)
+    best = fill_mask(model, tokenizer, [TEXTS[1]], top_k=3)[0]
+    for m, top in enumerate(best, 1):
+        assert f"[MASK] {m}: " + ", ".join(f"{p.token} {p.probability:.4f}" for p in top) in out
+    assert main(["nsp", str(peaked), "To be, or not to be.", "That is the question."]) == 0
+    p = next_sentence_probability(model, tokenizer, ["To be, or not to be."],
+                                  ["That is the question."])[0]
+    assert f"P(IsNext) = {p:.6f}" in capsys.readouterr().out
+
+
+def test_commands_refuse_bad_input(peaked, tmp_path, capsys):
+    assert main(["fill-mask", str(peaked), "no mask here"]) == 2
+    assert "text 1 has no [MASK] token" in capsys.readouterr().err
+    lines = tmp_path / "lines.txt"
+    lines.write_text("a [MASK] here\n\nnone here\n")
+    assert main(["fill-mask", str(peaked), "--file", str(lines)]) == 2
+    assert f"{lines}:3 has no [MASK] token" in capsys.readouterr().err
+    assert main(["nsp", str(peaked), "", "B"]) == 2
+    assert "sentence A of pair 1 is empty" in capsys.readouterr().err
+    assert main(["nsp", str(tmp_path / "missing"), "A", "B"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["fill-mask", str(peaked), "--file", str(tmp_path / "none.txt")]) == 2
+    assert "--file" in capsys.readouterr().err
+
+
+def test_model_without_an_mlm_head_is_refused_for_fill_mask(tmp_path):
+    from bertjax.data import WordPieceTokenizer
+
+    tokenizer = WordPieceTokenizer.train(sentences(100), vocab_size=200)
+    config = BertConfig.from_preset("tiny", vocab_size=tokenizer.vocab_size)
+    bare = tmp_path / "bare"
+    BertModel(config, rngs=nnx.Rngs(0)).save_pretrained(bare, tokenizer)
+    proc = subprocess.run([sys.executable, "-m", "bertjax.cli", "fill-mask", str(bare), "a [MASK]"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2
+    assert "has no weights for mlm_head, nsp_head, which BertForPreTraining needs" in proc.stderr
+
+
+def test_long_text_is_cut_with_a_warning_naming_it(peaked):
+    model, tokenizer = bertjax.from_pretrained(peaked)
+    long = " ".join(sentences(200)) + " [MASK]"
+    with pytest.warns(TruncationWarning, match="text 2 has .* more tokens than the model's 128"):
+        with pytest.raises(ValueError, match="text 2 has no \\[MASK\\] token \\(or it was cut off\\)"):
+            fill_mask(model, tokenizer, [TEXTS[0], long], names=["text 1", "text 2"])
