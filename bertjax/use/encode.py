@@ -33,6 +33,7 @@ class Encoded:
     token_type_ids: np.ndarray  # (B, S) int32
     attention_mask: np.ndarray  # (B, S) int32, 1 on real tokens
     tokens: list[list[str]]  # each row's tokens, [CLS] and [SEP] included, no padding
+    cut: list[int]  # tokens cut from each row to fit max_length (0: none)
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {"input_ids": self.input_ids, "token_type_ids": self.token_type_ids,
@@ -47,12 +48,13 @@ def encode(
     max_length: int,
     names: Sequence[str] | None = None,
     pad_to: int | None = None,
+    warn: bool = True,
 ) -> Encoded:
     """Tokenise `texts` (and `pairs`, the second segments) into one padded batch.
 
-    `names` label the inputs in truncation warnings (default "line 1", "line 2", ...). Rows are
-    padded to `pad_to` if given, else to the longest row rounded up to `PAD_MULTIPLE` (never past
-    `max_length`).
+    `names` label the inputs in truncation warnings (default "line 1", "line 2", ...; `warn=False`
+    leaves the reporting to the caller, through `Encoded.cut`). Rows are padded to `pad_to` if
+    given, else to the longest row rounded up to `PAD_MULTIPLE` (never past `max_length`).
     """
     if pairs is not None and len(pairs) != len(texts):
         raise ValueError(f"got {len(texts)} first segments but {len(pairs)} second segments")
@@ -62,10 +64,11 @@ def encode(
     special = tokenizer.special
     a_ids = tokenizer.encode_batch(list(texts))
     b_ids = tokenizer.encode_batch(list(pairs)) if pairs is not None else [None] * len(texts)
-    rows, types = [], []
+    rows, types, cuts = [], [], []
     for name, a, b in zip(names, a_ids, b_ids, strict=True):
         a, b, cut = _truncate(a, b, max_length)
-        if cut:
+        cuts.append(cut)
+        if cut and warn:
             warnings.warn(f"{name} has {cut} more tokens than the model's {max_length} positions "
                           "allow: cut to fit", TruncationWarning, stacklevel=2)
         row = [special.cls, *a, special.sep] + ([*b, special.sep] if b is not None else [])
@@ -81,7 +84,7 @@ def encode(
     for i, (row, t) in enumerate(zip(rows, types, strict=True)):
         ids[i, :len(row)], type_ids[i, :len(row)], mask[i, :len(row)] = row, t, 1
     tokens = [[tokenizer.id_to_token(i) for i in row] for row in rows]
-    return Encoded(ids, type_ids, mask, tokens)
+    return Encoded(ids, type_ids, mask, tokens, cuts)
 
 
 def _truncate(a: list[int], b: list[int] | None, max_length: int

@@ -1,0 +1,153 @@
+"""Fine-tuning and classifying: a tiny model learns a task it can learn, the best epoch is exported
+where transformers reads it, scores are computed right, and bad input is named."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import matplotlib.image
+import numpy as np
+import pytest
+import torch
+import transformers
+from use_helpers import sentences, tiny_checkpoint
+
+import bertjax
+from bertjax.cli import main
+from bertjax.data.corpus import shakespeare_genres
+from bertjax.data.labelled import GENRE_HELD_OUT, GENRE_MIN_WORDS, genre_examples, read_examples
+from bertjax.model import BertForSequenceClassification
+from bertjax.use.classify import predict, score
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    """A task a tiny model can learn in a few steps: which of two phrases a sentence carries."""
+    rng = random.Random(0)
+    lines = sentences(300)
+    rows = [{"text": f"{line} {'the king and his crown' if i % 2 else 'a fool and his jest'}",
+             "label": "royal" if i % 2 else "folly"} for i, line in enumerate(lines)]
+    rng.shuffle(rows)
+    tmp = tmp_path_factory.mktemp("task")
+    return (_write(tmp / "train.jsonl", rows[:160]), _write(tmp / "validation.jsonl", rows[160:200]),
+            _write(tmp / "test.jsonl", rows[200:240]))
+
+
+@pytest.fixture(scope="module")
+def finetuned(task, tmp_path_factory):
+    out = tmp_path_factory.mktemp("finetuned")
+    train, validation, test = task
+    code = main(["finetune", str(tiny_checkpoint()), "--train", str(train), "--validation",
+                 str(validation), "--test", str(test), "--output-dir", str(out), "--epochs", "3",
+                 "--batch-size", "16", "--learning-rate", "1e-3", "--max-length", "64",
+                 "--no-progress"])
+    assert code == 0
+    return out
+
+
+def test_the_task_is_learned_and_the_best_epoch_kept(finetuned):
+    summary = json.loads((finetuned / "summary.json").read_text())
+    evals = [r for r in map(json.loads, (finetuned / "metrics.jsonl").read_text().splitlines())
+             if r["kind"] == "eval"]
+    assert [e["epoch"] for e in evals] == [1, 2, 3]
+    best = max(evals, key=lambda e: (e["accuracy"], e["macro_f1"]))
+    assert summary["best_epoch"] == best["epoch"] and summary["validation"]["accuracy"] == best["accuracy"]
+    assert summary["labels"] == ["folly", "royal"] and summary["baseline_accuracy"] < 0.7
+    assert summary["test"]["accuracy"] >= 0.9, summary  # far above the majority baseline
+    for name in ("confusion_validation.png", "confusion_test.png"):
+        image = matplotlib.image.imread(finetuned / name)
+        # 2 labels: (1.2 + 0.7 * 2 + 1.5) x (1.2 + 0.7 * 2) inches at 100 dpi
+        assert image.shape[:2] == (260, 410) and image.std() > 0.05
+
+
+def test_exported_classifier_loads_in_transformers_with_the_same_logits(finetuned, task):
+    model, tokenizer = bertjax.from_pretrained(finetuned / "model",
+                                               model_cls=BertForSequenceClassification)
+    theirs, info = transformers.BertForSequenceClassification.from_pretrained(
+        finetuned / "model", output_loading_info=True, attn_implementation="eager")
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    assert theirs.config.id2label == {0: "folly", 1: "royal"}
+    examples = read_examples(task[2])[:8]
+    enc = transformers.AutoTokenizer.from_pretrained(finetuned / "model")(
+        [e.text for e in examples], padding=True, truncation=True, max_length=64, return_tensors="pt")
+    with torch.no_grad():
+        ref = torch.softmax(theirs.eval()(**enc).logits, -1).numpy()
+    ours = predict(model, tokenizer, examples, max_length=64)
+    assert float(np.abs(ours - ref).max()) <= 1e-5
+
+
+def test_classify_command_scores_and_writes_predictions(finetuned, task, tmp_path, capsys):
+    out = tmp_path / "predictions.jsonl"
+    assert main(["classify", str(finetuned / "model"), "--file", str(task[2]), "--out", str(out),
+                 "--max-length", "64"]) == 0
+    printed = capsys.readouterr().out
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    truth = [e.label for e in read_examples(task[2])]
+    accuracy = np.mean([r["label"] == t for r, t in zip(records, truth, strict=True)])
+    assert len(records) == 40 and f"40 labelled examples: accuracy {accuracy:.4f}" in printed
+    summary = json.loads((finetuned.parent / finetuned.name / "summary.json").read_text())
+    assert accuracy == pytest.approx(summary["test"]["accuracy"], abs=1e-9)
+
+
+def test_bad_input_is_named(finetuned, task, tmp_path, capsys):
+    unseen = _write(tmp_path / "unseen.jsonl", [{"text": "a line", "label": "royal"},
+                                                {"text": "another", "label": "comedy"}])
+    assert main(["classify", str(finetuned / "model"), "--file", str(unseen)]) == 2
+    assert f"labels the model was not trained on: comedy (e.g. {unseen}:2)" in capsys.readouterr().err
+    nolabel = _write(tmp_path / "nolabel.jsonl", [{"text": "a", "label": "x"}, {"text": "b"}])
+    assert main(["finetune", str(tiny_checkpoint()), "--train", str(nolabel), "--output-dir",
+                 str(tmp_path / "o")]) == 2
+    assert f"{nolabel}:2: no label in field 'label'" in capsys.readouterr().err
+    empty = _write(tmp_path / "empty.jsonl", [{"text": " ", "label": "x"}])
+    assert main(["finetune", str(tiny_checkpoint()), "--train", str(empty), "--output-dir",
+                 str(tmp_path / "o")]) == 2
+    assert f"{empty}:1: no text in field 'text'" in capsys.readouterr().err
+    one = _write(tmp_path / "one.jsonl", [{"text": "a", "label": "x"}] * 20)
+    assert main(["finetune", str(tiny_checkpoint()), "--train", str(one), "--output-dir",
+                 str(tmp_path / "o")]) == 2
+    assert "has 1 label(s); a classifier needs 2 or more" in capsys.readouterr().err
+    assert main(["classify", str(tiny_checkpoint()), "--file", str(unseen)]) == 2
+    assert "has no weights for classifier" in capsys.readouterr().err
+    assert main(["finetune", str(tiny_checkpoint()), "--train", str(tmp_path / "missing.jsonl"),
+                 "--output-dir", str(tmp_path / "o")]) == 2
+    assert "missing.jsonl does not exist" in capsys.readouterr().err
+
+
+def test_csv_and_pairs_are_read(tmp_path):
+    path = tmp_path / "pairs.csv"
+    path.write_text('text,text_pair,label\n"Hello, there",General Kenobi,greet\nbye,,part\n')
+    examples = read_examples(path)
+    assert [(e.text, e.text_pair, e.label) for e in examples] == [
+        ("Hello, there", "General Kenobi", "greet"), ("bye", None, "part")]
+    assert examples[1].where == f"{path}:3"
+
+
+def test_scores_by_hand():
+    probs = np.eye(3)[[0, 0, 1, 2, 2, 2]]  # predictions 0 0 1 2 2 2
+    labels = np.array([0, 1, 1, 2, 2, 0])
+    s = score(probs.astype(np.float32) * 0.98 + 0.01, labels)
+    assert s.accuracy == pytest.approx(4 / 6)
+    # per label F1: 0: p 1/2 r 1/2 -> .5; 1: p 1 r 1/2 -> 2/3; 2: p 2/3 r 1 -> .8
+    assert s.macro_f1 == pytest.approx((0.5 + 2 / 3 + 0.8) / 3)
+    assert s.confusion.tolist() == [[1, 0, 1], [1, 1, 0], [0, 0, 2]]
+
+
+def test_genre_task_holds_out_whole_plays():
+    genres = shakespeare_genres()
+    assert sorted(set(genres.values())) == ["comedies", "histories", "problems", "roman", "romances",
+                                            "tragedies"]
+    for split, plays in GENRE_HELD_OUT.items():
+        assert sorted(genres[p] for p in plays) == sorted(set(genres.values())), split
+    test = genre_examples("test")
+    train = genre_examples("train", per_genre=50)
+    assert {e.where.split(" ")[0] for e in test} == set(GENRE_HELD_OUT["test"])
+    held = {p for plays in GENRE_HELD_OUT.values() for p in plays}
+    assert not {e.where.split(" ")[0] for e in train} & held
+    assert all(len(e.text.split()) >= GENRE_MIN_WORDS for e in test + train)
+    assert len(train) == 6 * 50 and {e.label for e in train} == set(genres.values())
