@@ -1,7 +1,8 @@
-"""`bertjax bench WHAT`: benchmarks. `data`: tokenisation MB/s and masked sequences/s on one core.
+"""`bertjax bench WHAT`: benchmarks. `data`: tokenisation MB/s and masked sequences/s on one core;
+`train` / `infer`: the training step / inference forward of bertjax (float32, bfloat16),
+transformers (eager, torch.compile) and bert_torch side by side (`bertjax.bench`).
 
-Each benchmark is a sub-command with its own options; a training benchmark can be added as
-another entry of BENCHMARKS.
+Each benchmark is a sub-command with its own options: an entry of BENCHMARKS.
 """
 
 from __future__ import annotations
@@ -48,10 +49,38 @@ def _run_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    from bertjax.bench.options import add_arguments as add_bench_arguments
+
+    add_bench_arguments(parser, "train")
+
+
+def _add_infer_arguments(parser: argparse.ArgumentParser) -> None:
+    from bertjax.bench.options import add_arguments as add_bench_arguments
+
+    add_bench_arguments(parser, "infer")
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    from bertjax.bench.run import run_from_args
+
+    return run_from_args(args, "train")
+
+
+def _run_infer(args: argparse.Namespace) -> int:
+    from bertjax.bench.run import run_from_args
+
+    return run_from_args(args, "infer")
+
+
 # name -> (help, add_arguments, run)
 BENCHMARKS = {
     "data": ("data pipeline: tokenisation MB/s, masked sequences/s (one core)",
              _add_data_arguments, _run_data),
+    "train": ("training step (forward, backward, AdamW) tokens/s and MFU: bertjax fp32/bf16, "
+              "transformers eager/compiled, bert_torch side by side", _add_train_arguments, _run_train),
+    "infer": ("inference forward tokens/s and MFU: bertjax fp32/bf16, transformers "
+              "eager/compiled, bert_torch side by side", _add_infer_arguments, _run_infer),
 }
 
 

@@ -1,0 +1,20 @@
+"""Benchmarks. `bertjax bench train` / `bertjax bench infer`: implementations of BERT timed side
+by side (the modules below); `embed.py`: sentence-embedding throughput (`bertjax bench embed`).
+
+One run times the same configuration on the same batch in every implementation: bertjax in
+float32 and bfloat16, transformers' `BertForPreTraining` eager (SDPA attention) and under
+`torch.compile`, and the `bert_torch` mirror. Each row runs in its own subprocess, one after the
+other, so thread pools, compile caches and peak memory never mix; the parent collects their JSON.
+
+    options.py    the command's options and their device-dependent defaults (`BenchSettings`)
+    batch.py      the pre-training batch every row sees (numpy, one seed)
+    flops.py      the model-FLOP formula and the table of datasheet peaks
+    timing.py     the step-timing loop and the child-process protocol (framework-free)
+    jax_rows.py   child: the reference GEMM and the bertjax rows (imports JAX)
+    torch_rows.py child: the transformers and bert_torch rows (imports torch)
+    report.py     tokens/s, ratios, MFU from the raw timings; the table and the JSON
+    run.py        orchestration: probe the device, run each row's subprocess, report
+
+The parent imports neither JAX nor torch: initialising JAX's GPU backend there would take the
+memory the children need.
+"""

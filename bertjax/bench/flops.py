@@ -1,0 +1,75 @@
+"""Model FLOPs of BERT pre-training and the datasheet peaks of known accelerators.
+
+Model FLOPs are the BERT algorithm's matmul FLOPs (as in PaLM's MFU definition), counted once
+from the configuration and used for every row: transformers' extra MLM logits at unmasked
+positions, recomputation, one-hot embedding tricks or padding-aware kernels do not change it.
+So the model FLOP utilisation of two rows stands in the same ratio as their tokens/s.
+"""
+
+from __future__ import annotations
+
+import re
+
+from bertjax.config import BertConfig
+
+
+def model_flops_per_token(
+    config: BertConfig, seq_len: int, predictions: int, *, training: bool
+) -> float:
+    """Matmul FLOPs per token of one BERT pre-training forward (or forward + backward).
+
+    With L layers, H hidden, I intermediate, V vocabulary, S tokens per sequence and P masked
+    positions per sequence, and 2 FLOPs per multiply-add:
+
+    - encoder weights, per token and layer: query, key, value and output projections
+      (4 H x H) and the MLP (H x I, then I x H): 2 * (4 H^2 + 2 H I). That is 2 N per token for the
+      N = L (4 H^2 + 2 H I) encoder weights (biases, LayerNorm and embeddings aside).
+    - attention, per token and layer: the scores q.k against S keys and the context probs.v,
+      each S x D per head over H / D heads: 2 * 2 S H.
+    - MLM head, at the P masked positions only (as the original BERT; S tokens share them):
+      transform H x H and the decoder tied to the word embeddings H x V: 2 (H^2 + H V) P / S.
+    - pooler H x H and NSP classifier H x 2, once per sequence: 2 (H^2 + 2 H) / S.
+
+    Embedding lookups are gathers (no FLOPs); softmax, GELU, LayerNorm, dropout and the losses
+    are elementwise and left out. Training is 3x the forward: the backward pass computes two
+    matmuls for each forward one (gradients of both operands), attention's included.
+    """
+    L, H, I = config.num_hidden_layers, config.hidden_size, config.intermediate_size
+    V, S, P = config.vocab_size, seq_len, predictions
+    encoder = L * 2 * (4 * H * H + 2 * H * I)
+    attention = L * 2 * (2 * S * H)
+    mlm_head = 2 * (H * H + H * V) * P / S
+    pooler_nsp = 2 * (H * H + 2 * H) / S
+    forward = encoder + attention + mlm_head + pooler_nsp
+    return 3 * forward if training else forward
+
+
+# Dense (no sparsity) bfloat16 tensor peaks in TFLOP/s per JAX device, from the vendors'
+# datasheets. Each pattern is a regular expression searched in the lower-cased `device_kind`
+# (e.g. "NVIDIA H100 80GB HBM3", "TPU v5 lite"); the first match wins, so specific names come
+# before the general ones they contain.
+DATASHEET_PEAKS: tuple[tuple[str, str, float], ...] = (
+    # (pattern, name, bf16 dense TFLOP/s)
+    (r"\bgh200\b", "NVIDIA GH200", 989.0),
+    (r"\bh200\b", "NVIDIA H200", 989.0),
+    (r"\bh100\b.*\bpcie\b", "NVIDIA H100 PCIe", 756.0),
+    (r"\bh100\b.*\bnvl\b", "NVIDIA H100 NVL", 835.0),
+    (r"\bh100\b", "NVIDIA H100 SXM", 989.0),
+    (r"\bb200\b", "NVIDIA B200", 2250.0),
+    (r"\ba100\b", "NVIDIA A100", 312.0),
+    (r"\bl40s\b", "NVIDIA L40S", 362.0),
+    (r"\bl4\b", "NVIDIA L4", 121.0),
+    (r"\btpu v4\b", "TPU v4", 275.0),
+    (r"\btpu v5 ?(lite|e)\b", "TPU v5e", 197.0),
+    (r"\btpu v5p?\b", "TPU v5p", 459.0),
+    (r"\btpu v6 ?(lite|e)\b", "TPU v6e", 918.0),
+)
+
+
+def datasheet_peak(device_kind: str) -> tuple[str, float] | None:
+    """(name, bf16 dense peak in FLOP/s) of a known accelerator; None for CPUs and unknown kinds."""
+    kind = device_kind.lower()
+    for pattern, name, tflops in DATASHEET_PEAKS:
+        if re.search(pattern, kind):
+            return name, tflops * 1e12
+    return None
