@@ -32,12 +32,13 @@ def load_model(args: argparse.Namespace, **kwargs: Any) -> tuple[Any, Any]:
 
 
 def run_command(name: str, body: Any, args: argparse.Namespace) -> int:
-    """`body(args)`, with CommandError and ValueError printed as errors (exit 2) and warnings
-    printed as one plain line each."""
+    """`body(args)`, with CommandError and ValueError printed as errors (exit 2) and bertjax's
+    warnings printed as one plain line each."""
     def show(message: Any, category: Any, *rest: Any, **kw: Any) -> None:
         print(f"bertjax {name}: warning: {message}", file=sys.stderr)
 
     with warnings.catch_warnings():
+        warnings.filterwarnings("always", module=r"bertjax(\.|$)")  # bertjax's own, each shown
         warnings.showwarning = show
         try:
             return int(body(args) or 0)
