@@ -26,6 +26,22 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         raise
 
 
+def write_npy_atomic(path: str | os.PathLike, array: Any) -> None:
+    """Save `array` as .npy beside `path`, then rename it over `path`."""
+    import numpy as np
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            np.save(f, array)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 

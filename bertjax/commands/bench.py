@@ -73,6 +73,18 @@ def _run_infer(args: argparse.Namespace) -> int:
     return run_from_args(args, "infer")
 
 
+def _add_embed_arguments(parser: argparse.ArgumentParser) -> None:
+    from bertjax.bench.embed import add_arguments as add_embed_arguments
+
+    add_embed_arguments(parser)
+
+
+def _run_embed(args: argparse.Namespace) -> int:
+    from bertjax.bench.embed import run as run_embed
+
+    return run_embed(args)
+
+
 # name -> (help, add_arguments, run)
 BENCHMARKS = {
     "data": ("data pipeline: tokenisation MB/s, masked sequences/s (one core)",
@@ -81,6 +93,8 @@ BENCHMARKS = {
               "transformers eager/compiled, bert_torch side by side", _add_train_arguments, _run_train),
     "infer": ("inference forward tokens/s and MFU: bertjax fp32/bf16, transformers "
               "eager/compiled, bert_torch side by side", _add_infer_arguments, _run_infer),
+    "embed": ("sentences/s of `bertjax embed` (all-MiniLM-L6-v2, mean pooling) against "
+              "transformers eager with the same batches", _add_embed_arguments, _run_embed),
 }
 
 

@@ -1,0 +1,200 @@
+"""Sentence embeddings: one vector per line of text, as sentence-transformers computes them.
+
+`mean` pooling is sentence-transformers' (the attention-masked mean of the last hidden state),
+`cls` the last hidden state at [CLS]; `normalize` divides by the L2 norm (sentence-transformers'
+`Normalize` module). With all-MiniLM-L6-v2, `embed(..., pooling="mean", normalize=True)` gives
+`SentenceTransformer(...).encode(...)`'s vectors within 1e-5 (tests/test_embed.py).
+
+Lines are sorted by token length and cut into batches, so a short line is padded only to the
+longest line of its own batch (rounded up to `encode.PAD_MULTIPLE`, which bounds the number of
+compiled shapes); the original order is restored at the end.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.use.encode import Encoded, encode, model_max_length
+
+POOLINGS = ("mean", "cls")
+
+
+def check_lines(lines: Sequence[str]) -> None:
+    """Raise a ValueError naming the first empty or whitespace-only line (1-based), which would
+    otherwise become a vector of [CLS] [SEP] alone, silently."""
+    if isinstance(lines, str):
+        raise TypeError("lines must be a sequence of strings, not one string")
+    for i, line in enumerate(lines):
+        if not isinstance(line, str):
+            raise TypeError(f"line {i + 1} is a {type(line).__name__}, not a string")
+        if not line.strip():
+            raise ValueError(f"line {i + 1} is empty or only whitespace; every line must hold text "
+                             "(remove blank lines, so that vector i stays line i)")
+
+
+def sorted_batches(
+    tokenizer: WordPieceTokenizer,
+    lines: Sequence[str],
+    *,
+    batch_size: int,
+    max_length: int,
+) -> Iterator[tuple[np.ndarray, Encoded]]:
+    """(indices into `lines`, padded batch) from the shortest lines to the longest.
+
+    Lengths are counted in tokens (one tokenizer pass); ties keep the input order. Truncation
+    warnings name the original line numbers.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    lengths = np.array([len(ids) for ids in tokenizer.encode_batch(list(lines))], np.int64)  # (N,)
+    order = np.argsort(lengths, kind="stable")  # (N,)
+    for start in range(0, len(order), batch_size):
+        index = order[start:start + batch_size]  # (b,)
+        yield index, encode(tokenizer, [lines[i] for i in index], max_length=max_length,
+                            names=[f"line {i + 1}" for i in index])
+
+
+def embed(
+    model: Any,
+    tokenizer: WordPieceTokenizer,
+    lines: Sequence[str],
+    *,
+    pooling: str = "mean",
+    normalize: bool = False,
+    batch_size: int = 64,
+    max_length: int | None = None,
+    progress: bool = False,
+) -> np.ndarray:
+    """(N, H) float32 sentence vectors of `lines`, in their order.
+
+    `model` is a `BertModel` (or a model holding one as `.bert`, whose heads are not run).
+    `pooling`: "mean" (attention-masked mean of the last hidden state) or "cls" (its [CLS] row);
+    `normalize`: divide each vector by its L2 norm. `max_length` (default: the model's positions)
+    cuts longer lines, with a warning naming each. An empty or whitespace-only line is a
+    ValueError naming it; no lines give a (0, H) array.
+    """
+    from flax import nnx
+    from tqdm.auto import tqdm
+
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+    check_lines(lines)
+    encoder = getattr(model, "bert", model)
+    vectors = np.zeros((len(lines), int(encoder.config.hidden_size)), np.float32)  # (N, H)
+    if not len(lines):
+        return vectors
+    limit = model_max_length(encoder)
+    if max_length is not None and not 3 <= max_length <= limit:
+        raise ValueError(f"max_length must be between 3 and the model's {limit} positions, "
+                         f"got {max_length}")
+    graphdef, state = nnx.split(encoder)
+    forward = _pooled_forward()
+    with tqdm(total=len(lines), unit="line", desc="embed", disable=not progress) as bar:
+        pending: tuple[np.ndarray, Any] | None = None
+        for index, batch in sorted_batches(tokenizer, lines, batch_size=batch_size,
+                                           max_length=max_length or limit):
+            # dispatched asynchronously: the next batch is tokenised while this one runs
+            result = forward(graphdef, state, batch.arrays(), pooling=pooling, normalize=normalize)
+            if pending is not None:
+                vectors[pending[0]] = np.asarray(pending[1])
+                bar.update(len(pending[0]))
+            pending = (index, result)
+        assert pending is not None
+        vectors[pending[0]] = np.asarray(pending[1])
+        bar.update(len(pending[0]))
+    return vectors
+
+
+@functools.cache
+def _pooled_forward() -> Any:
+    """The jitted forward + pooling, built once per process; it compiles once per model
+    architecture (`graphdef`), pooling and input shape, whatever the weights."""
+    import jax
+    from flax import nnx
+
+    @functools.partial(jax.jit, static_argnames=("graphdef", "pooling", "normalize"))
+    def forward(graphdef: Any, state: Any, arrays: dict[str, jax.Array], *, pooling: str,
+                normalize: bool) -> jax.Array:
+        out = nnx.merge(graphdef, state)(
+            arrays["input_ids"], arrays["token_type_ids"], arrays["attention_mask"])
+        return pool(out.sequence_output, arrays["attention_mask"], pooling=pooling,
+                    normalize=normalize)
+
+    return forward
+
+
+def pool(hidden: Any, attention_mask: Any, *, pooling: str, normalize: bool) -> Any:
+    """(B, S, H) last hidden state + (B, S) mask -> (B, H) float32 sentence vectors, with
+    sentence-transformers' constants (mask sum clamped at 1e-9, norm at 1e-12)."""
+    import jax.numpy as jnp
+
+    hidden = hidden.astype(jnp.float32)  # (B, S, H)
+    if pooling == "mean":
+        mask = attention_mask.astype(jnp.float32)[:, :, None]  # (B, S, 1)
+        vectors = (hidden * mask).sum(1) / jnp.maximum(mask.sum(1), 1e-9)  # (B, H)
+    elif pooling == "cls":
+        vectors = hidden[:, 0]  # (B, H)
+    else:
+        raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+    if normalize:
+        norm = jnp.linalg.norm(vectors, axis=-1, keepdims=True)  # (B, 1)
+        vectors = vectors / jnp.maximum(norm, 1e-12)
+    return vectors
+
+
+def nearest(vectors: np.ndarray, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+    """The `k` rows of `vectors` (N, H) most cosine-similar to `query` (H,), best first, as
+    (row index, cosine similarity); ties keep the lower index first. A zero row scores 0."""
+    vectors = np.asarray(vectors, np.float64)
+    query = np.asarray(query, np.float64).reshape(-1)  # (H,)
+    if vectors.ndim != 2 or vectors.shape[1] != query.shape[0]:
+        raise ValueError(f"vectors {vectors.shape} and query {query.shape} do not match: "
+                         "want (N, H) and (H,)")
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    norms = np.linalg.norm(vectors, axis=1) * np.linalg.norm(query)  # (N,)
+    scores = vectors @ query / np.maximum(norms, 1e-12)  # (N,)
+    best = np.argsort(-scores, kind="stable")[:k]
+    return [(int(i), float(scores[i])) for i in best]
+
+
+def sentence_transformers_settings(path: str | Path) -> dict[str, Any]:
+    """The pooling, normalisation and maximum length a sentence-transformers model directory
+    asks for (`modules.json`, `1_Pooling/config.json`, `sentence_bert_config.json`), as
+    `embed` keywords; only those found. A pooling bertjax does not do is returned under
+    "unsupported_pooling" (e.g. "max"), so that callers can say so."""
+    path = Path(path)
+    found: dict[str, Any] = {}
+    modules = _read_json(path / "modules.json")
+    if not isinstance(modules, list):
+        return found
+    types = {str(m.get("type", "")).rsplit(".", 1)[-1]: m for m in modules if isinstance(m, dict)}
+    found["normalize"] = "Normalize" in types
+    if "Pooling" in types:
+        config = _read_json(path / str(types["Pooling"].get("path", "")) / "config.json") or {}
+        modes = [k.removeprefix("pooling_mode_").removesuffix("_tokens").removesuffix("_token")
+                 for k, v in config.items() if k.startswith("pooling_mode_") and v is True]
+        if isinstance(config.get("pooling_mode"), str):  # newer sentence-transformers write this
+            modes = [config["pooling_mode"]]
+        if modes == ["mean"] or modes == ["cls"]:
+            found["pooling"] = modes[0]
+        elif modes:
+            found["unsupported_pooling"] = "+".join(modes)
+    settings = _read_json(path / "sentence_bert_config.json") or {}
+    if isinstance(settings.get("max_seq_length"), int):
+        found["max_length"] = settings["max_seq_length"]
+    return found
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
