@@ -15,6 +15,13 @@ from typing import Any
 # original BERT and transformers; "gelu_new"/"gelu_pytorch_tanh" are the tanh approximation.
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 COMPUTE_DTYPES = ("float32", "bfloat16")
+# "exact": einsum scores, float32 softmax, attention-probability dropout (the parity reference);
+# "fused": jax.nn.dot_product_attention (cuDNN on NVIDIA GPUs, XLA elsewhere), no probability
+# dropout; "auto": fused on a GPU whenever no probability dropout is due, exact otherwise.
+ATTENTION_IMPLEMENTATIONS = ("auto", "exact", "fused")
+# Fields of BertConfig that are bertjax's own (how to compute), not Hugging Face's (what to
+# compute): never written to or read from config.json.
+COMPUTE_FIELDS = ("dtype", "attn_implementation", "scan_layers", "remat")
 # The MLM loss divides by max(sum of masked_weights, this): a batch with no real prediction has
 # loss 0, not NaN. Shared by bertjax.losses and bert_torch.losses.
 LOSS_WEIGHT_FLOOR = 1e-5
@@ -41,9 +48,13 @@ class BertConfig:
     # the dropout before the classifier (None: hidden_dropout_prob), as in Hugging Face.
     id2label: tuple[str, ...] = ("LABEL_0", "LABEL_1")
     classifier_dropout: float | None = None
-    # Not a Hugging Face field: the dtype of activations and matmuls in bertjax. Parameters,
-    # softmax, LayerNorm statistics and logits stay float32 whatever this says.
+    # Not Hugging Face fields (COMPUTE_FIELDS): how bertjax computes, never what.
+    # The dtype of activations and matmuls; parameters, softmax, LayerNorm statistics and logits
+    # stay float32 whatever this says.
     dtype: str = "float32"
+    attn_implementation: str = "auto"  # ATTENTION_IMPLEMENTATIONS
+    scan_layers: bool = False  # run the layers with lax.scan: one layer traced, faster compiles
+    remat: bool = False  # recompute each layer's activations in the backward pass (less memory)
 
     def __post_init__(self) -> None:
         for name in (
@@ -84,6 +95,9 @@ class BertConfig:
                 f"BertConfig.classifier_dropout must be None or in [0, 1), got {self.classifier_dropout!r}")
         if self.dtype not in COMPUTE_DTYPES:
             raise ValueError(f"BertConfig.dtype {self.dtype!r} is not one of {COMPUTE_DTYPES}")
+        if self.attn_implementation not in ATTENTION_IMPLEMENTATIONS:
+            raise ValueError(f"BertConfig.attn_implementation {self.attn_implementation!r} is not one "
+                             f"of {ATTENTION_IMPLEMENTATIONS}")
 
     @property
     def head_dim(self) -> int:
@@ -114,7 +128,7 @@ class BertConfig:
     def to_hf_dict(self, architecture: str = "BertForPreTraining") -> dict[str, Any]:
         """The fields transformers' BertConfig reads, for a checkpoint of `architecture`."""
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                  if f.name not in ("dtype", "id2label")}
+                  if f.name not in (*COMPUTE_FIELDS, "id2label")}
         return {
             "architectures": [architecture],
             "model_type": "bert",
@@ -137,7 +151,7 @@ class BertConfig:
             )
         if data.get("is_decoder") or data.get("add_cross_attention"):
             raise ValueError("config.json describes a decoder / cross-attention BERT; not supported")
-        known = {f.name for f in dataclasses.fields(cls)} - {"dtype", "id2label"}
+        known = {f.name for f in dataclasses.fields(cls)} - {*COMPUTE_FIELDS, "id2label"}
         kwargs = {k: v for k, v in data.items() if k in known}
         if isinstance(data.get("id2label"), dict) and data["id2label"]:
             labels = {int(i): str(name) for i, name in data["id2label"].items()}

@@ -75,7 +75,13 @@ class LayerNorm(nnx.LayerNorm):
 
 
 class BertEmbeddings(nnx.Module):
-    """Word + position + token-type embeddings, then LayerNorm and dropout."""
+    """Word + position + token-type embeddings, then LayerNorm and dropout.
+
+    Only the word embeddings are a gather. Positions are a slice of their table and token types a
+    one-hot matmul (google-research/bert does both), so their gradients are a pad and a matmul:
+    not a scatter-add into a 2-row table where every token of the batch collides, which took a
+    third of a GPU training step.
+    """
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         self.word_embeddings = _embed(config, config.vocab_size, rngs)
@@ -92,22 +98,36 @@ class BertEmbeddings(nnx.Module):
         deterministic: bool = True,
         rngs: nnx.Rngs | None = None,
     ) -> jax.Array:
-        positions = jnp.arange(input_ids.shape[1])[None, :]  # (1, S)
+        dtype = numerics.compute_dtype_of(self.word_embeddings)
+        positions = self.position_embeddings.embedding[...][: input_ids.shape[1]]  # (S, H)
+        table = self.token_type_embeddings.embedding[...].astype(dtype)  # (T, H)
+        one_hot = jax.nn.one_hot(token_type_ids, table.shape[0], dtype=dtype)  # (B, S, T)
+        types = jnp.einsum("bst,th->bsh", one_hot, table,
+                           precision=jax.lax.Precision.HIGHEST)  # exact rows (no TF32 rounding)
         x = (
             self.word_embeddings(input_ids)
-            + self.position_embeddings(positions)
-            + self.token_type_embeddings(token_type_ids)
+            + positions.astype(dtype)[None]
+            + types
         )  # (B, S, H)
         return self.dropout(self.layer_norm(x), deterministic=deterministic, rngs=rngs)
 
 
 class BertAttention(nnx.Module):
-    """Multi-head self-attention with a key padding mask; returns (output, probabilities)."""
+    """Multi-head self-attention with a key padding mask; returns (output, probabilities).
+
+    Two paths (`config.attn_implementation`): "exact" computes the scores with an einsum and a
+    float32 masked softmax, drops attention probabilities out and returns them (the parity
+    reference); "fused" calls `jax.nn.dot_product_attention` (cuDNN on NVIDIA GPUs) with the
+    padding as sequence lengths, so `attention_mask` must be right padding (every input bertjax
+    makes is), returns no probabilities and applies no dropout to them. "auto" is fused on a GPU
+    whenever neither is needed, exact otherwise; an explicit "fused" refuses probability dropout.
+    """
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         h = config.hidden_size
         self.num_heads = config.num_attention_heads
         self.head_dim = config.head_dim
+        self.implementation = config.attn_implementation
         self.query = _linear(config, h, h, rngs)
         self.key = _linear(config, h, h, rngs)
         self.value = _linear(config, h, h, rngs)
@@ -122,17 +142,25 @@ class BertAttention(nnx.Module):
         *,
         deterministic: bool = True,
         rngs: nnx.Rngs | None = None,
-    ) -> tuple[jax.Array, jax.Array]:
+        output_probs: bool = True,
+    ) -> tuple[jax.Array, jax.Array | None]:
         B, S, H = x.shape
         heads = (B, S, self.num_heads, self.head_dim)
         q = self.query(x).reshape(heads)  # (B, S, A, D)
         k = self.key(x).reshape(heads)  # (B, S, A, D)
         v = self.value(x).reshape(heads)  # (B, S, A, D)
-        scores = jnp.einsum("bqad,bkad->baqk", q, k, preferred_element_type=jnp.float32)
-        scores = scores / jnp.sqrt(jnp.float32(self.head_dim))  # (B, A, S, S) float32
-        probs = numerics.masked_softmax(scores, attention_mask[:, None, None, :])
-        dropped = self.attention_dropout(probs, deterministic=deterministic, rngs=rngs)
-        context = jnp.einsum("baqk,bkad->bqad", dropped.astype(v.dtype), v)  # (B, S, A, D)
+        drops_probs = not deterministic and self.attention_dropout.rate > 0
+        if numerics.use_fused_attention(self.implementation, drops_probs, output_probs):
+            lengths = jnp.sum(attention_mask, axis=-1, dtype=jnp.int32)  # (B,) right padding
+            context = jax.nn.dot_product_attention(
+                q, k, v, key_value_seq_lengths=lengths, implementation=numerics.fused_backend())
+            probs = None
+        else:
+            scores = jnp.einsum("bqad,bkad->baqk", q, k, preferred_element_type=jnp.float32)
+            scores = scores / jnp.sqrt(jnp.float32(self.head_dim))  # (B, A, S, S) float32
+            probs = numerics.masked_softmax(scores, attention_mask[:, None, None, :])
+            dropped = self.attention_dropout(probs, deterministic=deterministic, rngs=rngs)
+            context = jnp.einsum("baqk,bkad->bqad", dropped.astype(v.dtype), v)  # (B, S, A, D)
         context = context.reshape(B, S, H)  # (B, S, H)
         out = self.output_dropout(self.output(context), deterministic=deterministic, rngs=rngs)
         return out, probs
@@ -157,8 +185,10 @@ class BertLayer(nnx.Module):
         *,
         deterministic: bool = True,
         rngs: nnx.Rngs | None = None,
-    ) -> tuple[jax.Array, jax.Array]:
-        attended, probs = self.attention(x, attention_mask, deterministic=deterministic, rngs=rngs)
+        output_probs: bool = True,
+    ) -> tuple[jax.Array, jax.Array | None]:
+        attended, probs = self.attention(x, attention_mask, deterministic=deterministic, rngs=rngs,
+                                         output_probs=output_probs)
         x = self.attention_norm(x + attended)  # (B, S, H)
         y = self.output(self.activation(self.intermediate(x)))  # (B, S, I) -> (B, S, H)
         y = self.output_dropout(y, deterministic=deterministic, rngs=rngs)
@@ -209,19 +239,59 @@ class BertModel(nnx.Module, SavePretrained):
         token_type_ids, attention_mask = numerics.check_inputs(
             self.config, input_ids, token_type_ids, attention_mask
         )
-        rngs = numerics.dropout_rngs(deterministic, dropout_rng)
-        x = self.embeddings(input_ids, token_type_ids, deterministic=deterministic, rngs=rngs)
-        hidden_states, attentions = [x], []
-        for layer in self.layers:
-            x, probs = layer(x, attention_mask, deterministic=deterministic, rngs=rngs)
-            hidden_states.append(x)
-            attentions.append(probs)
+        # one dropout stream for the embeddings, one per layer: the same masks whether the
+        # layers run in a Python loop or under lax.scan
+        keys = numerics.dropout_keys(deterministic, dropout_rng, self.config.num_hidden_layers + 1)
+        x = self.embeddings(input_ids, token_type_ids, deterministic=deterministic,
+                            rngs=numerics.rngs_of(keys, 0))
+        x, hidden, probs = self._layers(x, attention_mask, keys, deterministic, output_attentions,
+                                        output_hidden_states)
         return BertOutput(
             sequence_output=x,
             pooled_output=self.pooler(x),
-            attentions=tuple(attentions) if output_attentions else None,
-            hidden_states=tuple(hidden_states) if output_hidden_states else None,
+            attentions=tuple(probs) if output_attentions else None,
+            hidden_states=tuple(hidden) if output_hidden_states else None,
         )
+
+    def _layers(
+        self, x: jax.Array, attention_mask: jax.Array, keys: jax.Array | None,
+        deterministic: bool, output_probs: bool, output_hidden: bool,
+    ) -> tuple[jax.Array, list[jax.Array], list[jax.Array | None]]:
+        """Run every layer: in a loop, or under `lax.scan` over the stacked layer parameters
+        (`config.scan_layers`: one layer traced and compiled instead of L); each layer
+        rematerialised in the backward pass with `config.remat`. Returns the output, the
+        hidden states (embeddings first) and each layer's attention probabilities."""
+        graphdef, _ = nnx.split(self.layers[0])  # every layer has the same graph
+
+        def layer(state: nnx.State, x: jax.Array, key: jax.Array | None) -> tuple[jax.Array, Any]:
+            rngs = None if key is None else nnx.Rngs(dropout=key)
+            return nnx.merge(graphdef, state)(x, attention_mask, deterministic=deterministic,
+                                              rngs=rngs, output_probs=output_probs)
+
+        if self.config.remat:
+            layer = jax.checkpoint(layer)
+        states = [nnx.state(m) for m in self.layers]
+        layer_keys = [None if keys is None else keys[i + 1] for i in range(len(states))]
+        if not self.config.scan_layers:
+            hidden, probs = [x], []
+            for state, key in zip(states, layer_keys, strict=True):
+                x, p = layer(state, x, key)
+                hidden.append(x)
+                probs.append(p)
+            return x, hidden, probs
+
+        stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)  # each leaf (L, ...)
+
+        def body(x: jax.Array, per_layer: tuple[nnx.State, jax.Array | None]) -> tuple[Any, Any]:
+            x, p = layer(per_layer[0], x, per_layer[1])
+            # stack only what was asked for: (L, B, S, H) and (L, B, A, S, S) are large
+            return x, (x if output_hidden else None, p if output_probs else None)
+
+        embedded = x
+        x, (xs, ps) = jax.lax.scan(body, x, (stacked, None if keys is None else keys[1:]))
+        hidden = [embedded, *xs] if output_hidden else []  # (L, B, S, H) -> per layer
+        probs = list(ps) if output_probs else []  # (L, B, A, S, S) -> per layer
+        return x, hidden, probs
 
 
 class BertMLMHead(nnx.Module):

@@ -62,6 +62,41 @@ def dropout_rngs(deterministic: bool, dropout_rng: jax.Array | None) -> nnx.Rngs
     return nnx.Rngs(dropout=dropout_rng)
 
 
+def dropout_keys(deterministic: bool, dropout_rng: jax.Array | None, n: int) -> jax.Array | None:
+    """`n` independent dropout keys (one per part of the model) from one key; None without dropout."""
+    if dropout_rngs(deterministic, dropout_rng) is None:
+        return None
+    return jax.vmap(lambda i: jax.random.fold_in(dropout_rng, i))(jnp.arange(n))  # (n,) keys
+
+
+def rngs_of(keys: jax.Array | None, i: int) -> nnx.Rngs | None:
+    return None if keys is None else nnx.Rngs(dropout=keys[i])
+
+
+def compute_dtype_of(embed: nnx.Embed) -> jnp.dtype:
+    """The dtype an `nnx.Embed` returns its rows in (its `dtype`, else its table's)."""
+    return jnp.dtype(embed.dtype or embed.embedding.dtype)
+
+
+def use_fused_attention(implementation: str, drops_probs: bool, output_probs: bool) -> bool:
+    """Whether attention takes the fused path (see `bertjax.model.BertAttention`)."""
+    if implementation == "exact":
+        return False
+    if implementation == "fused" and drops_probs:
+        raise ValueError(
+            "attn_implementation='fused' applies no dropout to attention probabilities, but "
+            "attention_probs_dropout_prob > 0 in training: set it to 0, or use 'exact' (or 'auto', "
+            "which takes the exact path when probability dropout is due)")
+    if implementation == "auto" and (drops_probs or jax.default_backend() != "gpu"):
+        return False
+    return not output_probs
+
+
+def fused_backend() -> str | None:
+    """`jax.nn.dot_product_attention`'s implementation: cuDNN on NVIDIA GPUs, XLA elsewhere."""
+    return "cudnn" if jax.default_backend() == "gpu" else None
+
+
 def _is_concrete(x: jax.Array) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
@@ -96,11 +131,29 @@ def check_inputs(
     for name, arr in (("token_type_ids", token_type_ids), ("attention_mask", attention_mask)):
         if arr.shape != (B, S):
             raise ValueError(f"{name} must have the shape of input_ids {(B, S)}, got {arr.shape}")
+    if _is_concrete(attention_mask) and may_fuse_attention(config.attn_implementation):
+        _check_right_padding(attention_mask)
     if _is_concrete(input_ids):
         _check_range("input_ids", input_ids, config.vocab_size, "vocab_size")
     if _is_concrete(token_type_ids):
         _check_range("token_type_ids", token_type_ids, config.type_vocab_size, "type_vocab_size")
     return token_type_ids, attention_mask
+
+
+def may_fuse_attention(implementation: str) -> bool:
+    """Whether attention may take the fused path on this backend (then masks must be padding)."""
+    return implementation == "fused" or (implementation == "auto" and jax.default_backend() == "gpu")
+
+
+def _check_right_padding(attention_mask: jax.Array) -> None:
+    mask = np.asarray(attention_mask) != 0
+    lengths = mask.sum(axis=1)
+    bad = np.flatnonzero((mask != (np.arange(mask.shape[1])[None, :] < lengths[:, None])).any(1))
+    if bad.size:
+        raise ValueError(
+            f"attention_mask rows {bad[:5].tolist()} are not right padding (ones, then zeros), "
+            "which fused attention reads as sequence lengths: pad at the end, or use "
+            "attn_implementation='exact'")
 
 
 def check_masked_positions(input_ids: jax.Array, masked_positions: jax.Array) -> None:

@@ -79,6 +79,7 @@ def pretrain(
     from bertjax.training.distributed import allgather_json, any_process
     from bertjax.training.optim import learning_rate_schedule, make_optimizer
     from bertjax.training.parallel import make_strategy
+    from bertjax.training.prefetch import Prefetch
     from bertjax.training.step import create_train_state, make_eval_step, make_train_step
 
     t_start = time.perf_counter()
@@ -96,7 +97,7 @@ def pretrain(
     optim = config.optim_config()
     tx = make_optimizer(optim)
     model = BertForPreTraining(bert_config, rngs=nnx.Rngs(train.seed))
-    graphdef, state = create_train_state(model, tx, train.seed)
+    graphdef, state = create_train_state(model, tx, train.seed, train.prng_impl)
     del model
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
     state, start_step = _restore(checkpointer, state, data, resume, say)
@@ -106,7 +107,7 @@ def pretrain(
     dropout = bert_config.hidden_dropout_prob > 0 or bert_config.attention_probs_dropout_prob > 0
     train_step = strategy.compile_step(make_train_step(
         graphdef, tx, learning_rate_schedule(optim), grad_accum_steps=optim.grad_accum_steps,
-        dropout=dropout, axis_name=strategy.axis_name))
+        dropout=dropout, axis_name=strategy.axis_name, prng_impl=train.prng_impl))
     eval_step = strategy.compile_eval(make_eval_step(graphdef, axis_name=strategy.axis_name))
 
     def evaluate(step: int) -> dict[str, float]:
@@ -132,11 +133,12 @@ def pretrain(
     clock = TrainClock(total=train.steps, start=start_step, tokens_per_step=tokens_per_step,
                        progress=progress and is_main)
     step, stopped, last_eval = start_step, None, {}
-    batches = data.batches_with_state()
+    # batches are made and put on the devices one step ahead, in a background thread
+    batches = Prefetch(data.batches_with_state(), lambda b: (strategy.shard_batch(b[0]), b[1]))
     try:
         while step < train.steps:
             batch, data_state = next(batches)
-            state, metrics = train_step(state, strategy.shard_batch(batch))
+            state, metrics = train_step(state, batch)
             step += 1
             pending.add(step, metrics)
             is_last = step == train.steps
@@ -160,6 +162,7 @@ def pretrain(
                 break
         pending.flush()
     finally:
+        batches.close()
         clock.close()
         writer.close()
         checkpointer.close()

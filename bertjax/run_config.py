@@ -22,9 +22,10 @@ import tomllib
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from bertjax.config import COMPUTE_DTYPES, PRESETS, BertConfig
+from bertjax.config import ATTENTION_IMPLEMENTATIONS, COMPUTE_DTYPES, PRESETS, BertConfig
 from bertjax.training.parallel import PARALLEL_CHOICES
 from bertjax.training.schedule import OPTIMIZERS, OptimConfig
+from bertjax.training.step import PRNG_IMPLS
 
 
 def _f(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:  # noqa: A002
@@ -40,6 +41,12 @@ class ModelSection:
     attention_probs_dropout_prob: float = _f(0.0, "dropout on attention probabilities")
     max_position_embeddings: int = _f(0, "position table size; 0 keeps the preset's")
     dtype: str = _f("float32", "compute dtype of activations and matmuls", COMPUTE_DTYPES)
+    attn_implementation: str = _f("auto", "attention: exact einsum + float32 softmax, fused "
+                                  "jax.nn.dot_product_attention (cuDNN on GPU; no attention-"
+                                  "probability dropout), or auto (fused on GPU when no such "
+                                  "dropout is due)", ATTENTION_IMPLEMENTATIONS)
+    scan_layers: bool = _f(False, "run the layers under lax.scan (faster compilation)")
+    remat: bool = _f(False, "recompute layer activations in the backward pass (less memory)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +88,8 @@ class TrainSection:
     keep_checkpoints: int = _f(2, "keep the newest N checkpoints (plus the best by eval loss)")
     log_every: int = _f(10, "refresh the progress bar and TensorBoard every N steps")
     parallel: str = _f("none", "parallel strategy", PARALLEL_CHOICES)
+    prng_impl: str = _f("threefry2x32", "PRNG of dropout (rbg/unsafe_rbg: cheaper on GPU/TPU)",
+                        PRNG_IMPLS)
     fsdp: int = _f(1, "FSDP (parameter sharding) degree for parallel='mesh'")
 
 
@@ -122,6 +131,9 @@ class RunConfig:
             "hidden_dropout_prob": self.model.hidden_dropout_prob,
             "attention_probs_dropout_prob": self.model.attention_probs_dropout_prob,
             "dtype": self.model.dtype,
+            "attn_implementation": self.model.attn_implementation,
+            "scan_layers": self.model.scan_layers,
+            "remat": self.model.remat,
         }
         if self.model.max_position_embeddings:
             overrides["max_position_embeddings"] = self.model.max_position_embeddings
@@ -177,6 +189,14 @@ def parse_value(option: Option, value: Any, source: str = "override") -> Any:
     """Convert a string or loaded value to the option's type, with a clear error."""
     kind = option.type
     try:
+        if kind is bool:
+            if isinstance(value, str):
+                if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError(value)
+                return value.lower() in ("true", "1", "yes")
+            if not isinstance(value, bool | int) or value not in (0, 1):
+                raise ValueError(value)
+            return bool(value)
         if kind is int:
             if isinstance(value, float) and not value.is_integer():
                 raise ValueError(value)

@@ -101,11 +101,12 @@ def bertjax_row(spec: dict[str, Any]) -> dict[str, Any]:
     if spec["mode"] == "train":
         optim = OptimConfig(**spec["optim"])
         tx = make_optimizer(optim)
-        graphdef, state = create_train_state(model, tx, spec["seed"])
+        prng = spec.get("prng_impl", "threefry2x32")
+        graphdef, state = create_train_state(model, tx, spec["seed"], prng)
         del model
         dropout = config.hidden_dropout_prob > 0 or config.attention_probs_dropout_prob > 0
         train_step = strategy.compile_step(make_train_step(
-            graphdef, tx, learning_rate_schedule(optim), dropout=dropout))
+            graphdef, tx, learning_rate_schedule(optim), dropout=dropout, prng_impl=prng))
         last["state"] = strategy.place_state(state)
 
         def step() -> Any:

@@ -84,6 +84,7 @@ class BenchSettings:
     gemm_size: int | None = None  # None: 4096 on CPU, 8192 on accelerators
     gemm_dtype: str | None = None  # None: float32 on CPU, bfloat16 on accelerators
     compile_backend: str = "inductor"
+    prng_impl: str = "threefry2x32"  # of the bertjax rows' dropout (bertjax.training.step)
     json_path: str | None = None
 
     def resolve(self, platform: str) -> BenchSettings:
@@ -274,6 +275,9 @@ def add_arguments(parser: argparse.ArgumentParser, mode: str) -> None:
                         help="dtype of the reference matmul (default: float32 CPU, bfloat16 GPU/TPU)")
     parser.add_argument("--compile-backend", default="inductor",
                         help="torch.compile backend of the hf-compiled rows (default: inductor)")
+    parser.add_argument("--prng", dest="prng_impl", default="threefry2x32",
+                        choices=("threefry2x32", "rbg", "unsafe_rbg"),
+                        help="PRNG of the bertjax rows' dropout (default: threefry2x32)")
     parser.add_argument("--json", dest="json_path", metavar="PATH", default=None,
                         help="also write every number as JSON to PATH")
 
@@ -286,5 +290,5 @@ def settings_from_args(args: argparse.Namespace, mode: str) -> BenchSettings:
         warmup=args.warmup, dtypes=tuple(args.dtype), hf_dtypes=args.hf_dtype,
         impls=tuple(args.impl), overrides=tuple(args.overrides), threads=args.threads,
         seed=args.seed, gemm_size=args.gemm_size, gemm_dtype=args.gemm_dtype,
-        compile_backend=args.compile_backend, json_path=args.json_path,
+        compile_backend=args.compile_backend, prng_impl=args.prng_impl, json_path=args.json_path,
     )

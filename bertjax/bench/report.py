@@ -114,6 +114,7 @@ def format_table(report: dict[str, Any]) -> str:
         f"model: preset {s['preset']} (L{c['num_hidden_layers']} H{c['hidden_size']} "
         f"A{c['num_attention_heads']} I{c['intermediate_size']} V{c['vocab_size']}), seq {s['seq']}, "
         f"batch {s['batch']}, {s['predictions']} predictions, dropout {s['dropout']}"
+        + (f" (bertjax PRNG {s.get('prng_impl', 'threefry2x32')})" if s["dropout"] else "")
         + (f", overrides {s['overrides']}" if s["overrides"] else ""),
         f"device: {dev['platform']} ({dev['device_kind']}); {threads['description']}",
         f"timing: {s['steps']} steps after the first + {s['warmup']} warm-up, a device sync after "

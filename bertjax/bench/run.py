@@ -104,6 +104,7 @@ def _row_spec(s: BenchSettings, row: Row, platform: str, common: dict[str, Any])
         "config": dataclasses.asdict(s.bert_config(row.dtype)), "seq": s.seq, "batch": s.batch,
         "predictions": s.predictions, "steps": s.steps, "warmup": s.warmup, "seed": s.seed,
         "optim": dataclasses.asdict(BENCH_OPTIM), "compile_backend": s.compile_backend,
+        "prng_impl": s.prng_impl,
         "device": "cuda" if platform == "gpu" else "cpu", **common,
     }
 

@@ -34,13 +34,22 @@ class TrainState:
     step: jax.Array  # () int32: optimizer updates done
     params: Any  # nnx.State of the model's nnx.Param leaves, float32
     opt_state: Any  # optax state
-    rng: jax.Array  # (2,) uint32: raw key data of the dropout stream (not a typed key: saves as-is)
+    rng: jax.Array  # uint32 raw key data of the dropout stream (not a typed key: saves as-is)
+
+
+# JAX's PRNG implementations for dropout: threefry (JAX's default, counter-based, many integer
+# ops per bit), rbg and unsafe_rbg (XLA's RngBitGenerator: far cheaper on GPUs and TPUs).
+PRNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
 
 
 def create_train_state(
-    model: nnx.Module, tx: optax.GradientTransformation, seed: int
+    model: nnx.Module, tx: optax.GradientTransformation, seed: int,
+    prng_impl: str = "threefry2x32",
 ) -> tuple[nnx.GraphDef, TrainState]:
-    """Split the model into its graph definition and a fresh `TrainState` (step 0)."""
+    """Split the model into its graph definition and a fresh `TrainState` (step 0) whose dropout
+    key is of `prng_impl` (one of `PRNG_IMPLS`)."""
+    if prng_impl not in PRNG_IMPLS:
+        raise ValueError(f"unknown PRNG implementation {prng_impl!r}; choose one of {PRNG_IMPLS}")
     graphdef, params, *rest = nnx.split(model, nnx.Param, ...)
     extra = [s for s in rest if jax.tree.leaves(s)]
     if extra:
@@ -48,7 +57,7 @@ def create_train_state(
             "the model holds state other than nnx.Param (e.g. an Rngs stream); build it without "
             f"rngs on dropout layers: {jax.tree.structure(extra)}"
         )
-    rng = jax.random.key_data(jax.random.key(seed))
+    rng = jax.random.key_data(jax.random.key(seed, impl=prng_impl))
     return graphdef, TrainState(
         step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), rng=rng
     )
@@ -75,19 +84,21 @@ def make_train_step(
     dropout: bool = True,
     axis_name: str | None = None,
     objective: Objective = PRETRAINING,
+    prng_impl: str = "threefry2x32",
 ) -> Callable[[TrainState, Batch], tuple[TrainState, Metrics]]:
     """A pure `train_step(state, batch) -> (state, metrics)`: one optimizer update of
     `objective` (pre-training by default; `objectives.CLASSIFICATION` fine-tunes).
 
     `axis_name` is the pmap axis (gradients and counts are summed over it); `None` for a single
-    device or a mesh, where the batch is one global array. `dropout=False` runs deterministically.
+    device or a mesh, where the batch is one global array. `dropout=False` runs deterministically;
+    `prng_impl` must be the one `create_train_state` made the state's key with.
     """
     k = grad_accum_steps
 
     def train_step(state: TrainState, batch: Batch) -> tuple[TrainState, Metrics]:
         counts = _psum({**objective.counts(batch),
                         "tokens": jnp.sum(batch["attention_mask"], dtype=jnp.float32)}, axis_name)
-        key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+        key = jax.random.fold_in(jax.random.wrap_key_data(state.rng, impl=prng_impl), state.step)
         if axis_name is not None:
             key = jax.random.fold_in(key, jax.lax.axis_index(axis_name))
 

@@ -1,0 +1,183 @@
+"""The GPU-minded paths, checked on the CPU: embeddings without scatter-add gradients into small
+tables, fused attention against the exact path, layers under lax.scan and rematerialisation
+against the plain loop, per-layer dropout keys, the dropout PRNG choice, host-to-device prefetch.
+
+Tolerances: fused vs exact 1e-5 max abs on float32 outputs and 1e-5 relative on gradients (the
+issue's bar); bfloat16 2e-2 of the logits' scale. scan and remat must equal the loop exactly.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from bertjax import BertConfig, BertForPreTraining
+from bertjax.losses import pretraining_loss
+from bertjax.training.optim import OptimConfig, learning_rate_schedule, make_optimizer
+from bertjax.training.prefetch import Prefetch
+from bertjax.training.step import create_train_state, make_train_step
+from bertjax.weights import state_to_numpy
+from parity.convert import flax_to_torch
+from parity.tensors import GRAD_FLOOR, random_batch
+
+# distinctive table sizes, so each one's gradient is recognisable in the HLO
+CONFIG = BertConfig.from_preset("tiny", vocab_size=301, type_vocab_size=3,
+                                max_position_embeddings=40)
+KEYS = ("input_ids", "token_type_ids", "attention_mask", "masked_positions")
+
+
+def _batch(config: BertConfig = CONFIG, seed: int = 1) -> dict[str, np.ndarray]:
+    return random_batch(config, batch_size=3, seq_len=24, num_predictions=5, seed=seed)
+
+
+def _loss_and_grads(model, batch, dropout_rng=None):
+    graphdef, params = nnx.split(model, nnx.Param)
+
+    def loss(p):
+        out = nnx.merge(graphdef, p)(*(batch[k] for k in KEYS), deterministic=dropout_rng is None,
+                                     dropout_rng=dropout_rng)
+        return pretraining_loss(out.mlm_logits, out.nsp_logits, batch)[0]
+
+    value, grads = jax.value_and_grad(loss)(params)
+    return float(value), state_to_numpy(grads)
+
+
+def test_backward_pass_scatters_only_into_the_word_embeddings():
+    model = BertForPreTraining(CONFIG, rngs=nnx.Rngs(0))
+    graphdef, params = nnx.split(model, nnx.Param)
+    batch = _batch()
+
+    def loss(p):
+        out = nnx.merge(graphdef, p)(*(batch[k] for k in KEYS))
+        return pretraining_loss(out.mlm_logits, out.nsp_logits, batch)[0]
+
+    hlo = jax.jit(jax.grad(loss)).lower(params).compile().as_text()
+    scattered = re.findall(r"= f32\[([\d,]+)\]\{[^}]*\} scatter\(", hlo)
+    H = CONFIG.hidden_size
+    assert f"{CONFIG.vocab_size},{H}" in scattered  # the word embeddings: a gather's gradient
+    assert f"{CONFIG.type_vocab_size},{H}" not in scattered  # token types: a one-hot matmul
+    assert f"{CONFIG.max_position_embeddings},{H}" not in scattered  # positions: a slice
+    assert not [s for s in scattered if s.endswith(f",{H}") and s.count(",") == 1
+                and s != f"{CONFIG.vocab_size},{H}"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_fused_attention_equals_the_exact_path(dtype):
+    config = CONFIG.replace(dtype=dtype)
+    exact = BertForPreTraining(config.replace(attn_implementation="exact"), rngs=nnx.Rngs(0))
+    fused = BertForPreTraining(config.replace(attn_implementation="fused"), rngs=nnx.Rngs(0))
+    batch = _batch(config)
+    a, b = exact(*(batch[k] for k in KEYS)), fused(*(batch[k] for k in KEYS))
+    assert b.attentions is None
+    for field in ("mlm_logits", "nsp_logits", "sequence_output"):
+        x, y = (np.asarray(getattr(o, field), np.float32) for o in (a, b))
+        bound = 1e-5 if dtype == "float32" else 2e-2 * float(np.abs(x).max())
+        assert float(np.abs(x - y).max()) <= bound, field
+    if dtype == "float32":
+        la, ga = _loss_and_grads(exact, batch)
+        lb, gb = _loss_and_grads(fused, batch)
+        floor = GRAD_FLOOR * max(float(np.abs(g).max()) for g in ga.values())
+        worst = max(float(np.abs(ga[n] - gb[n]).max()) / max(float(np.abs(ga[n]).max()), floor)
+                    for n in ga)
+        assert abs(la - lb) <= 1e-5 and worst <= 1e-5, worst
+
+
+def test_fused_attention_rules():
+    batch = _batch()
+    fused = BertForPreTraining(CONFIG.replace(attn_implementation="fused",
+                                              attention_probs_dropout_prob=0.1), rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="applies no dropout to attention probabilities"):
+        fused(*(batch[k] for k in KEYS), deterministic=False, dropout_rng=jax.random.key(0))
+    out = fused(*(batch[k] for k in KEYS), output_attentions=True)  # asked for: exact path
+    assert len(out.attentions) == CONFIG.num_hidden_layers
+    np.testing.assert_allclose(np.asarray(out.attentions[0]).sum(-1), 1.0, atol=1e-6)
+    left_padded = np.array([[0, 1, 1, 1], [1, 1, 1, 0]], np.int32)
+    with pytest.raises(ValueError, match=r"attention_mask rows \[0\] are not right padding"):
+        fused(np.ones((2, 4), np.int32), None, left_padded)
+    # auto on a CPU is the exact path: a left-padded mask is read as a mask, not as lengths
+    auto = BertForPreTraining(CONFIG, rngs=nnx.Rngs(0))
+    exact = BertForPreTraining(CONFIG.replace(attn_implementation="exact"), rngs=nnx.Rngs(0))
+    ids = np.arange(1, 9, dtype=np.int32).reshape(2, 4)
+    np.testing.assert_array_equal(np.asarray(auto(ids, None, left_padded).sequence_output),
+                                  np.asarray(exact(ids, None, left_padded).sequence_output))
+
+
+@pytest.mark.parametrize("changes", [{"scan_layers": True}, {"remat": True},
+                                     {"scan_layers": True, "remat": True}])
+def test_scan_and_remat_change_nothing_but_the_program(changes):
+    config = CONFIG.replace(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    plain = BertForPreTraining(config, rngs=nnx.Rngs(0))
+    other = BertForPreTraining(config.replace(**changes), rngs=nnx.Rngs(0))
+    batch = _batch(config)
+    a = plain(*(batch[k] for k in KEYS), output_attentions=True, output_hidden_states=True)
+    b = other(*(batch[k] for k in KEYS), output_attentions=True, output_hidden_states=True)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    key = jax.random.key(5)  # dropout on: per-layer keys give the loop's masks under scan too
+    la, ga = _loss_and_grads(plain, batch, key)
+    lb, gb = _loss_and_grads(other, batch, key)
+    assert la == lb
+    for n in ga:
+        np.testing.assert_allclose(ga[n], gb[n], rtol=0, atol=1e-7, err_msg=n)
+    # the parameters keep their per-layer names: conversion and checkpoints are unchanged
+    assert {k: v.shape for k, v in flax_to_torch(other).items()} == {
+        k: v.shape for k, v in flax_to_torch(plain).items()}
+
+
+def test_scan_traces_one_layer():
+    def dots(config):
+        model = BertForPreTraining(config, rngs=nnx.Rngs(0))
+        batch = _batch(config)
+        jaxpr = jax.make_jaxpr(lambda: model(*(batch[k] for k in KEYS)))()
+        return str(jaxpr).count("dot_general"), "scan[" in str(jaxpr)
+
+    deep = CONFIG.replace(num_hidden_layers=4)
+    (loop, loop_scan), (scanned, has_scan) = dots(deep), dots(deep.replace(scan_layers=True))
+    per_layer = 6  # q, k, v, scores, context, output ... plus the MLP's two
+    assert not loop_scan and has_scan
+    assert loop - scanned == 3 * (per_layer + 2)  # four layers traced once instead of four times
+
+
+@pytest.mark.parametrize("prng", ["threefry2x32", "rbg"])
+def test_dropout_prng_choice(prng):
+    config = CONFIG.replace(hidden_dropout_prob=0.2)
+    oc = OptimConfig(learning_rate=1e-3, total_steps=10)
+    tx = make_optimizer(oc)
+    graphdef, state = create_train_state(BertForPreTraining(config, rngs=nnx.Rngs(0)), tx, 0, prng)
+    assert state.rng.shape == ((2,) if prng == "threefry2x32" else (4,))
+    step = jax.jit(make_train_step(graphdef, tx, learning_rate_schedule(oc), prng_impl=prng))
+    batch = {k: jnp.asarray(v) for k, v in _batch(config).items()}
+    _, m1 = step(state, batch)
+    _, m2 = step(state, batch)
+    _, m3 = step(state.replace(step=state.step + 1), batch)
+    assert float(m1["loss"]) == float(m2["loss"])  # a function of (seed, step)
+    assert float(m1["loss"]) != float(m3["loss"])  # new masks at the next step
+    with pytest.raises(ValueError, match="unknown PRNG implementation 'philox'"):
+        create_train_state(BertForPreTraining(config, rngs=nnx.Rngs(0)), tx, 0, "philox")
+
+
+def test_prefetch_keeps_order_forwards_errors_and_stops():
+    placed = []
+    with Prefetch(iter(range(20)), lambda x: placed.append(x) or x * 10, size=3) as items:
+        assert [next(items) for _ in range(20)] == [x * 10 for x in range(20)]
+        with pytest.raises(StopIteration):
+            next(items)
+
+    def broken():
+        yield 1
+        raise OSError("shard 3 is unreadable")
+
+    items = Prefetch(broken(), lambda x: x)
+    assert next(items) == 1
+    with pytest.raises(OSError, match="shard 3 is unreadable"):
+        next(items)
+    endless = Prefetch(iter(int, 1), lambda x: x, size=2)  # an endless source, stopped early
+    next(endless)
+    endless.close()
+    assert not [t for t in threading.enumerate() if t.name == "bertjax-prefetch"]
