@@ -123,14 +123,15 @@ def finetune(
 
     writer = MetricsWriter(out / "metrics.jsonl", tensorboard_dir=out / "tensorboard")
     rng = np.random.default_rng(config.seed)
+    lengths = np.array([len(a) + len(b) for a, b in zip(
+        tokenizer.encode_batch([e.text for e in train]),
+        tokenizer.encode_batch([e.text_pair or "" for e in train]), strict=True)])
     best: tuple[float, float] | None = None
     best_params, best_epoch, best_scores = None, 0, None
     bar = tqdm(total=total, unit="step", desc="finetune", disable=not progress, file=sys.stderr)
     try:
         for epoch in range(1, config.epochs + 1):
-            order = rng.permutation(len(train))
-            for b in range(steps_per_epoch):
-                rows = order[b * config.batch_size:(b + 1) * config.batch_size]
+            for b, rows in enumerate(length_grouped_batches(lengths, config.batch_size, rng)):
                 batch = _batch(tokenizer, [train[i] for i in rows], config.max_length)
                 state, metrics = step_fn(state, strategy.shard_batch(
                     {**batch, "labels": y_train[rows]}))
@@ -171,6 +172,21 @@ def finetune(
         seconds=time.perf_counter() - started)
     write_json_atomic(out / "summary.json", dataclasses.asdict(result))
     return result
+
+
+def length_grouped_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator,
+                           group: int = 50) -> list[np.ndarray]:
+    """One epoch's batches (incomplete last batch dropped): a random order, cut into groups of
+    `group` batches, each group sorted by length before it is cut into batches, the batches then
+    shuffled. Rows of a batch have similar lengths, so little of each batch is padding (Hugging
+    Face's `group_by_length`), while every epoch still sees a new random mix."""
+    n = len(lengths) // batch_size
+    order = rng.permutation(len(lengths))[: n * batch_size]  # the rows left out are random
+    span = group * batch_size
+    grouped = np.concatenate([chunk[np.argsort(lengths[chunk], kind="stable")]
+                              for chunk in np.split(order, range(span, len(order), span))])
+    batches = [grouped[i * batch_size:(i + 1) * batch_size] for i in range(n)]
+    return [batches[i] for i in rng.permutation(n)]
 
 
 def _batch(tokenizer: Any, examples: Sequence[Example], max_length: int) -> dict[str, np.ndarray]:

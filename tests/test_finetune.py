@@ -28,10 +28,11 @@ def _write(path, rows):
 
 @pytest.fixture(scope="module")
 def task(tmp_path_factory):
-    """A task a tiny model can learn in a few steps: which of two phrases a sentence carries."""
+    """A task a tiny model can learn in a few steps: which of two phrases a sentence starts with
+    (at the start: the end of a long line is cut at --max-length)."""
     rng = random.Random(0)
     lines = sentences(300)
-    rows = [{"text": f"{line} {'the king and his crown' if i % 2 else 'a fool and his jest'}",
+    rows = [{"text": f"{'the king and his crown' if i % 2 else 'a fool and his jest'}. {line}",
              "label": "royal" if i % 2 else "folly"} for i, line in enumerate(lines)]
     rng.shuffle(rows)
     tmp = tmp_path_factory.mktemp("task")
@@ -45,7 +46,7 @@ def finetuned(task, tmp_path_factory):
     train, validation, test = task
     code = main(["finetune", str(tiny_checkpoint()), "--train", str(train), "--validation",
                  str(validation), "--test", str(test), "--output-dir", str(out), "--epochs", "3",
-                 "--batch-size", "16", "--learning-rate", "1e-3", "--max-length", "64",
+                 "--batch-size", "16", "--learning-rate", "2e-3", "--max-length", "64",
                  "--no-progress"])
     assert code == 0
     return out
@@ -151,3 +152,20 @@ def test_genre_task_holds_out_whole_plays():
     assert not {e.where.split(" ")[0] for e in train} & held
     assert all(len(e.text.split()) >= GENRE_MIN_WORDS for e in test + train)
     assert len(train) == 6 * 50 and {e.label for e in train} == set(genres.values())
+
+
+def test_length_grouped_batches_cover_the_epoch_with_little_padding():
+    from bertjax.finetune import length_grouped_batches
+
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(5, 200, size=1000)
+    batches = length_grouped_batches(lengths, 32, np.random.default_rng(1), group=10)
+    rows = np.concatenate(batches)
+    assert len(batches) == 1000 // 32 and all(len(b) == 32 for b in batches)
+    assert len(set(rows.tolist())) == len(rows)  # no row twice
+    grouped_padding = sum(lengths[b].max() * 32 - lengths[b].sum() for b in batches)
+    random_batches = np.random.default_rng(2).permutation(1000)[:len(rows)].reshape(-1, 32)
+    random_padding = sum(lengths[b].max() * 32 - lengths[b].sum() for b in random_batches)
+    assert grouped_padding < 0.25 * random_padding
+    again = length_grouped_batches(lengths, 32, np.random.default_rng(1), group=10)
+    assert all(np.array_equal(a, b) for a, b in zip(batches, again, strict=True))  # seeded
