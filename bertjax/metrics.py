@@ -97,8 +97,10 @@ class MetricsWriter:
             purge = None if resume_step is None else resume_step + 1
             self._tb = SummaryWriter(str(tensorboard_dir), purge_step=purge)
 
-    def log(self, kind: str, step: int, metrics: Mapping[str, Any], *, flush: bool = False) -> None:
-        """Write one record; numeric values also go to TensorBoard as `<kind>/<name>`."""
+    def log(self, kind: str, step: int, metrics: Mapping[str, Any], *, flush: bool = False,
+            tensorboard: bool = True) -> None:
+        """Write one record; numeric values also go to TensorBoard as `<kind>/<name>` (unless
+        `tensorboard=False`: the JSON-lines file holds every record, TensorBoard a sample)."""
         if not self.enabled:
             return
         record = {"kind": kind, "step": int(step)}
@@ -106,7 +108,7 @@ class MetricsWriter:
         self._file.write(json.dumps(record, sort_keys=True) + "\n")
         if flush:
             self._file.flush()
-        if self._tb is not None:
+        if self._tb is not None and tensorboard:
             for name, value in record.items():
                 if name in ("kind", "step") or isinstance(value, bool | str) or value is None:
                     continue

@@ -109,6 +109,8 @@ def pretrain(
         graphdef, tx, learning_rate_schedule(optim), grad_accum_steps=optim.grad_accum_steps,
         dropout=dropout, axis_name=strategy.axis_name, prng_impl=train.prng_impl))
     eval_step = strategy.compile_eval(make_eval_step(graphdef, axis_name=strategy.axis_name))
+    writer = MetricsWriter(run.metrics, tensorboard_dir=run.tensorboard, enabled=is_main,
+                           resume_step=start_step if resume else None)
 
     def evaluate(step: int) -> dict[str, float]:
         sums = [strategy.host_metrics(eval_step(state.params, strategy.shard_batch(b)))
@@ -120,8 +122,6 @@ def pretrain(
         say(_eval_line(step, out))
         return out
 
-    writer = MetricsWriter(run.metrics, tensorboard_dir=run.tensorboard, enabled=is_main,
-                           resume_step=start_step if resume else None)
     say(f"pretrain: {config.model.preset} ({n_params / 1e6:.2f}M params, vocab "
         f"{data.vocab_size}), batch {config.data.batch_size} x seq {config.data.seq_len}, "
         f"{train.steps} steps, {jax.device_count()} device(s) x {jax.process_count()} "
@@ -242,7 +242,7 @@ def _restore(checkpointer: Any, state: Any, data: Any, resume: bool,
 class PendingMetrics:
     """Train metrics stay on the device until `flush` brings every pending step to the host at
     once: one sync per log interval, not per step. Each step is then checked (NaN/Inf stops the
-    run) and logged."""
+    run) and logged to metrics.jsonl; TensorBoard gets one point per flush."""
 
     def __init__(self, to_host: Callable, writer: MetricsWriter,
                  checkpoint_steps: Callable[[], list[int]],
@@ -257,14 +257,15 @@ class PendingMetrics:
     def flush(self) -> dict[str, float]:
         """Log the pending steps; returns the newest one's metrics ({} if none was pending)."""
         host: dict[str, float] = {}
-        for step, metrics in self.steps:
+        for i, (step, metrics) in enumerate(self.steps, 1):
             host = self.to_host(metrics)
             if self.on_step is not None:
                 self.on_step(step, host)
             for key in ("loss", "grad_norm"):
                 if not math.isfinite(host.get(key, 0.0)):
                     self._stop(step, key, host[key])
-            self.writer.log("train", step, host)
+            # every step to metrics.jsonl; the newest of each flush to TensorBoard (host time)
+            self.writer.log("train", step, host, tensorboard=i == len(self.steps))
         self.steps.clear()
         return host
 

@@ -196,3 +196,29 @@ def test_long_text_is_cut_with_a_warning_naming_it(peaked):
     with pytest.warns(TruncationWarning, match="text 2 has .* more tokens than the model's 128"):
         with pytest.raises(ValueError, match="text 2 has no \\[MASK\\] token \\(or it was cut off\\)"):
             fill_mask(model, tokenizer, [TEXTS[0], long], names=["text 1", "text 2"])
+
+
+def test_a_loaded_run_scores_what_the_run_recorded(run_dir):
+    """from_pretrained(run) is the trained model itself: on the run's held-out batches it scores
+    exactly the evaluation the run logged at that checkpoint."""
+    from bertjax import run_config as rc
+    from bertjax.losses import metrics_from_sums, pretraining_sums
+    from bertjax.metrics import read_jsonl
+    from bertjax.pretrain_data import open_data
+    from bertjax.rundir import RunDir
+
+    run = RunDir(run_dir)
+    data = open_data(rc.RunConfig.from_dict(run.saved_config()), run)
+    for step in (3, 6):
+        model, _ = bertjax.from_pretrained(run_dir, step=step)
+
+        def sums(batch, model=model):
+            out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
+                        batch["masked_positions"])
+            return pretraining_sums(out.mlm_logits, out.nsp_logits, batch)
+
+        parts = [{k: float(v) for k, v in sums(b).items()} for b in data.eval_batches]
+        mine = metrics_from_sums({k: sum(p[k] for p in parts) for k in parts[0]})
+        logged = next(r for r in read_jsonl(run.metrics, "eval") if r["step"] == step)
+        assert mine["mlm_loss"] == pytest.approx(logged["mlm_loss"], abs=1e-5)
+        assert mine["mlm_accuracy"] == pytest.approx(logged["mlm_accuracy"], abs=1e-9)
