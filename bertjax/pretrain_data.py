@@ -37,9 +37,9 @@ class PretrainData:
 def open_data(config: rc.RunConfig, run: RunDir) -> PretrainData:
     """Vocabulary (trained on the training split), shards, batches; made once per run directory.
 
-    The vocabulary and the tokenised shards are cached and reused on resume: WordPiece training
-    is not bitwise reproducible across processes, and resume must see the same token ids. With
-    several processes only process 0 makes them; the others wait for it, then read its files.
+    The vocabulary and the tokenised shards are made once and reused on resume (the same
+    corpus makes the same ones, but the corpus may have changed since). With several processes
+    only process 0 makes them; the others wait for it, then read its files.
     """
     import jax
 

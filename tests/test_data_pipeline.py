@@ -208,7 +208,8 @@ def _equal(x: dict[str, np.ndarray], y: dict[str, np.ndarray]) -> bool:
 
 def test_resume_gives_the_same_batches_bitwise_across_an_epoch_boundary():
     it = _iterator()
-    assert it.steps_per_epoch == 10
+    # whole batches of the pairs this (deterministically trained) vocabulary makes
+    assert it.steps_per_epoch == len(it.pairs) // 2048 == 9
     for _ in range(8):
         next(it)
     state = json.loads(json.dumps(it.get_state()))
@@ -251,7 +252,7 @@ def test_processes_get_disjoint_rows_that_make_up_the_global_batch():
 
 def test_finite_epochs_and_too_small_corpus(tmp_path):
     it = _iterator(num_epochs=2)
-    assert len(it) == 10 and sum(1 for _ in it) == 20
+    assert len(it) == 9 and sum(1 for _ in it) == 18
     write_shards(_docs(3, 2), minilm_tokenizer(), tmp_path / "s")
     with pytest.raises(ValueError, match="fewer than one global batch of 256"):
         PretrainingBatches(tmp_path / "s", seq_len=32, max_predictions=5)

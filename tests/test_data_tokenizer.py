@@ -1,12 +1,16 @@
-"""WordPiece: training, saving, loading, special tokens looked up (never hard-coded), bad vocabs."""
+"""WordPiece: deterministic training, saving, loading, special tokens looked up, bad vocabs."""
 
 from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
 
 import pytest
 from test_data_helpers import minilm_dir, minilm_tokenizer, shakespeare_tokenizer
 
 from bertjax.config import BertConfig
-from bertjax.data import SpecialTokens, WordPieceTokenizer
+from bertjax.data import SpecialTokens, WordPieceTokenizer, corpus_documents
 
 
 def test_trained_vocabulary_has_pad_zero_and_round_trips(tmp_path):
@@ -66,3 +70,42 @@ def test_missing_vocabulary_and_empty_training_corpus(tmp_path):
         WordPieceTokenizer.load(tmp_path)
     with pytest.raises(ValueError, match="empty corpus"):
         WordPieceTokenizer.train(iter([]), 100)
+
+
+_TRAIN_IN_A_PROCESS = """
+import sys
+from bertjax.data import WordPieceTokenizer
+sentences = open(sys.argv[1], encoding="utf-8").read().splitlines()
+print(WordPieceTokenizer.train(sentences, 300).vocab_hash)
+"""
+
+
+def test_vocabulary_training_is_deterministic_within_and_across_processes(tmp_path):
+    # `tokenizers` numbers the "##x" pieces in the order of a hash map seeded afresh for every
+    # map, and breaks ties between equally frequent merges by those numbers: three plays and
+    # 300 tokens gave four different vocabularies in four trainings before training fixed it.
+    docs = itertools.islice(corpus_documents("shakespeare", split="train"), 3)
+    sentences = [s for d in docs for s in d]
+    corpus = tmp_path / "three_plays.txt"
+    corpus.write_text("\n".join(sentences), encoding="utf-8")
+    trained = [WordPieceTokenizer.train(sentences, 300) for _ in range(4)]
+    in_process = {t.vocab_hash for t in trained}
+    across = {
+        subprocess.run([sys.executable, "-c", _TRAIN_IN_A_PROCESS, str(corpus)], check=True,
+                       capture_output=True, text=True).stdout.strip()
+        for _ in range(2)
+    }
+    assert len(in_process) == 1 and across == in_process
+    tok = trained[0]
+    # the continuation pieces got fixed ids but stay ordinary vocabulary entries
+    assert set(tok.tokenizer.get_added_tokens_decoder()) == set(tok.special.ids)
+    assert tok.token_to_id("##e") in set(tok.replacement_ids().tolist())
+    assert tok.encode_batch(["the##e"]) == tok.encode_batch(["the # # e"])
+
+
+def test_alphabet_limit_keeps_the_most_frequent_characters_ties_by_character():
+    sentences = ["aaa bb cc dd ee"] * 20
+    tok = WordPieceTokenizer.train(sentences, 100, limit_alphabet=3)
+    single = {t for t in tok.tokenizer.get_vocab() if len(t) == 1}
+    assert single == {"a", "b", "c"}  # a most frequent; b, c, d, e tie: the first two kept
+    assert tok.encode_batch(["dd"]) == [[tok.special.unk]]

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import os
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from bertjax.files import write_text_atomic
 SPECIAL_TOKENS: dict[str, str] = {
     "pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]",
 }
+CONTINUATION = "##"  # WordPiece's prefix of a piece that continues a word
 _RESERVED = re.compile(r"^\[[^\]]+\]$")  # [unused0], [PAD], ... never random replacements
 
 
@@ -76,26 +79,30 @@ class WordPieceTokenizer:
         limit_alphabet: int = 1000,
         show_progress: bool = False,
     ) -> WordPieceTokenizer:
-        """Train on an iterator of sentences; [PAD] gets id 0, then [UNK] [CLS] [SEP] [MASK]."""
+        """Train on an iterator of sentences; [PAD] gets id 0, then [UNK] [CLS] [SEP] [MASK].
+
+        Deterministic: the same sentences and options give the same vocabulary, ids included, in
+        any process. `tokenizers` alone does not: it numbers the continuation pieces ("##e") in
+        the order of a randomly seeded hash map and breaks ties between equally frequent merges
+        by those numbers. Here the words are counted first, the continuation pieces are given
+        fixed ids (sorted, right after the special tokens) and the alphabet is chosen by count,
+        then character, so nothing is left to the hash order.
+        """
         if vocab_size <= len(SPECIAL_TOKENS):
             raise ValueError(f"vocab_size must exceed {len(SPECIAL_TOKENS)}, got {vocab_size}")
         wp = BertWordPieceTokenizer(lowercase=lowercase, strip_accents=None if lowercase else False)
-        seen = 0
-
-        def counted() -> Iterator[str]:
-            nonlocal seen
-            for sentence in sentences:
-                seen += 1
-                yield sentence
-
-        wp.train_from_iterator(
-            counted(), vocab_size=vocab_size, min_frequency=min_frequency,
-            limit_alphabet=limit_alphabet, special_tokens=list(SPECIAL_TOKENS.values()),
-            show_progress=show_progress,
-        )
-        if not seen:
+        words = _word_counts(wp._tokenizer, sentences)
+        if not words:
             raise ValueError("cannot train a vocabulary on an empty corpus; check --corpus")
-        return cls(wp._tokenizer, source=f"trained (vocab_size={vocab_size})")
+        alphabet = _alphabet(words, limit_alphabet)
+        continuations = sorted({CONTINUATION + c for w in words for c in w[1:] if c in alphabet})
+        wp.train_from_iterator(
+            _repeated_words(words), vocab_size=vocab_size, min_frequency=min_frequency,
+            limit_alphabet=len(alphabet), initial_alphabet=alphabet,
+            special_tokens=[*SPECIAL_TOKENS.values(), *continuations], show_progress=show_progress,
+        )
+        return cls(_only_special_tokens_added(wp._tokenizer),
+                   source=f"trained (vocab_size={vocab_size})")
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, lowercase: bool = True) -> WordPieceTokenizer:
@@ -194,9 +201,53 @@ class WordPieceTokenizer:
     def continuation_mask(self) -> np.ndarray:
         """Bool per id: True for WordPiece continuation pieces ("##ing"), for whole-word masking."""
         out = np.zeros(self.vocab_size, dtype=bool)
-        prefix = "##"
         model = json.loads(self.tokenizer.model.__getstate__())
-        prefix = model.get("continuing_subword_prefix", prefix) or prefix
+        prefix = model.get("continuing_subword_prefix") or CONTINUATION
         for token, i in self._vocab.items():
             out[i] = token.startswith(prefix) and len(token) > len(prefix)
         return out
+
+
+# --- deterministic training --------------------------------------------------------------------
+
+
+def _word_counts(tokenizer: Tokenizer, sentences: Iterable[str]) -> Counter[str]:
+    """How often each word occurs, after the tokenizer's own normaliser and pre-tokenizer (the
+    words its trainer would count)."""
+    normalizer, pre_tokenizer = tokenizer.normalizer, tokenizer.pre_tokenizer
+    counts: Counter[str] = Counter()
+    sentences = iter(sentences)
+    while batch := list(itertools.islice(sentences, 1024)):  # one call per 1024 sentences
+        text = normalizer.normalize_str("\n".join(batch))  # a newline separates words too
+        counts.update(w for w, _ in pre_tokenizer.pre_tokenize_str(text))
+    return counts
+
+
+def _alphabet(words: Counter[str], limit: int) -> list[str]:
+    """The `limit` most frequent characters, ties broken by the character."""
+    chars: Counter[str] = Counter()
+    for word, n in words.items():
+        for c in word:
+            chars[c] += n
+    kept = sorted(chars, key=lambda c: (-chars[c], c))[:limit]
+    return sorted(kept)
+
+
+def _repeated_words(words: Counter[str], chunk: int = 4096) -> Iterator[str]:
+    """The counted words as text the trainer counts back to the same numbers (a word is either
+    one punctuation mark or has none, so joining copies with spaces keeps them apart)."""
+    for word in sorted(words):
+        left = words[word]
+        while left:
+            n = min(left, chunk)
+            yield " ".join([word] * n)
+            left -= n
+
+
+def _only_special_tokens_added(tokenizer: Tokenizer) -> Tokenizer:
+    """The trained tokenizer without the continuation pieces as added tokens (they were added
+    only to fix their ids; as added tokens they would be matched in raw text)."""
+    spec = json.loads(tokenizer.to_str())
+    spec["added_tokens"] = [t for t in spec["added_tokens"]
+                            if t["content"] in SPECIAL_TOKENS.values()]
+    return Tokenizer.from_str(json.dumps(spec))
