@@ -16,8 +16,8 @@ from typing import Any
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 COMPUTE_DTYPES = ("float32", "bfloat16")
 # "exact": einsum scores, float32 softmax, attention-probability dropout (the parity reference);
-# "fused": jax.nn.dot_product_attention (cuDNN on NVIDIA GPUs, XLA elsewhere), no probability
-# dropout; "auto": fused on a GPU whenever no probability dropout is due, exact otherwise.
+# "fused": jax.nn.dot_product_attention (cuDNN on NVIDIA GPUs with bfloat16, XLA otherwise), no
+# probability dropout; "auto": fused where cuDNN applies and no probability dropout is due.
 ATTENTION_IMPLEMENTATIONS = ("auto", "exact", "fused")
 # Fields of BertConfig that are bertjax's own (how to compute), not Hugging Face's (what to
 # compute): never written to or read from config.json.

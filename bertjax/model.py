@@ -117,10 +117,12 @@ class BertAttention(nnx.Module):
 
     Two paths (`config.attn_implementation`): "exact" computes the scores with an einsum and a
     float32 masked softmax, drops attention probabilities out and returns them (the parity
-    reference); "fused" calls `jax.nn.dot_product_attention` (cuDNN on NVIDIA GPUs) with the
-    padding as sequence lengths, so `attention_mask` must be right padding (every input bertjax
-    makes is), returns no probabilities and applies no dropout to them. "auto" is fused on a GPU
-    whenever neither is needed, exact otherwise; an explicit "fused" refuses probability dropout.
+    reference); "fused" calls `jax.nn.dot_product_attention` with the padding as sequence
+    lengths, so `attention_mask` must be right padding (every input bertjax makes is), returns no
+    probabilities and applies no dropout to them: cuDNN's flash attention where it applies (an
+    NVIDIA GPU, bfloat16/float16 compute, head size a multiple of 8 up to 128), XLA otherwise.
+    "auto" is fused where cuDNN applies and neither is needed, exact otherwise; an explicit
+    "fused" refuses probability dropout.
     """
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
@@ -150,10 +152,11 @@ class BertAttention(nnx.Module):
         k = self.key(x).reshape(heads)  # (B, S, A, D)
         v = self.value(x).reshape(heads)  # (B, S, A, D)
         drops_probs = not deterministic and self.attention_dropout.rate > 0
-        if numerics.use_fused_attention(self.implementation, drops_probs, output_probs):
+        cudnn = numerics.cudnn_attention_applies(q.dtype, self.head_dim)
+        if numerics.use_fused_attention(self.implementation, drops_probs, output_probs, cudnn):
             lengths = jnp.sum(attention_mask, axis=-1, dtype=jnp.int32)  # (B,) right padding
             context = jax.nn.dot_product_attention(
-                q, k, v, key_value_seq_lengths=lengths, implementation=numerics.fused_backend())
+                q, k, v, key_value_seq_lengths=lengths, implementation="cudnn" if cudnn else "xla")
             probs = None
         else:
             scores = jnp.einsum("bqad,bkad->baqk", q, k, preferred_element_type=jnp.float32)

@@ -78,8 +78,18 @@ def compute_dtype_of(embed: nnx.Embed) -> jnp.dtype:
     return jnp.dtype(embed.dtype or embed.embedding.dtype)
 
 
-def use_fused_attention(implementation: str, drops_probs: bool, output_probs: bool) -> bool:
-    """Whether attention takes the fused path (see `bertjax.model.BertAttention`)."""
+def cudnn_attention_applies(dtype: jnp.dtype, head_dim: int) -> bool:
+    """Whether cuDNN's fused attention takes these heads: an NVIDIA GPU, float16/bfloat16 q/k/v
+    and a head size that is a multiple of 8, at most 128 (JAX's own check raises otherwise)."""
+    return (jax.default_backend() == "gpu" and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
+            and head_dim % 8 == 0 and head_dim <= 128)
+
+
+def use_fused_attention(
+    implementation: str, drops_probs: bool, output_probs: bool, cudnn: bool
+) -> bool:
+    """Whether attention takes the fused path (see `bertjax.model.BertAttention`); `cudnn` is
+    `cudnn_attention_applies(...)` for the heads at hand."""
     if implementation == "exact":
         return False
     if implementation == "fused" and drops_probs:
@@ -87,14 +97,9 @@ def use_fused_attention(implementation: str, drops_probs: bool, output_probs: bo
             "attn_implementation='fused' applies no dropout to attention probabilities, but "
             "attention_probs_dropout_prob > 0 in training: set it to 0, or use 'exact' (or 'auto', "
             "which takes the exact path when probability dropout is due)")
-    if implementation == "auto" and (drops_probs or jax.default_backend() != "gpu"):
+    if implementation == "auto" and (drops_probs or not cudnn):
         return False
     return not output_probs
-
-
-def fused_backend() -> str | None:
-    """`jax.nn.dot_product_attention`'s implementation: cuDNN on NVIDIA GPUs, XLA elsewhere."""
-    return "cudnn" if jax.default_backend() == "gpu" else None
 
 
 def _is_concrete(x: jax.Array) -> bool:
@@ -131,7 +136,7 @@ def check_inputs(
     for name, arr in (("token_type_ids", token_type_ids), ("attention_mask", attention_mask)):
         if arr.shape != (B, S):
             raise ValueError(f"{name} must have the shape of input_ids {(B, S)}, got {arr.shape}")
-    if _is_concrete(attention_mask) and may_fuse_attention(config.attn_implementation):
+    if _is_concrete(attention_mask) and may_fuse_attention(config):
         _check_right_padding(attention_mask)
     if _is_concrete(input_ids):
         _check_range("input_ids", input_ids, config.vocab_size, "vocab_size")
@@ -140,9 +145,11 @@ def check_inputs(
     return token_type_ids, attention_mask
 
 
-def may_fuse_attention(implementation: str) -> bool:
-    """Whether attention may take the fused path on this backend (then masks must be padding)."""
-    return implementation == "fused" or (implementation == "auto" and jax.default_backend() == "gpu")
+def may_fuse_attention(config: BertConfig) -> bool:
+    """Whether attention may take the fused path here (then masks must be right padding)."""
+    auto = config.attn_implementation == "auto"
+    return config.attn_implementation == "fused" or (
+        auto and cudnn_attention_applies(jnp.dtype(config.dtype), config.head_dim))
 
 
 def _check_right_padding(attention_mask: jax.Array) -> None:

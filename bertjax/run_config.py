@@ -42,9 +42,9 @@ class ModelSection:
     max_position_embeddings: int = _f(0, "position table size; 0 keeps the preset's")
     dtype: str = _f("float32", "compute dtype of activations and matmuls", COMPUTE_DTYPES)
     attn_implementation: str = _f("auto", "attention: exact einsum + float32 softmax, fused "
-                                  "jax.nn.dot_product_attention (cuDNN on GPU; no attention-"
-                                  "probability dropout), or auto (fused on GPU when no such "
-                                  "dropout is due)", ATTENTION_IMPLEMENTATIONS)
+                                  "jax.nn.dot_product_attention (cuDNN on GPU in bfloat16; no "
+                                  "attention-probability dropout), or auto (fused where cuDNN "
+                                  "applies and no such dropout is due)", ATTENTION_IMPLEMENTATIONS)
     scan_layers: bool = _f(False, "run the layers under lax.scan (faster compilation)")
     remat: bool = _f(False, "recompute layer activations in the backward pass (less memory)")
 

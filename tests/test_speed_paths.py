@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bertjax import BertConfig, BertForPreTraining
+from bertjax import BertConfig, BertForPreTraining, numerics
 from bertjax.losses import pretraining_loss
 from bertjax.training.optim import OptimConfig, learning_rate_schedule, make_optimizer
 from bertjax.training.prefetch import Prefetch
@@ -162,12 +162,30 @@ def test_dropout_prng_choice(prng):
         create_train_state(BertForPreTraining(config, rngs=nnx.Rngs(0)), tx, 0, "philox")
 
 
+def _next_within(items: Prefetch, seconds: float) -> str:
+    """What `next(items)` does within `seconds` ("blocked" if it does not return), in a thread
+    so that a hanging iterator fails the test instead of hanging it."""
+    result = ["blocked"]
+
+    def call() -> None:
+        try:
+            result[0] = repr(next(items))
+        except StopIteration:
+            result[0] = "StopIteration"
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return result[0]
+
+
 def test_prefetch_keeps_order_forwards_errors_and_stops():
     placed = []
     with Prefetch(iter(range(20)), lambda x: placed.append(x) or x * 10, size=3) as items:
         assert [next(items) for _ in range(20)] == [x * 10 for x in range(20)]
         with pytest.raises(StopIteration):
             next(items)
+        assert _next_within(items, 5.0) == "StopIteration"  # again: ends, never blocks
 
     def broken():
         yield 1
@@ -177,7 +195,28 @@ def test_prefetch_keeps_order_forwards_errors_and_stops():
     assert next(items) == 1
     with pytest.raises(OSError, match="shard 3 is unreadable"):
         next(items)
+    assert _next_within(items, 5.0) == "StopIteration"
     endless = Prefetch(iter(int, 1), lambda x: x, size=2)  # an endless source, stopped early
     next(endless)
     endless.close()
     assert not [t for t in threading.enumerate() if t.name == "bertjax-prefetch"]
+
+
+def test_auto_fuses_only_where_cudnn_takes_the_heads(monkeypatch):
+    # cuDNN's attention refuses float32 q/k/v and head sizes that are not a multiple of 8 up to
+    # 128 (JAX raises NotImplementedError): "auto" must take the exact path there, and an
+    # explicit "fused" the XLA implementation. Decided here as on an NVIDIA GPU.
+    assert not numerics.cudnn_attention_applies(jnp.bfloat16, 64)  # this CPU
+    monkeypatch.setattr(numerics.jax, "default_backend", lambda: "gpu")
+    applies = numerics.cudnn_attention_applies
+    assert applies(jnp.bfloat16, 64) and applies(jnp.float16, 128)
+    assert not applies(jnp.float32, 64) and not applies(jnp.bfloat16, 36)
+    assert not applies(jnp.bfloat16, 256)
+    fuse = numerics.use_fused_attention
+    assert fuse("auto", False, False, cudnn=True) and not fuse("auto", False, False, cudnn=False)
+    assert fuse("fused", False, False, cudnn=False)  # XLA's implementation
+    assert not fuse("auto", True, False, cudnn=True) and not fuse("auto", False, True, cudnn=True)
+    assert not fuse("exact", False, False, cudnn=True)
+    base = BertConfig.from_preset("base")
+    assert numerics.may_fuse_attention(base.replace(dtype="bfloat16"))
+    assert not numerics.may_fuse_attention(base)  # float32: auto stays exact, any mask goes

@@ -21,6 +21,7 @@ class Prefetch:
             raise ValueError(f"prefetch size must be at least 1, got {size}")
         self._queue: queue.Queue = queue.Queue(maxsize=size)
         self._stop = threading.Event()
+        self._finished: BaseException | None = None  # set once the end or an error was handed out
         self._thread = threading.Thread(target=self._fill, args=(source, place), daemon=True,
                                         name="bertjax-prefetch")
         self._thread.start()
@@ -47,10 +48,14 @@ class Prefetch:
         return self
 
     def __next__(self) -> Any:
+        if self._finished is not None:  # the thread is gone: nothing more will come
+            raise self._finished
         kind, value = self._queue.get()
         if kind == "error":
+            self._finished = StopIteration()
             raise value
         if kind == "end":
+            self._finished = StopIteration()
             raise StopIteration
         return value
 
