@@ -14,32 +14,33 @@ from pathlib import Path
 from typing import Any
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write `text` (UTF-8) to a temporary file beside `path`, then rename it over `path`."""
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `path` (same suffix) to write; when the block ends cleanly
+    it is renamed over `path`, on an exception it is removed and `path` is untouched."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write `text` (UTF-8) to a temporary file beside `path`, then rename it over `path`."""
+    with atomic_file(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 def write_npy_atomic(path: str | os.PathLike, array: Any) -> None:
     """Save `array` as .npy beside `path`, then rename it over `path`."""
     import numpy as np
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            np.save(f, array)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_file(path) as tmp, open(tmp, "wb") as f:
+        np.save(f, array)
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
@@ -50,8 +51,11 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
 def atomic_directory(path: str | os.PathLike, *, replace: bool = False) -> Iterator[Path]:
     """Yield a fresh temporary directory beside `path`; when the block ends cleanly it becomes
     `path` (an existing `path` is swapped out only with `replace`, and deleted once the new one
-    is in place). On an exception the temporary directory is removed and `path` is untouched."""
+    is in place). On an exception the temporary directory is removed and `path` is untouched.
+    A process killed between the two renames of a swap leaves the old directory aside: the next
+    call on `path` puts it back first."""
     path = Path(path)
+    _recover_swapped_out(path)
     if path.exists() and not replace:
         raise FileExistsError(f"{path} already exists")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -63,10 +67,23 @@ def atomic_directory(path: str | os.PathLike, *, replace: bool = False) -> Itera
         if path.exists():
             old = path.parent / f".{path.name}.old-{os.getpid()}"
             os.replace(path, old)
-            os.replace(tmp, path)
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                os.replace(old, path)
+                raise
             shutil.rmtree(old)
         else:
             os.replace(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _recover_swapped_out(path: Path) -> None:
+    """Put back an old directory a killed swap left aside (if `path` is missing), drop others."""
+    leftovers = sorted(path.parent.glob(f".{path.name}.old-*"), key=lambda p: p.stat().st_mtime)
+    if leftovers and not path.exists():
+        os.replace(leftovers.pop(), path)
+    for old in leftovers:
+        shutil.rmtree(old, ignore_errors=True)

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from bertjax.files import write_text_atomic
+from bertjax.files import atomic_file, write_text_atomic
 
 
 def _plain(value: Any) -> Any:
@@ -211,11 +211,10 @@ def plot_curves(jsonl_path: str | Path, png_path: str | Path, *, title: str = ""
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    png_path = Path(png_path)
-    png_path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png_path, dpi=100)
+    with atomic_file(png_path) as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
-    return png_path
+    return Path(png_path)
 
 
 def plot_confusion(matrix: Any, labels: Iterable[str], png_path: str | Path, *, title: str = "") -> Path:
@@ -243,10 +242,7 @@ def plot_confusion(matrix: Any, labels: Iterable[str], png_path: str | Path, *, 
     if title:
         ax.set_title(title)
     fig.tight_layout()
-    png_path = Path(png_path)
-    png_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = png_path.with_name(f".{png_path.name}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=100)
+    with atomic_file(png_path) as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
-    os.replace(tmp, png_path)
-    return png_path
+    return Path(png_path)

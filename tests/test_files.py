@@ -43,6 +43,35 @@ def test_atomic_directory_swaps_in_whole_or_not_at_all(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+def test_a_swap_that_fails_or_is_killed_between_its_renames_keeps_the_old_directory(
+        tmp_path, monkeypatch):
+    import os
+
+    out = tmp_path / "out"
+    with atomic_directory(out) as tmp:
+        (tmp / "x").write_text("old")
+    real_replace, calls = os.replace, []
+
+    def second_rename_fails(src, dst):
+        calls.append((src, dst))
+        if len(calls) == 2:
+            raise OSError("device busy")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", second_rename_fails)
+    with pytest.raises(OSError, match="device busy"):
+        with atomic_directory(out, replace=True) as tmp:
+            (tmp / "x").write_text("new")
+    monkeypatch.undo()
+    assert (out / "x").read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    # killed between the renames: the old directory is aside and `out` is missing
+    os.replace(out, tmp_path / ".out.old-12345")
+    with atomic_directory(out, replace=True) as tmp:  # puts it back first, then swaps
+        assert (out / "x").read_text() == "old"
+        (tmp / "x").write_text("new")
+    assert (out / "x").read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
 def test_tokenizer_save_is_complete_and_leaves_no_temporary(tmp_path):
     tok = WordPieceTokenizer.train(["to be or not to be", "that is the question"] * 5,
                                    vocab_size=40)

@@ -28,7 +28,7 @@ front as a Binomial(n, 1/2), which is the distribution of the original's per-tok
 
 from __future__ import annotations
 
-import os
+import contextlib
 import random
 from array import array
 from pathlib import Path
@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from bertjax.data.shards import Shards
+from bertjax.files import write_npy_atomic
 
 COLUMNS = ("a_start", "a_end", "b_start", "b_end", "label", "boundary")
 IS_NEXT, NOT_NEXT = 0, 1
@@ -152,11 +153,6 @@ def load_or_create_pairs(
     pairs = create_pairs(shards, seq_len, short_seq_prob=short_seq_prob,
                          dupe_factor=dupe_factor, seed=seed)
     if cache:
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        try:
-            with open(tmp, "wb") as f:
-                np.save(f, pairs)
-            os.replace(tmp, path)
-        except OSError:
-            tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a read-only shard directory: no cache
+            write_npy_atomic(path, pairs)
     return pairs
