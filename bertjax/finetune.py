@@ -113,7 +113,8 @@ def finetune(
     step_fn = strategy.compile_step(make_train_step(
         graphdef, tx, learning_rate_schedule(optim), objective=CLASSIFICATION,
         dropout=max(c.hidden_dropout_prob, c.attention_probs_dropout_prob, c.classifier_dropout_prob) > 0))
-    cut = _count_cut(tokenizer, [*train, *validation, *(test or [])], config.max_length)
+    lengths = _sequence_lengths(tokenizer, [*train, *validation, *(test or [])])
+    cut = int(np.sum(lengths > config.max_length))
     if cut:
         say(f"{cut} examples are longer than {config.max_length} tokens and are cut to fit")
     y_train, y_val = label_ids(train, labels), label_ids(validation, labels)
@@ -123,16 +124,14 @@ def finetune(
 
     writer = MetricsWriter(out / "metrics.jsonl", tensorboard_dir=out / "tensorboard")
     rng = np.random.default_rng(config.seed)
-    lengths = np.array([len(a) + len(b) for a, b in zip(
-        tokenizer.encode_batch([e.text for e in train]),
-        tokenizer.encode_batch([e.text_pair or "" for e in train]), strict=True)])
     best: tuple[float, float] | None = None
     best_params, best_epoch, best_scores = None, 0, None
     bar = tqdm(total=total, unit="step", desc="finetune", disable=not progress, file=sys.stderr)
     try:
         for epoch in range(1, config.epochs + 1):
-            for b, rows in enumerate(length_grouped_batches(lengths, config.batch_size, rng)):
-                batch = _batch(tokenizer, [train[i] for i in rows], config.max_length)
+            for b, rows in enumerate(length_grouped_batches(lengths[:len(train)],
+                                                            config.batch_size, rng)):
+                batch = _batch(tokenizer, [train[i] for i in rows], config.max_length, c)
                 state, metrics = step_fn(state, strategy.shard_batch(
                     {**batch, "labels": y_train[rows]}))
                 step = (epoch - 1) * steps_per_epoch + b + 1
@@ -189,17 +188,18 @@ def length_grouped_batches(lengths: np.ndarray, batch_size: int, rng: np.random.
     return [batches[i] for i in rng.permutation(n)]
 
 
-def _batch(tokenizer: Any, examples: Sequence[Example], max_length: int) -> dict[str, np.ndarray]:
+def _batch(tokenizer: Any, examples: Sequence[Example], max_length: int, model_config: Any
+           ) -> dict[str, np.ndarray]:
     from bertjax.use.encode import encode
 
-    pairs = [e.text_pair or "" for e in examples] if any(e.text_pair for e in examples) else None
+    pairs = [e.text_pair or None for e in examples]  # a row without a pair: [CLS] A [SEP]
     return encode(tokenizer, [e.text for e in examples], pairs, max_length=max_length,
-                  warn=False).arrays()
+                  warn=False).arrays(model_config)
 
 
-def _count_cut(tokenizer: Any, examples: Sequence[Example], max_length: int) -> int:
-    """How many examples have more tokens than `max_length` allows."""
+def _sequence_lengths(tokenizer: Any, examples: Sequence[Example]) -> np.ndarray:
+    """(N,) tokens of each example as [CLS] A [SEP] (B [SEP]), before any cut."""
     texts = tokenizer.encode_batch([e.text for e in examples])
     pairs = tokenizer.encode_batch([e.text_pair or "" for e in examples])
-    return sum(len(a) + len(b) + (3 if e.text_pair else 2) > max_length
-               for a, b, e in zip(texts, pairs, examples, strict=True))
+    return np.array([len(a) + len(b) + (3 if e.text_pair else 2)
+                     for a, b, e in zip(texts, pairs, examples, strict=True)], dtype=np.int64)

@@ -79,7 +79,7 @@ def _from_run(run: RunDir, step: int | None, model_cls: type | None, seed: int,
         checkpointer.close()
     _, state = read_state(run.checkpoints, step)
     bert_config = config.bert_config(tokenizer.vocab_size).replace(
-        pad_token_id=tokenizer.special.pad, **config_overrides)
+        **{"pad_token_id": tokenizer.special.pad, **config_overrides})
     arrays = saved_params_to_numpy(state["params"])
     model = build_model(arrays, bert_config, model_cls, seed=seed, source=f"{run} step {step}",
                         missing_heads=missing_heads)

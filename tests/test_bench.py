@@ -253,7 +253,8 @@ def _check_report(report: dict, out: str, mode: str, names: list[str]) -> None:
     # the table: a header line, then one line per row, its tokens/s as printed
     lines = out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("row "))
-    for r, line in zip(report["rows"], lines[header + 1:], strict=False):
+    rows = report["rows"]
+    for r, line in zip(rows, lines[header + 1:header + 1 + len(rows)], strict=True):
         assert line.startswith(r["row"]) and f"{r['tokens_per_s']:,.0f}" in line
     assert "MFU against: measured GEMM float32 128^3" in out and "datasheet n/a" in out
     assert "thread(s) for XLA and torch alike" in out

@@ -109,3 +109,12 @@ def test_alphabet_limit_keeps_the_most_frequent_characters_ties_by_character():
     single = {t for t in tok.tokenizer.get_vocab() if len(t) == 1}
     assert single == {"a", "b", "c"}  # a most frequent; b, c, d, e tie: the first two kept
     assert tok.encode_batch(["dd"]) == [[tok.special.unk]]
+
+
+def test_too_small_a_vocabulary_is_said_and_a_bad_alphabet_limit_refused():
+    with pytest.warns(UserWarning, match=r"has 13 tokens, not 8: the special tokens, the corpus's "
+                                         r"4 characters and their 4 '##' forms are always kept"):
+        tok = WordPieceTokenizer.train(["abcd dcba"] * 10, 8)
+    assert tok.vocab_size == 13  # 5 special + a b c d + ##a ##b ##c ##d
+    with pytest.raises(ValueError, match="limit_alphabet must be at least 1, got 0"):
+        WordPieceTokenizer.train(["abcd"], 100, limit_alphabet=0)

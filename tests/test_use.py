@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tokenizers
 import torch
 import transformers
 from flax import nnx
@@ -70,6 +71,10 @@ def test_export_of_a_run_loads_in_transformers_and_autotokenizer(run_dir, tmp_pa
         tmp_path / "hf", output_loading_info=True, attn_implementation="eager")
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
     hf_tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    # tokenizer.json alone adds [CLS] and [SEP] too (as transformers 4 reads it, and `tokenizers`)
+    raw = tokenizers.Tokenizer.from_file(str(tmp_path / "hf" / "tokenizer.json"))
+    tokens = raw.encode("to be", "or not").tokens
+    assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]" and tokens.count("[SEP]") == 2
     texts = sentences(40)[-8:]
     enc = hf_tok(texts, padding=True, return_tensors="np")
     mine = encode(tokenizer, texts, max_length=128, pad_to=enc["input_ids"].shape[1])
@@ -194,8 +199,21 @@ def test_long_text_is_cut_with_a_warning_naming_it(peaked):
     model, tokenizer = bertjax.from_pretrained(peaked)
     long = " ".join(sentences(200)) + " [MASK]"
     with pytest.warns(TruncationWarning, match="text 2 has .* more tokens than the model's 128"):
-        with pytest.raises(ValueError, match="text 2 has no \\[MASK\\] token \\(or it was cut off\\)"):
+        with pytest.raises(ValueError, match=r"text 2: 1 of its 1 \[MASK\] tokens were cut off"):
             fill_mask(model, tokenizer, [TEXTS[0], long], names=["text 1", "text 2"])
+    # a [MASK] that survives does not hide one that was cut
+    with pytest.warns(TruncationWarning), pytest.raises(
+            ValueError, match=r"line 1: 1 of its 2 \[MASK\] tokens were cut off"):
+        fill_mask(model, tokenizer, ["[MASK] " + long])
+
+
+def test_rows_with_and_without_a_second_segment_are_each_built_alone(peaked):
+    _, tokenizer = bertjax.from_pretrained(peaked)
+    pair_batch = encode(tokenizer, ["to be", "or not"], ["that is", None], max_length=32)
+    alone = encode(tokenizer, ["or not"], max_length=32)
+    n = int(alone.attention_mask.sum())
+    assert pair_batch.tokens[1] == alone.tokens[0] and pair_batch.tokens[1][-1] == "[SEP]"
+    assert pair_batch.attention_mask[1].sum() == n and not pair_batch.token_type_ids[1].any()
 
 
 def test_a_loaded_run_scores_what_the_run_recorded(run_dir):
@@ -222,3 +240,15 @@ def test_a_loaded_run_scores_what_the_run_recorded(run_dir):
         logged = next(r for r in read_jsonl(run.metrics, "eval") if r["step"] == step)
         assert mine["mlm_loss"] == pytest.approx(logged["mlm_loss"], abs=1e-5)
         assert mine["mlm_accuracy"] == pytest.approx(logged["mlm_accuracy"], abs=1e-9)
+
+
+def test_a_tokenizer_larger_than_the_model_is_refused_not_clamped(peaked):
+    # under jit an id past the embedding table would be clamped to its last row, silently
+    model, tokenizer = bertjax.from_pretrained(peaked)
+    small = BertForPreTraining(model.config.replace(vocab_size=100), rngs=nnx.Rngs(0))
+    assert tokenizer.vocab_size > 100
+    with pytest.raises(ValueError, match=r"input_ids has values outside \[0, vocab_size=100\).*"
+                                         "check the tokenizer matches the model config"):
+        fill_mask(small, tokenizer, ["the king of [MASK] is dead"])
+    with pytest.raises(ValueError, match=r"outside \[0, vocab_size=100\)"):
+        next_sentence_probability(small, tokenizer, ["the king is dead"], ["long live the king"])

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from bertjax.argtypes import positive_int
+
 DEFAULT_LINES = 10_000
 BERTJAX_ROW = "bertjax (jit)"
 
@@ -201,24 +203,17 @@ def _say(quiet: bool, message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `bertjax bench embed`."""
-    parser.add_argument("--lines", type=_positive, default=DEFAULT_LINES, metavar="N",
+    parser.add_argument("--lines", type=positive_int, default=DEFAULT_LINES, metavar="N",
                         help=f"Shakespeare sentences to embed (default: {DEFAULT_LINES})")
     parser.add_argument("--file", default=None, metavar="FILE",
                         help="embed the lines of this UTF-8 file instead (the first --lines)")
     parser.add_argument("--model", default=None, metavar="DIR",
                         help="Hugging Face BERT directory (default: all-MiniLM-L6-v2)")
-    parser.add_argument("--batch-size", type=_positive, default=64, metavar="N",
+    parser.add_argument("--batch-size", type=positive_int, default=64, metavar="N",
                         help="lines per batch (default: 64)")
-    parser.add_argument("--repeats", type=_positive, default=3, help="timed repeats (default: 3)")
+    parser.add_argument("--repeats", type=positive_int, default=3, help="timed repeats (default: 3)")
     parser.add_argument("--attn-implementation", choices=("sdpa", "eager"), default="sdpa",
                         help="transformers' attention (default: sdpa, its own default)")
     parser.add_argument("--json", default=None, metavar="FILE", help="also write the numbers here")
@@ -230,13 +225,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         if args.file is not None:
-            from bertjax.commands.embed import read_lines
-            from bertjax.commands.model_options import CommandError
+            from bertjax.use.embed import read_lines
 
-            try:
-                lines = read_lines(args.file)[:args.lines]
-            except CommandError as err:
-                raise ValueError(str(err)) from None
+            lines = read_lines(args.file)[:args.lines]
         else:
             lines = shakespeare_lines(args.lines)
         result = run_embed_benchmark(lines, batch_size=args.batch_size, repeats=args.repeats,

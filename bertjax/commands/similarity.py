@@ -11,7 +11,6 @@ from bertjax.commands.embed import (
     embedding_settings,
     load_encoder,
     print_nearest,
-    read_lines,
 )
 from bertjax.commands.model_options import CommandError, run_command
 
@@ -32,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _similarity(args: argparse.Namespace) -> int:
-    from bertjax.use.embed import embed
+    from bertjax.use.embed import embed, read_lines
 
     if not args.query.strip():
         raise CommandError("--query is empty; pass the text to search for")

@@ -9,12 +9,14 @@ import itertools
 import json
 import os
 import re
+import warnings
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
 from tokenizers import BertWordPieceTokenizer, Tokenizer
+from tokenizers.processors import BertProcessing
 
 from bertjax.files import write_text_atomic
 
@@ -49,7 +51,8 @@ class WordPieceTokenizer:
 
     def __init__(self, tokenizer: Tokenizer, source: str = "<memory>"):
         # a tokenizer.json may pad/truncate every encoding (all-MiniLM pads to 128): sentences
-        # must come out whole and unpadded, pair creation does the fitting
+        # must come out whole and unpadded, pair creation does the fitting (and bertjax's own
+        # encoding never asks the post-processor for [CLS]/[SEP])
         tokenizer.no_padding()
         tokenizer.no_truncation()
         self.tokenizer = tokenizer
@@ -62,6 +65,9 @@ class WordPieceTokenizer:
                 "(one per line in vocab.txt) or train a vocabulary with `bertjax vocab`"
             )
         self.special = SpecialTokens(**{k: vocab[v] for k, v in SPECIAL_TOKENS.items()})
+        if tokenizer.post_processor is None:  # a trained one: what tokenizer.json users expect
+            tokenizer.post_processor = BertProcessing(
+                (SPECIAL_TOKENS["sep"], self.special.sep), (SPECIAL_TOKENS["cls"], self.special.cls))
         self.vocab_size = max(tokenizer.get_vocab_size(with_added_tokens=True),
                               max(vocab.values()) + 1)
         self._vocab = vocab
@@ -90,6 +96,8 @@ class WordPieceTokenizer:
         """
         if vocab_size <= len(SPECIAL_TOKENS):
             raise ValueError(f"vocab_size must exceed {len(SPECIAL_TOKENS)}, got {vocab_size}")
+        if limit_alphabet < 1:
+            raise ValueError(f"limit_alphabet must be at least 1, got {limit_alphabet}")
         wp = BertWordPieceTokenizer(lowercase=lowercase, strip_accents=None if lowercase else False)
         words = _word_counts(wp._tokenizer, sentences)
         if not words:
@@ -101,8 +109,13 @@ class WordPieceTokenizer:
             limit_alphabet=len(alphabet), initial_alphabet=alphabet,
             special_tokens=[*SPECIAL_TOKENS.values(), *continuations], show_progress=show_progress,
         )
-        return cls(_only_special_tokens_added(wp._tokenizer),
-                   source=f"trained (vocab_size={vocab_size})")
+        tokenizer = cls(_only_special_tokens_added(wp._tokenizer),
+                        source=f"trained (vocab_size={vocab_size})")
+        if tokenizer.vocab_size > vocab_size:
+            warnings.warn(f"the vocabulary has {tokenizer.vocab_size} tokens, not {vocab_size}: the "
+                          f"special tokens, the corpus's {len(alphabet)} characters and their "
+                          f"{len(continuations)} '##' forms are always kept", stacklevel=2)
+        return tokenizer
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, lowercase: bool = True) -> WordPieceTokenizer:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from bertjax.files import write_text_atomic
+from bertjax.files import atomic_file, write_text_atomic
 
 DPI = 100  # PNG resolution; figure sizes are multiples of 1/4 inch, so pixels = inches * DPI exactly
 MAX_FIGURE_INCHES = 32.0  # long inputs shrink their panels rather than grow past this
@@ -109,7 +109,7 @@ def attention_maps(
     if boundary is not None and n - boundary - 1 <= 0:
         raise ValueError(f"sentence B has no tokens in this vocabulary: {sentence_b!r}")
 
-    out = jitted_forward(model, output_attentions=True)(batch.arrays())
+    out = jitted_forward(model, output_attentions=True)(batch.arrays(model.config))
     attentions = np.stack([np.asarray(a)[0, :, :n, :n] for a in out.attentions])  # (L, A, S, S)
     return AttentionMaps(tokens=tokens, boundary=boundary,
                          attentions=attentions.astype(np.float32, copy=False),
@@ -205,15 +205,9 @@ def plot_layer(maps: AttentionMaps, layer: int, path: str | os.PathLike) -> Path
     fig.suptitle(f"{_short(maps.model)}: layer {layer} of {maps.num_layers}, {maps.num_heads} heads, "
                  f"{maps.num_tokens} tokens{split}", fontsize=11)
 
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_file(path) as tmp:
         fig.savefig(tmp, format="png", dpi=DPI, facecolor="white")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    return Path(path)
 
 
 def plot_all(maps: AttentionMaps, out_dir: str | os.PathLike, layers: list[int] | None = None

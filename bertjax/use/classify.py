@@ -35,10 +35,10 @@ def predict(
     for start in range(0, len(examples), batch_size):
         rows = order[start:start + batch_size]
         chunk = [examples[i] for i in rows]
-        pairs = [e.text_pair or "" for e in chunk] if any(e.text_pair for e in chunk) else None
+        pairs = [e.text_pair or None for e in chunk]  # a row without a pair: [CLS] A [SEP]
         batch = encode(tokenizer, [e.text for e in chunk], pairs, max_length=max_length,
                        names=[e.where for e in chunk], warn=warn)
-        probs[rows] = np.asarray(_probabilities(model, batch.arrays()))
+        probs[rows] = np.asarray(_probabilities(model, batch.arrays(model.config)))
     return probs
 
 

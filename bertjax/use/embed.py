@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,27 @@ from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.use.encode import Encoded, encode, model_max_length
 
 POOLINGS = ("mean", "cls")
+
+
+def read_lines(path: str | os.PathLike) -> list[str]:
+    """The lines of a UTF-8 file (a trailing newline ends the last line, it adds none); raises a
+    ValueError naming a missing, unreadable or empty file or a blank line."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"file {path} does not exist" if not path.exists()
+                         else f"{path} is not a file; pass a text file, one line per text")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"cannot read {path} as UTF-8 text: {err}") from err
+    if not text.strip():
+        raise ValueError(f"file {path} is empty; it should hold one text per line")
+    lines = [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")]
+    try:
+        check_lines(lines)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from err
+    return lines
 
 
 def check_lines(lines: Sequence[str]) -> None:
@@ -101,7 +123,8 @@ def embed(
         for index, batch in sorted_batches(tokenizer, lines, batch_size=batch_size,
                                            max_length=max_length or limit):
             # dispatched asynchronously: the next batch is tokenised while this one runs
-            result = forward(graphdef, state, batch.arrays(), pooling=pooling, normalize=normalize)
+            result = forward(graphdef, state, batch.arrays(encoder.config), pooling=pooling,
+                             normalize=normalize)
             if pending is not None:
                 vectors[pending[0]] = np.asarray(pending[1])
                 bar.update(len(pending[0]))

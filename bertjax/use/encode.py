@@ -35,22 +35,31 @@ class Encoded:
     tokens: list[list[str]]  # each row's tokens, [CLS] and [SEP] included, no padding
     cut: list[int]  # tokens cut from each row to fit max_length (0: none)
 
-    def arrays(self) -> dict[str, np.ndarray]:
-        return {"input_ids": self.input_ids, "token_type_ids": self.token_type_ids,
-                "attention_mask": self.attention_mask}
+    def arrays(self, config: Any = None) -> dict[str, np.ndarray]:
+        """The model's inputs; with the model's `config`, first checked on the host against it
+        (under `jit` an id outside its vocabulary would be clamped silently, e.g. from a
+        tokenizer with more tokens than the model)."""
+        arrays = {"input_ids": self.input_ids, "token_type_ids": self.token_type_ids,
+                  "attention_mask": self.attention_mask}
+        if config is not None:
+            from bertjax.numerics import check_batch
+
+            check_batch(config, arrays)
+        return arrays
 
 
 def encode(
     tokenizer: WordPieceTokenizer,
     texts: Sequence[str],
-    pairs: Sequence[str] | None = None,
+    pairs: Sequence[str | None] | None = None,
     *,
     max_length: int,
     names: Sequence[str] | None = None,
     pad_to: int | None = None,
     warn: bool = True,
 ) -> Encoded:
-    """Tokenise `texts` (and `pairs`, the second segments) into one padded batch.
+    """Tokenise `texts` (and `pairs`, the second segments; a None pair: that row has none) into
+    one padded batch.
 
     `names` label the inputs in truncation warnings (default "line 1", "line 2", ...; `warn=False`
     leaves the reporting to the caller, through `Encoded.cut`). Rows are padded to `pad_to` if
@@ -58,12 +67,14 @@ def encode(
     """
     if pairs is not None and len(pairs) != len(texts):
         raise ValueError(f"got {len(texts)} first segments but {len(pairs)} second segments")
-    if max_length < (5 if pairs is not None else 3):
+    pairs = list(pairs) if pairs is not None else [None] * len(texts)
+    if max_length < (5 if any(p is not None for p in pairs) else 3):
         raise ValueError(f"max_length {max_length} leaves no room for text")
     names = names or [f"line {i + 1}" for i in range(len(texts))]
     special = tokenizer.special
     a_ids = tokenizer.encode_batch(list(texts))
-    b_ids = tokenizer.encode_batch(list(pairs)) if pairs is not None else [None] * len(texts)
+    encoded_pairs = iter(tokenizer.encode_batch([p for p in pairs if p is not None]))
+    b_ids = [None if p is None else next(encoded_pairs) for p in pairs]
     rows, types, cuts = [], [], []
     for name, a, b in zip(names, a_ids, b_ids, strict=True):
         a, b, cut = _truncate(a, b, max_length)

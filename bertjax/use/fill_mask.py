@@ -45,18 +45,24 @@ def fill_mask(
             raise ValueError(f"{name} is empty: give a text with at least one [MASK]")
     if not texts:
         return []
-    batch = encode(tokenizer, texts, max_length=model_max_length(model), names=names)
     mask_id = tokenizer.special.mask
+    wanted = [ids.count(mask_id) for ids in tokenizer.encode_batch(list(texts))]
+    for name, n in zip(names, wanted, strict=True):
+        if not n:
+            raise ValueError(f"{name} has no [MASK] token: write [MASK] where a word should be "
+                             "predicted")
+    max_length = model_max_length(model)
+    batch = encode(tokenizer, texts, max_length=max_length, names=names)
     where = [np.flatnonzero(row == mask_id) for row in batch.input_ids]
-    for name, positions in zip(names, where, strict=True):
-        if not len(positions):
-            raise ValueError(f"{name} has no [MASK] token (or it was cut off): write [MASK] where "
-                             "a word should be predicted")
+    for name, n, positions in zip(names, wanted, where, strict=True):
+        if len(positions) < n:
+            raise ValueError(f"{name}: {n - len(positions)} of its {n} [MASK] tokens were cut off "
+                             f"(the model takes {max_length} tokens); shorten the text")
     P = max(len(p) for p in where)
     positions = np.zeros((len(texts), P), np.int32)  # (B, P), padded with position 0
     for i, p in enumerate(where):
         positions[i, :len(p)] = p
-    logits = _mlm_logits(model, {**batch.arrays(), "masked_positions": positions})  # (B, P, V)
+    logits = _mlm_logits(model, {**batch.arrays(model.config), "masked_positions": positions})  # (B, P, V)
     probs = jax.nn.softmax(jnp.asarray(logits, jnp.float32), axis=-1)
     top_p, top_i = jax.lax.top_k(probs, top_k)  # (B, P, k)
     top_p, top_i = np.asarray(top_p), np.asarray(top_i)

@@ -29,7 +29,7 @@ def next_sentence_probability(
         return np.zeros((0,), np.float32)
     batch = encode(tokenizer, first, second, max_length=model_max_length(model),
                    names=[f"pair {i + 1}" for i in range(len(first))])
-    return np.asarray(_is_next(model, batch.arrays()), np.float32)
+    return np.asarray(_is_next(model, batch.arrays(model.config)), np.float32)
 
 
 @nnx.jit
