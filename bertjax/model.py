@@ -320,14 +320,8 @@ class BertForPreTraining(nnx.Module, SavePretrained):
         self.config = config
         self.bert = BertModel(config, rngs=rngs)
         self.mlm_head = BertMLMHead(config, rngs=rngs)
-        self.nsp_head = nnx.Linear(
-            config.hidden_size,
-            2,
-            param_dtype=jnp.float32,
-            dtype=jnp.float32,  # logits in float32
-            kernel_init=nnx.initializers.normal(config.initializer_range),
-            rngs=rngs,
-        )
+        self.nsp_head = _linear(config.replace(dtype="float32"), config.hidden_size, 2,
+                                rngs)  # float32 logits
 
     def __call__(
         self,
@@ -368,14 +362,8 @@ class BertForSequenceClassification(nnx.Module, SavePretrained):
         self.config = config
         self.bert = BertModel(config, rngs=rngs)
         self.dropout = nnx.Dropout(config.classifier_dropout_prob)
-        self.classifier = nnx.Linear(
-            config.hidden_size,
-            config.num_labels,
-            param_dtype=jnp.float32,
-            dtype=jnp.float32,  # logits in float32
-            kernel_init=nnx.initializers.normal(config.initializer_range),
-            rngs=rngs,
-        )
+        self.classifier = _linear(config.replace(dtype="float32"), config.hidden_size,
+                                  config.num_labels, rngs)  # float32 logits
 
     def __call__(
         self,
