@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bert_torch import numerics
+from bert_torch import inputs, numerics
 from bertjax.config import BertConfig
 
 
@@ -189,7 +189,7 @@ class BertModel(nn.Module):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
     ) -> BertOutput:
-        token_type_ids, attention_mask = numerics.check_inputs(
+        token_type_ids, attention_mask = inputs.check_inputs(
             self.config, input_ids, token_type_ids, attention_mask
         )
         x = self.embeddings(input_ids, token_type_ids)
@@ -252,7 +252,7 @@ class BertForPreTraining(nn.Module):
         )
         h = out.sequence_output
         if masked_positions is not None:
-            numerics.check_masked_positions(input_ids, masked_positions)
+            inputs.check_masked_positions(input_ids, masked_positions)
             index = masked_positions.long()[:, :, None].expand(-1, -1, h.shape[-1])  # (B, P, H)
             h = torch.gather(h, 1, index)  # (B, P, H)
         return dataclasses.replace(

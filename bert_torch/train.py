@@ -1,9 +1,9 @@
 """PyTorch mirror of the bertjax training step, for parity checks: AdamW, schedule, clipping.
 
-Only AdamW has a mirror here (`bertjax.training.optim` also offers Adam, LAMB and SGD): it is
+Only AdamW has a mirror here (`bertjax.train.optim` also offers Adam, LAMB and SGD): it is
 the BERT recipe and what `parity.training` compares. The settings come from the same
 `OptimConfig` and the learning rate from the same `warmup_linear_decay_factor` as the Optax side
-(`bertjax.training.schedule` imports no framework), so there is one place for each fact.
+(`bertjax.train.schedule` imports no framework), so there is one place for each fact.
 
 Matching `optax.adamw(mask=decay_mask)`: `torch.optim.AdamW` applies the same decoupled decay
 (`p -= lr * wd * p`, with the parameters before the update) and the same epsilon placement
@@ -21,14 +21,14 @@ import torch
 from torch import nn
 
 from bert_torch.losses import pretraining_loss
-from bertjax.training.schedule import OptimConfig, applies_weight_decay, warmup_linear_decay_factor
+from bertjax.train.schedule import OptimConfig, applies_weight_decay, warmup_linear_decay_factor
 
 __all__ = ["OptimConfig", "decay_parameter_names", "make_optimizer", "train_step"]
 
 
 def decay_parameter_names(model: nn.Module) -> tuple[list[str], list[str]]:
     """(decayed, not decayed) parameter names by `schedule.applies_weight_decay`, the rule
-    `bertjax.training.optim.decay_mask` applies too: no decay for biases and LayerNorm parameters."""
+    `bertjax.train.optim.decay_mask` applies too: no decay for biases and LayerNorm parameters."""
     decay, no_decay = [], []
     for name, param in model.named_parameters():
         (decay if applies_weight_decay(tuple(param.shape)) else no_decay).append(name)
@@ -70,7 +70,7 @@ def train_step(
     batch: dict[str, torch.Tensor],
     clip_norm: float,
 ) -> dict[str, float]:
-    """One update on `batch`, mirroring `bertjax.training.step.make_train_step`.
+    """One update on `batch`, mirroring `bertjax.train.step.make_train_step`.
 
     MLM+NSP loss, gradient, global-norm clip (`clip_norm` 0 disables it), AdamW step, schedule
     step. Dropout follows `model.training`. Returns the loss parts at the parameters before the

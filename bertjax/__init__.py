@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 
 _LAZY = {"BertModel": "bertjax.model", "BertForPreTraining": "bertjax.model",
          "BertForSequenceClassification": "bertjax.model", "BertOutput": "bertjax.model",
-         "load_hf": "bertjax.hf", "save_hf": "bertjax.hf", "from_pretrained": "bertjax.pretrained"}
+         "load_hf": "bertjax.io.hf", "save_hf": "bertjax.io.hf", "from_pretrained": "bertjax.io.pretrained"}
 
 
 def __getattr__(name: str) -> Any:

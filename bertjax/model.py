@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
-from bertjax import numerics
+from bertjax import inputs, numerics
 from bertjax.config import BertConfig
 
 
@@ -209,12 +209,12 @@ class BertPooler(nnx.Module):
 
 
 class SavePretrained:
-    """`save_pretrained(directory, tokenizer=None)`: a Hugging Face directory (`bertjax.hf`)."""
+    """`save_pretrained(directory, tokenizer=None)`: a Hugging Face directory (`bertjax.io.hf`)."""
 
     def save_pretrained(self, directory: Any, tokenizer: Any = None) -> Any:
         """Write `config.json` + `model.safetensors` (+ the tokenizer's files) that transformers
         loads as this class; returns the directory's path."""
-        from bertjax.hf import save_hf
+        from bertjax.io.hf import save_hf
 
         return save_hf(self, directory, tokenizer=tokenizer)
 
@@ -239,7 +239,7 @@ class BertModel(nnx.Module, SavePretrained):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
     ) -> BertOutput:
-        token_type_ids, attention_mask = numerics.check_inputs(
+        token_type_ids, attention_mask = inputs.check_inputs(
             self.config, input_ids, token_type_ids, attention_mask
         )
         # one dropout stream for the embeddings, one per layer: the same masks whether the
@@ -346,7 +346,7 @@ class BertForPreTraining(nnx.Module, SavePretrained):
         )
         h = out.sequence_output
         if masked_positions is not None:
-            numerics.check_masked_positions(input_ids, masked_positions)
+            inputs.check_masked_positions(input_ids, masked_positions)
             h = jnp.take_along_axis(h, masked_positions[:, :, None], axis=1)  # (B, P, H)
         return out.replace(
             mlm_logits=self.mlm_head(h, self.bert.embeddings.word_embeddings),

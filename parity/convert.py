@@ -1,6 +1,6 @@
 """Weights between bertjax (Flax NNX) and bert_torch (PyTorch), strictly, in both directions.
 
-The name table and the checks live in `bertjax.weights` (Hugging Face I/O uses them too); this
+The name table and the checks live in `bertjax.io.weights` (Hugging Face I/O uses them too); this
 module adds the PyTorch side: tensors and a ready `bert_torch` model.
 """
 
@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bertjax.config import BertConfig
-from bertjax.weights import model_from_numpy, model_to_numpy
+from bertjax.io.weights import model_from_numpy, model_to_numpy
 
 
 def flax_to_torch(model: Any) -> dict[str, Any]:

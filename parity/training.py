@@ -1,8 +1,8 @@
 """Optimizer-step parity: the Optax train step against its PyTorch mirror, step by step.
 
 `train_parity` builds one bertjax model, converts it to `bert_torch` (`parity.convert`), and runs
-the same AdamW updates in both (`bertjax.training.step.make_train_step` with
-`bertjax.training.optim.make_optimizer`; `bert_torch.train`) on the same batches: float32,
+the same AdamW updates in both (`bertjax.train.step.make_train_step` with
+`bertjax.train.optim.make_optimizer`; `bert_torch.train`) on the same batches: float32,
 no dropout, highest matmul precision. It reports every parameter's max abs diff after the first
 and after the last update, and both per-step losses, gradient norms and learning rates.
 
@@ -28,10 +28,10 @@ from flax import nnx
 
 from bertjax.config import BertConfig
 from bertjax.data.tokenizer import SPECIAL_TOKENS
+from bertjax.io.weights import state_to_numpy
 from bertjax.model import BertForPreTraining
-from bertjax.training.optim import OptimConfig, learning_rate_schedule, make_optimizer
-from bertjax.training.step import create_train_state, make_train_step
-from bertjax.weights import state_to_numpy
+from bertjax.train.optim import OptimConfig, learning_rate_schedule, make_optimizer
+from bertjax.train.step import create_train_state, make_train_step
 from parity.convert import to_torch_model
 
 Batch = dict[str, np.ndarray]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from bertjax.cli import main
+from bertjax.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main(["bench", "data", *sys.argv[1:]]))

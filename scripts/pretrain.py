@@ -3,7 +3,7 @@
 
 import sys
 
-from bertjax.cli import main
+from bertjax.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main(["pretrain", *sys.argv[1:]]))

@@ -21,21 +21,20 @@ from matplotlib import colormaps
 from matplotlib.image import imread
 from use_helpers import tiny_checkpoint
 
-from bertjax.cli import main
+from bertjax.cli.main import main
+from bertjax.io.pretrained import from_pretrained
 from bertjax.model import BertModel
-from bertjax.pretrained import from_pretrained
-from bertjax.use.attention import (
+from bertjax.use.attention import AttentionMaps, attention_maps
+from bertjax.use.encode import TruncationWarning, encode
+from bertjax.viz.attention import (
     BOUNDARY_COLOR,
     CMAP,
     MAX_FIGURE_INCHES,
-    AttentionMaps,
-    attention_maps,
     grid_layout,
     plot_all,
     plot_layer,
     write_html,
 )
-from bertjax.use.encode import TruncationWarning, encode
 
 A = "The king is dead, long live the king."
 B = "Wherefore art thou Romeo?"

@@ -20,7 +20,7 @@ from bertjax.bench.batch import MODEL_KEYS, default_predictions, pretraining_bat
 from bertjax.bench.flops import datasheet_peak, model_flops_per_token
 from bertjax.bench.options import BenchSettings, Row
 from bertjax.bench.report import add_ratios, summarize_row
-from bertjax.cli import main
+from bertjax.cli.main import main
 from bertjax.config import BertConfig
 from bertjax.losses import pretraining_loss
 from bertjax.model import BertForPreTraining

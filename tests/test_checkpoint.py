@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bertjax.checkpoint import (
+from bertjax.train.checkpoint import (
     CheckpointCorruptWarning,
     Checkpointer,
     abstract_like,

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bertjax.cli import main
+from bertjax.cli.main import main
 
 
 def test_parity_command_prints_a_passing_table(capsys):
@@ -40,7 +40,7 @@ def test_console_script_help_lists_commands():
 
 # Runs the CLI with PyTorch and transformers made unimportable, as after `pip install bertjax`.
 NO_TORCH = ("import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None\n"
-            "from bertjax.cli import main; sys.exit(main(sys.argv[1:]))\n")
+            "from bertjax.cli.main import main; sys.exit(main(sys.argv[1:]))\n")
 
 
 def test_pretrain_needs_no_torch(tmp_path):

@@ -11,7 +11,7 @@ from flax import nnx
 
 import bert_torch
 from bertjax import BertConfig, BertForPreTraining
-from bertjax.weights import expected_shapes
+from bertjax.io.weights import expected_shapes
 from parity.convert import flax_to_torch, torch_to_flax
 
 CONFIG = BertConfig.from_preset("tiny", vocab_size=97, intermediate_size=200)

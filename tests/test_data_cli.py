@@ -8,7 +8,7 @@ import os
 import pytest
 from test_data_helpers import minilm_dir
 
-from bertjax.cli import main
+from bertjax.cli.main import main
 from bertjax.data import PretrainingBatches, Shards, WordPieceTokenizer
 
 

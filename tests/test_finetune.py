@@ -14,11 +14,11 @@ import transformers
 from use_helpers import sentences, tiny_checkpoint
 
 import bertjax
-from bertjax.cli import main
+from bertjax.cli.main import main
 from bertjax.data.corpus import shakespeare_genres
 from bertjax.data.labelled import GENRE_HELD_OUT, GENRE_MIN_WORDS, genre_examples, read_examples
 from bertjax.model import BertForSequenceClassification
-from bertjax.use.classify import predict, score
+from bertjax.tasks.classification import predict, score
 
 
 def _write(path, rows):
@@ -155,7 +155,7 @@ def test_genre_task_holds_out_whole_plays():
 
 
 def test_length_grouped_batches_cover_the_epoch_with_little_padding():
-    from bertjax.finetune import length_grouped_batches
+    from bertjax.tasks.finetune import length_grouped_batches
 
     rng = np.random.default_rng(0)
     lengths = rng.integers(5, 200, size=1000)

@@ -18,7 +18,7 @@ import transformers
 from flax import nnx
 
 from bertjax import BertConfig, BertForPreTraining
-from bertjax.hf import load_hf, save_hf
+from bertjax.io.hf import load_hf, save_hf
 
 TOL = 1e-5
 
@@ -200,7 +200,7 @@ def test_safetensors_import_needs_no_torch(tmp_path):
     _hf_model("small").save_pretrained(tmp_path)
     code = (
         "import sys; sys.modules['torch'] = None\n"  # any `import torch` now raises
-        "import warnings; from bertjax.hf import load_hf\n"
+        "import warnings; from bertjax.io.hf import load_hf\n"
         f"m = load_hf({str(tmp_path)!r}); print(m.config.hidden_size)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -11,7 +11,7 @@ from flax import nnx
 
 import bert_torch
 from bertjax import BertConfig, BertForPreTraining
-from bertjax.numerics import check_batch
+from bertjax.inputs import check_batch
 
 CONFIG = BertConfig.from_preset("tiny", max_position_embeddings=16, vocab_size=50)
 

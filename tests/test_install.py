@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bertjax.cli import COMMANDS
+from bertjax.cli.main import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[1]
 NOT_SOURCE = {"runs", "build", "dist", "data", "docs", "tests"}  # top level, with dot-names
@@ -18,7 +18,7 @@ NOT_SOURCE = {"runs", "build", "dist", "data", "docs", "tests"}  # top level, wi
 # every command's --help in one process of the clean environment (each one imports its module)
 EVERY_HELP = """
 import sys
-from bertjax.cli import COMMANDS, main
+from bertjax.cli.main import COMMANDS, main
 for name in list(COMMANDS) + ["bench train", "bench infer", "bench embed", "bench data"]:
     try:
         main([*name.split(), "--help"])

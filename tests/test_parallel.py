@@ -100,9 +100,9 @@ def _tiny_model() -> Any:
 
 def _train(parallel: str, fsdp: int, accum: int, batches: list[dict[str, np.ndarray]]):
     """5 AdamW steps of the tiny BERT (no dropout) under one strategy: (strategy, state, losses)."""
-    from bertjax.training.optim import OptimConfig, learning_rate_schedule, make_optimizer
-    from bertjax.training.parallel import make_strategy
-    from bertjax.training.step import create_train_state, make_train_step
+    from bertjax.train.optim import OptimConfig, learning_rate_schedule, make_optimizer
+    from bertjax.train.parallel import make_strategy
+    from bertjax.train.step import create_train_state, make_train_step
 
     optim = OptimConfig(learning_rate=1e-3, warmup_steps=2, total_steps=10, grad_accum_steps=accum)
     tx = make_optimizer(optim)
@@ -296,7 +296,7 @@ def _state_diffs(dir_a: Path, dir_b: Path) -> dict[str, float]:
     """Max abs difference per leaf of the newest saved states (step 6 in both)."""
     import jax
 
-    from bertjax.checkpoint import read_state
+    from bertjax.train.checkpoint import read_state
 
     (step_a, state_a), (step_b, state_b) = (read_state(d / "checkpoints") for d in (dir_a, dir_b))
     assert step_a == step_b == 6
@@ -325,7 +325,7 @@ def test_two_processes_match_one_process(two_process_runs: dict[str, Any]) -> No
 
     # Process 0 logged global numbers: every train step's loss, gradient norm and token count,
     # the held-out metrics and the most-frequent-token baseline of the whole eval batches.
-    from bertjax.metrics import read_jsonl
+    from bertjax.train.metrics import read_jsonl
 
     for kind in ("train", "eval"):
         rec_m, rec_s = read_jsonl(multi / "metrics.jsonl", kind), read_jsonl(

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from bertjax import run_config as rc
-from bertjax.cli import main
-from bertjax.metrics import MetricsWriter, plot_curves, read_jsonl, truncate_jsonl
-from bertjax.rundir import CONTENTS
+from bertjax.cli.main import main
+from bertjax.train import run_config as rc
+from bertjax.train.metrics import MetricsWriter, read_jsonl, truncate_jsonl
+from bertjax.train.rundir import CONTENTS
+from bertjax.viz.curves import plot_curves
 
 
 def test_file_then_overrides(tmp_path: Path) -> None:

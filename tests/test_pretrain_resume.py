@@ -17,9 +17,9 @@ import jax
 import numpy as np
 import pytest
 
-from bertjax.checkpoint import read_state
-from bertjax.metrics import read_jsonl
-from bertjax.pretrain import TRAIN_METRIC_KEYS
+from bertjax.train.checkpoint import read_state
+from bertjax.train.metrics import read_jsonl
+from bertjax.train.pretrain import TRAIN_METRIC_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "pretrain.py"

@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bertjax import BertConfig, BertForPreTraining, numerics
+from bertjax import BertConfig, BertForPreTraining, inputs, numerics
+from bertjax.io.weights import state_to_numpy
 from bertjax.losses import pretraining_loss
-from bertjax.training.optim import OptimConfig, learning_rate_schedule, make_optimizer
-from bertjax.training.prefetch import Prefetch
-from bertjax.training.step import create_train_state, make_train_step
-from bertjax.weights import state_to_numpy
+from bertjax.train.optim import OptimConfig, learning_rate_schedule, make_optimizer
+from bertjax.train.prefetch import Prefetch
+from bertjax.train.step import create_train_state, make_train_step
 from parity.convert import flax_to_torch
 from parity.tensors import GRAD_FLOOR, random_batch
 
@@ -218,5 +218,5 @@ def test_auto_fuses_only_where_cudnn_takes_the_heads(monkeypatch):
     assert not fuse("auto", True, False, cudnn=True) and not fuse("auto", False, True, cudnn=True)
     assert not fuse("exact", False, False, cudnn=True)
     base = BertConfig.from_preset("base")
-    assert numerics.may_fuse_attention(base.replace(dtype="bfloat16"))
-    assert not numerics.may_fuse_attention(base)  # float32: auto stays exact, any mask goes
+    assert inputs.may_fuse_attention(base.replace(dtype="bfloat16"))
+    assert not inputs.may_fuse_attention(base)  # float32: auto stays exact, any mask goes

@@ -12,9 +12,9 @@ from flax import nnx
 
 from bertjax import BertConfig, BertForPreTraining
 from bertjax.losses import pretraining_loss
-from bertjax.training.optim import OptimConfig, decay_mask, learning_rate_schedule, make_optimizer
-from bertjax.training.parallel import make_strategy
-from bertjax.training.step import create_train_state, make_eval_step, make_train_step
+from bertjax.train.optim import OptimConfig, decay_mask, learning_rate_schedule, make_optimizer
+from bertjax.train.parallel import make_strategy
+from bertjax.train.step import create_train_state, make_eval_step, make_train_step
 from tests.test_parallel import make_batches
 
 VOCAB = 128

@@ -22,7 +22,7 @@ from use_helpers import sentences
 
 import bertjax
 from bertjax import BertConfig, BertForPreTraining
-from bertjax.cli import main
+from bertjax.cli.main import main
 from bertjax.model import BertModel
 from bertjax.use.encode import TruncationWarning, encode
 from bertjax.use.fill_mask import fill_mask
@@ -88,7 +88,7 @@ def test_export_of_a_run_loads_in_transformers_and_autotokenizer(run_dir, tmp_pa
 
 
 def test_run_directory_best_step_and_named_steps(run_dir):
-    from bertjax.checkpoint import Checkpointer
+    from bertjax.train.checkpoint import Checkpointer
 
     ckpt = Checkpointer(run_dir / "checkpoints")
     best, steps = ckpt.best_step(), ckpt.steps()
@@ -219,11 +219,11 @@ def test_rows_with_and_without_a_second_segment_are_each_built_alone(peaked):
 def test_a_loaded_run_scores_what_the_run_recorded(run_dir):
     """from_pretrained(run) is the trained model itself: on the run's held-out batches it scores
     exactly the evaluation the run logged at that checkpoint."""
-    from bertjax import run_config as rc
     from bertjax.losses import metrics_from_sums, pretraining_sums
-    from bertjax.metrics import read_jsonl
-    from bertjax.pretrain_data import open_data
-    from bertjax.rundir import RunDir
+    from bertjax.train import run_config as rc
+    from bertjax.train.metrics import read_jsonl
+    from bertjax.train.pretrain_data import open_data
+    from bertjax.train.rundir import RunDir
 
     run = RunDir(run_dir)
     data = open_data(rc.RunConfig.from_dict(run.saved_config()), run)

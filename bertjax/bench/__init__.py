@@ -1,5 +1,6 @@
 """Benchmarks. `bertjax bench train` / `bertjax bench infer`: implementations of BERT timed side
-by side (the modules below); `embed.py`: sentence-embedding throughput (`bertjax bench embed`).
+by side (the modules below); `embed.py`: sentence-embedding throughput (`bertjax bench embed`);
+`data.py`: the input pipeline's throughput (`bertjax bench data`).
 
 One run times the same configuration on the same batch in every implementation: bertjax in
 float32 and bfloat16, transformers' `BertForPreTraining` eager (SDPA attention) and under

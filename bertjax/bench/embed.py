@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from bertjax.argtypes import positive_int
+from bertjax.cli.argtypes import positive_int
 
 DEFAULT_LINES = 10_000
 BERTJAX_ROW = "bertjax (jit)"
@@ -71,8 +71,8 @@ def run_embed_benchmark(
     import torch
     import transformers
 
+    from bertjax.io.pretrained import from_pretrained
     from bertjax.model import BertModel
-    from bertjax.pretrained import from_pretrained
     from bertjax.use.embed import check_lines, embed, sentence_transformers_settings, sorted_batches
     from bertjax.use.encode import TruncationWarning, model_max_length
 
@@ -221,7 +221,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """`bertjax bench embed`; exit status 2 on bad input."""
-    from bertjax.files import write_json_atomic
+    from bertjax.io.files import write_json_atomic
 
     try:
         if args.file is not None:

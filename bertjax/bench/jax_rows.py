@@ -85,9 +85,9 @@ def bertjax_row(spec: dict[str, Any]) -> dict[str, Any]:
 
     from bertjax.config import BertConfig
     from bertjax.model import BertForPreTraining
-    from bertjax.training.optim import OptimConfig, learning_rate_schedule, make_optimizer
-    from bertjax.training.parallel import SingleDevice
-    from bertjax.training.step import create_train_state, make_train_step
+    from bertjax.train.optim import OptimConfig, learning_rate_schedule, make_optimizer
+    from bertjax.train.parallel import SingleDevice
+    from bertjax.train.step import create_train_state, make_train_step
 
     config = BertConfig(**spec["config"])
     host_batch = pretraining_batch(config, spec["batch"], spec["seq"], spec["predictions"],

@@ -26,8 +26,8 @@ import dataclasses
 import os
 from typing import Any
 
-from bertjax.argtypes import positive_int
 from bertjax.bench.batch import default_predictions
+from bertjax.cli.argtypes import positive_int
 from bertjax.config import COMPUTE_DTYPES, PRESETS, BertConfig
 
 IMPLS = ("bertjax", "hf-eager", "hf-compiled", "bert_torch")
@@ -85,7 +85,7 @@ class BenchSettings:
     gemm_size: int | None = None  # None: 4096 on CPU, 8192 on accelerators
     gemm_dtype: str | None = None  # None: float32 on CPU, bfloat16 on accelerators
     compile_backend: str = "inductor"
-    prng_impl: str = "threefry2x32"  # of the bertjax rows' dropout (bertjax.training.step)
+    prng_impl: str = "threefry2x32"  # of the bertjax rows' dropout (bertjax.train.step)
     json_path: str | None = None
 
     def resolve(self, platform: str) -> BenchSettings:

@@ -33,7 +33,7 @@ from bertjax.bench.options import (
 )
 from bertjax.bench.report import add_ratios, format_table, summarize_row, write_json
 from bertjax.bench.timing import THREAD_ENV
-from bertjax.training.schedule import OptimConfig
+from bertjax.train.schedule import OptimConfig
 
 # AdamW as in BERT (OptimConfig's defaults), no warm-up, and a horizon far beyond the run so the
 # learning rate stays near its peak: its value does not change the work of a step.

@@ -68,7 +68,7 @@ def _transformers_step(spec: dict[str, Any], config: BertConfig, batch: dict[str
                        device: Any, autocast: Callable[[], Any]) -> tuple[Any, Callable[[], Any]]:
     import torch
 
-    from bertjax.training.schedule import OptimConfig
+    from bertjax.train.schedule import OptimConfig
 
     model = _transformers_model(config, device)
     run = model
@@ -106,7 +106,7 @@ def _bert_torch_step(spec: dict[str, Any], config: BertConfig, batch: dict[str, 
 
     from bert_torch import BertForPreTraining
     from bert_torch.train import make_optimizer, train_step
-    from bertjax.training.schedule import OptimConfig
+    from bertjax.train.schedule import OptimConfig
 
     model = BertForPreTraining(config).to(device)
     if spec["mode"] == "infer":

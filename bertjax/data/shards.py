@@ -30,7 +30,7 @@ import numpy as np
 
 from bertjax.data.corpus import Document
 from bertjax.data.tokenizer import SpecialTokens, WordPieceTokenizer
-from bertjax.files import atomic_directory
+from bertjax.io.files import atomic_directory
 
 FORMAT = "bertjax-shards-1"
 META = "meta.json"

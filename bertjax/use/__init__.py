@@ -3,7 +3,6 @@
     encode.py         text -> padded batches, a jitted inference forward
     fill_mask.py      top-k tokens for every [MASK]
     next_sentence.py  P(IsNext) of sentence pairs
-    classify.py       label probabilities, accuracy, macro-F1 and confusion matrices
     embed.py          sentence embeddings (mean / [CLS] pooling, as sentence-transformers), nearest lines
-    attention.py      attention maps of one input: PNG grids per layer, a self-contained HTML head view
+    attention.py      attention maps of one input (drawn by `bertjax.viz.attention`)
 """

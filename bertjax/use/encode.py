@@ -42,7 +42,7 @@ class Encoded:
         arrays = {"input_ids": self.input_ids, "token_type_ids": self.token_type_ids,
                   "attention_mask": self.attention_mask}
         if config is not None:
-            from bertjax.numerics import check_batch
+            from bertjax.inputs import check_batch
 
             check_batch(config, arrays)
         return arrays

@@ -1,0 +1,144 @@
+"""`bertjax embed`: sentence embeddings of the lines of a file, written as an (N, H) .npy.
+
+Row i of the .npy is line i of the file. Pooling, normalisation and the maximum length default to
+what the model's sentence-transformers files ask for (modules.json, 1_Pooling/config.json,
+sentence_bert_config.json), so that e.g. all-MiniLM-L6-v2 gives `SentenceTransformer.encode`'s
+vectors; without those files: mean pooling, no normalisation, the model's positions.
+`bertjax similarity` shares this module's options and loading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertjax.cli.argtypes import positive_int
+from bertjax.cli.model_options import CommandError, add_model_argument, run_command
+
+EPILOG = """\
+example:
+  bertjax embed path/to/all-MiniLM-L6-v2 --file lines.txt --out vectors.npy --query "a storm at sea"
+
+exit status: 0 done, 2 bad input (missing or empty file, blank line, not a model directory).
+"""
+
+
+def add_embedding_arguments(parser: argparse.ArgumentParser) -> None:
+    """MODEL, --file and the embedding options, shared by `embed` and `similarity`."""
+    add_model_argument(parser)
+    parser.add_argument("--file", metavar="FILE", required=True,
+                        help="UTF-8 text, one sentence (or passage) per line; no blank lines")
+    parser.add_argument("--pooling", choices=("mean", "cls"), default=None,
+                        help="mean: attention-masked mean of the last hidden state; cls: its [CLS] "
+                             "vector (default: the model's sentence-transformers setting, else mean)")
+    parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
+                        help="L2-normalise the vectors (default: the model's sentence-transformers "
+                             "setting, else no)")
+    parser.add_argument("--batch-size", type=positive_int, default=64, metavar="N",
+                        help="lines per forward pass (default: 64)")
+    parser.add_argument("--max-length", type=positive_int, default=None, metavar="TOKENS",
+                        help="cut longer lines, with a warning (default: the model's "
+                             "sentence-transformers max_seq_length, else its positions)")
+    parser.add_argument("--top-k", type=positive_int, default=5, metavar="K",
+                        help="how many nearest lines to print (default: 5)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    add_embedding_arguments(parser)
+    parser.add_argument("--out", metavar="FILE.npy", required=True,
+                        help="where to write the (N, H) float32 vectors")
+    parser.add_argument("--query", metavar="TEXT", default=None,
+                        help="also print the lines nearest to this text")
+
+
+def load_encoder(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(BertModel, tokenizer) of MODEL: no heads are needed (nor loaded) for embeddings."""
+    from bertjax.cli.model_options import load_model
+    from bertjax.model import BertModel
+
+    return load_model(args, model_cls=BertModel)
+
+
+def embedding_settings(args: argparse.Namespace, model: Any) -> dict[str, Any]:
+    """`embed` keywords: the command line first, then the model's sentence-transformers files."""
+    from bertjax.use.embed import sentence_transformers_settings
+    from bertjax.use.encode import model_max_length
+
+    found = sentence_transformers_settings(args.model) if Path(args.model).is_dir() else {}
+    if args.pooling is None and "unsupported_pooling" in found:
+        print(f"note: the model's sentence-transformers configuration pools by "
+              f"{found['unsupported_pooling']}, which bertjax does not do; using mean pooling "
+              "(choose with --pooling)", file=sys.stderr)
+    limit = model_max_length(model)
+    max_length = args.max_length or min(found.get("max_length", limit), limit)
+    if max_length > limit:
+        raise CommandError(f"--max-length {max_length} is longer than the model's {limit} positions")
+    if max_length < 3:
+        raise CommandError(f"--max-length {max_length} leaves no room for text ([CLS] and [SEP] "
+                         "take 2 tokens)")
+    return {
+        "pooling": args.pooling or found.get("pooling", "mean"),
+        "normalize": bool(found.get("normalize", False) if args.normalize is None else args.normalize),
+        "batch_size": args.batch_size,
+        "max_length": max_length,
+        "progress": not args.no_progress and sys.stderr.isatty(),
+    }
+
+
+def describe_settings(settings: dict[str, Any]) -> str:
+    normalized = "normalized" if settings["normalize"] else "not normalized"
+    return (f"{settings['pooling']} pooling, {normalized}, at most {settings['max_length']} tokens, "
+            f"batches of {settings['batch_size']}")
+
+
+def print_nearest(lines: list[str], vectors: np.ndarray, query_vector: np.ndarray, query: str,
+                  k: int) -> None:
+    from bertjax.use.embed import nearest
+
+    print(f"nearest lines to {_clip(query)!r} (cosine similarity):")
+    width = len(str(len(lines)))
+    for rank, (i, score) in enumerate(nearest(vectors, query_vector, k), start=1):
+        print(f"  {rank:>2}. {score:+.4f}  line {i + 1:>{width}}: {_clip(lines[i])}")
+
+
+def _clip(text: str, width: int = 100) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _embed(args: argparse.Namespace) -> int:
+    from bertjax.io.files import write_npy_atomic
+    from bertjax.use.embed import embed, read_lines
+
+    if Path(args.out).is_dir():
+        raise CommandError(f"--out {args.out} is a directory; pass a file name such as vectors.npy")
+    if args.query is not None and not args.query.strip():
+        raise CommandError("--query is empty; pass the text to search for")
+    lines = read_lines(args.file)
+    model, tokenizer = load_encoder(args)
+    settings = embedding_settings(args, model)
+    start = time.perf_counter()
+    vectors = embed(model, tokenizer, lines, **settings)
+    seconds = time.perf_counter() - start
+    try:
+        write_npy_atomic(args.out, vectors)
+    except OSError as err:
+        raise CommandError(f"cannot write {args.out}: {err}") from err
+    print(f"embedded {len(lines)} lines ({describe_settings(settings)})")
+    print(f"wrote {args.out}: {vectors.shape[0]} x {vectors.shape[1]} float32 in {seconds:.2f} s, "
+          f"{len(lines) / seconds:.1f} sentences/s (compilation included)")
+    if args.query is not None:
+        query_vector = embed(model, tokenizer, [args.query], **{**settings, "progress": False})[0]
+        print_nearest(lines, vectors, query_vector, args.query, args.top_k)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_command("embed", _embed, args)

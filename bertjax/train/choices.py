@@ -1,0 +1,11 @@
+"""The names a run's options accept, in one framework-free place: the configuration
+(`bertjax.train.run_config`) validates against them without importing JAX, Flax or Optax, and
+the modules that implement each choice check their tables against the same tuples."""
+
+from __future__ import annotations
+
+OPTIMIZERS = ("adamw", "adam", "lamb", "sgd")  # bertjax.train.optim
+PARALLEL_CHOICES = ("none", "pmap", "mesh")  # bertjax.train.parallel.STRATEGIES
+# JAX's PRNG implementations for dropout: threefry (JAX's default, counter-based, many integer
+# ops per bit), rbg and unsafe_rbg (XLA's RngBitGenerator: far cheaper on GPUs and TPUs).
+PRNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")

@@ -1,0 +1,73 @@
+"""What a train step optimises: the forward pass, the sums it adds up, the loss made from them.
+
+An objective's sums add up across micro-batches and devices; its loss divides them by counts of
+the whole global batch (`counts`, taken before any forward pass), so gradient accumulation and
+data parallelism give the gradient of the whole batch's mean loss. Pre-training and fine-tuning
+share the one train step of `bertjax.train.step` through this.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from bertjax.losses import classification_sums, loss_from_sums, metrics_from_sums, pretraining_sums
+
+Batch = dict[str, jax.Array]
+Sums = dict[str, jax.Array]
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    """forward_sums(model, batch, dropout_rng) -> sums; counts(batch) -> the normalisers;
+    loss(sums, global counts) -> scalar; metrics(sums) -> means to log (a `loss` among them)."""
+
+    forward_sums: Callable[[Any, Batch, jax.Array | None], Sums]
+    counts: Callable[[Batch], dict[str, jax.Array]]
+    loss: Callable[[Sums, dict[str, jax.Array]], jax.Array]
+    metrics: Callable[[Sums], dict[str, jax.Array]]
+
+
+def _pretraining_sums(model: Any, batch: Batch, rng: jax.Array | None) -> Sums:
+    out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
+                batch["masked_positions"], deterministic=rng is None, dropout_rng=rng)
+    return pretraining_sums(out.mlm_logits, out.nsp_logits, batch)
+
+
+def _pretraining_metrics(sums: Sums) -> dict[str, jax.Array]:
+    means = metrics_from_sums(sums)
+    del means["perplexity"]
+    return {"loss": means["mlm_loss"] + means["nsp_loss"], **means}
+
+
+PRETRAINING = Objective(
+    forward_sums=_pretraining_sums,
+    counts=lambda batch: {"predictions": jnp.sum(batch["masked_weights"].astype(jnp.float32)),
+                          "sequences": jnp.float32(batch["next_sentence_label"].shape[0])},
+    loss=lambda sums, counts: loss_from_sums(sums, counts["predictions"], counts["sequences"]),
+    metrics=_pretraining_metrics,
+)
+
+
+def _classification_sums(model: Any, batch: Batch, rng: jax.Array | None) -> Sums:
+    out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
+                deterministic=rng is None, dropout_rng=rng)
+    return classification_sums(out.logits, batch["labels"])
+
+
+def classification_metrics(sums: Sums) -> dict[str, Any]:
+    """Mean loss and accuracy from `classification_sums` (JAX or host numbers)."""
+    count = sums["count"]
+    return {"loss": sums["loss_sum"] / count, "accuracy": sums["correct"] / count}
+
+
+CLASSIFICATION = Objective(
+    forward_sums=_classification_sums,
+    counts=lambda batch: {"sequences": jnp.float32(batch["labels"].shape[0])},
+    loss=lambda sums, counts: sums["loss_sum"] / counts["sequences"],
+    metrics=classification_metrics,
+)

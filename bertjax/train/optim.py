@@ -1,0 +1,58 @@
+"""Optax optimizers for pre-training: the schedule, weight-decay mask, clipping and the choices.
+
+AdamW follows BERT (beta1 0.9, beta2 0.999, eps 1e-6, decoupled weight decay 0.01) and, like
+BERT, does not decay biases or LayerNorm parameters. Gradients are clipped to a global norm
+first. Gradient accumulation is not an optimizer wrapper here: the train step sums micro-batch
+gradients itself (see `bertjax.train.step`), so one call is one optimizer update.
+`bert_torch.train` mirrors this with `torch.optim.AdamW`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from bertjax.train.choices import OPTIMIZERS
+from bertjax.train.schedule import OptimConfig, applies_weight_decay
+
+__all__ = ["OPTIMIZERS", "OptimConfig", "decay_mask", "learning_rate_schedule", "make_optimizer"]
+
+
+def learning_rate_schedule(config: OptimConfig) -> optax.Schedule:
+    """`peak * warmup_linear_decay_factor(step)` (bertjax.train.schedule) for traced steps."""
+    peak, warmup, total = config.learning_rate, config.warmup_steps, config.total_steps
+
+    def schedule(step: jax.Array) -> jax.Array:
+        step = jnp.asarray(step, jnp.float32)
+        warm = step / max(warmup, 1)
+        decay = jnp.maximum(0.0, (total - step) / max(1, total - warmup))
+        return peak * jnp.where(step < warmup, warm, decay)
+
+    return schedule
+
+
+def decay_mask(params: Any) -> Any:
+    """True where weight decay applies (`schedule.applies_weight_decay`: matrices, not biases or
+    LayerNorm parameters)."""
+    return jax.tree.map(lambda p: applies_weight_decay(p.shape), params)
+
+
+def make_optimizer(config: OptimConfig) -> optax.GradientTransformation:
+    """Clip by global norm, then the chosen optimizer with the warm-up/decay schedule."""
+    lr = learning_rate_schedule(config)
+    c = config
+    if c.optimizer == "adamw":
+        opt = optax.adamw(lr, b1=c.b1, b2=c.b2, eps=c.eps, weight_decay=c.weight_decay,
+                          mask=decay_mask)
+    elif c.optimizer == "adam":
+        opt = optax.adam(lr, b1=c.b1, b2=c.b2, eps=c.eps)
+    elif c.optimizer == "lamb":
+        opt = optax.lamb(lr, b1=c.b1, b2=c.b2, eps=c.eps, weight_decay=c.weight_decay,
+                         mask=decay_mask)
+    else:
+        opt = optax.sgd(lr, momentum=c.b1)
+    parts = [optax.clip_by_global_norm(c.clip_norm)] if c.clip_norm > 0 else []
+    return optax.chain(*parts, opt)

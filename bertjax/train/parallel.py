@@ -1,0 +1,199 @@
+"""Parallel strategies behind one interface, so the same train step runs under each.
+
+    none   one device: `jax.jit`, state donated.
+    pmap   classic data parallelism: state replicated on every local device, the batch split
+           along its first axis, gradients summed with `lax.psum` inside the step.
+    mesh   `jax.jit` over a `Mesh(("data", "fsdp"))`: the batch is one global array sharded over
+           both axes; with fsdp > 1 every parameter (and its optimizer moments) is sharded along
+           its largest dimension divisible by the fsdp size. XLA inserts the collectives.
+
+Both pmap and mesh span processes after `jax.distributed.initialize`: each process passes its own
+rows of the global batch (`shard_batch`), and `host_state` gathers one full copy of the state on
+every process for checkpoints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from bertjax.train.choices import PARALLEL_CHOICES
+
+
+def _check_divisible(kind: str, batch_size: int, devices: int, grad_accum_steps: int) -> None:
+    if batch_size % (devices * grad_accum_steps):
+        what = f"{devices} device(s)" + (
+            f" x {grad_accum_steps} accumulation steps" if grad_accum_steps > 1 else "")
+        raise ValueError(
+            f"batch size {batch_size} is not divisible by the {what} of parallel={kind!r}; use a "
+            f"batch size that is a multiple of {devices * grad_accum_steps}"
+        )
+
+
+def _first_local(x: jax.Array) -> np.ndarray:
+    return np.asarray(x.addressable_data(0))
+
+
+class SingleDevice:
+    """parallel='none': one device of one process."""
+
+    kind = "none"
+    axis_name = None
+
+    def __init__(self) -> None:
+        if jax.process_count() > 1:
+            raise ValueError("parallel='none' runs on one device of one process; with several "
+                             "processes use parallel='pmap' or parallel='mesh'")
+        self.device = jax.local_devices()[0]
+        self.num_devices = 1
+
+    def check_batch_size(self, batch_size: int, grad_accum_steps: int = 1) -> None:
+        _check_divisible(self.kind, batch_size, 1, grad_accum_steps)
+
+    def place_state(self, state: Any) -> Any:
+        return jax.device_put(state, self.device)
+
+    def compile_step(self, fn: Callable) -> Callable:
+        return jax.jit(fn, donate_argnums=0)
+
+    def compile_eval(self, fn: Callable) -> Callable:
+        return jax.jit(fn)
+
+    def shard_batch(self, batch: dict[str, np.ndarray]) -> Any:
+        return jax.device_put(batch, self.device)
+
+    def host_state(self, state: Any) -> Any:
+        return jax.device_get(state)
+
+    def host_metrics(self, metrics: dict[str, jax.Array]) -> dict[str, float]:
+        return {k: float(v) for k, v in jax.device_get(metrics).items()}
+
+
+class Pmap:
+    """parallel='pmap': replicated state, per-device batch slices, `psum` over `axis_name`."""
+
+    kind = "pmap"
+    axis_name = "batch"
+
+    def __init__(self) -> None:
+        # pmap must be given every process's devices (in the same order on each process), or
+        # each process maps and psums over its own devices only and the replicas drift apart.
+        self.devices = jax.devices()
+        self.local_devices = [d for d in self.devices if d.process_index == jax.process_index()]
+        self.num_local = len(self.local_devices)
+        self.num_devices = jax.device_count()
+        mesh = Mesh(np.array(self.local_devices), (self.axis_name,))
+        self.sharding = NamedSharding(mesh, P(self.axis_name))
+
+    def check_batch_size(self, batch_size: int, grad_accum_steps: int = 1) -> None:
+        _check_divisible(self.kind, batch_size, self.num_devices, grad_accum_steps)
+
+    def place_state(self, state: Any) -> Any:
+        n = self.num_local
+        return jax.tree.map(
+            lambda x: jax.device_put(np.broadcast_to(np.asarray(x), (n, *np.shape(x))),
+                                     self.sharding), state)  # (devices, ...)
+
+    def compile_step(self, fn: Callable) -> Callable:
+        return jax.pmap(fn, axis_name=self.axis_name, devices=self.devices, donate_argnums=0)
+
+    def compile_eval(self, fn: Callable) -> Callable:
+        return jax.pmap(fn, axis_name=self.axis_name, devices=self.devices)
+
+    def shard_batch(self, batch: dict[str, np.ndarray]) -> Any:
+        n = self.num_local
+        return jax.tree.map(
+            lambda x: jax.device_put(x.reshape(n, x.shape[0] // n, *x.shape[1:]), self.sharding),
+            batch)  # (B, ...) -> (devices, B / devices, ...)
+
+    def host_state(self, state: Any) -> Any:
+        return jax.tree.map(_first_local, state)  # replicas are identical
+
+    def host_metrics(self, metrics: dict[str, jax.Array]) -> dict[str, float]:
+        return {k: float(_first_local(v)[0]) for k, v in metrics.items()}
+
+
+class MeshStrategy:
+    """parallel='mesh': one jit over a (data, fsdp) mesh of every device of every process."""
+
+    kind = "mesh"
+    axis_name = None  # XLA partitions the global computation; no named axis in the step
+
+    def __init__(self, fsdp: int = 1) -> None:
+        devices = np.array(jax.devices())
+        if fsdp < 1 or devices.size % fsdp:
+            raise ValueError(f"fsdp={fsdp} does not divide the {devices.size} devices; choose a "
+                             f"divisor of {devices.size}")
+        self.fsdp = fsdp
+        self.num_devices = devices.size
+        self.mesh = Mesh(devices.reshape(devices.size // fsdp, fsdp), ("data", "fsdp"))
+        self.batch_sharding = NamedSharding(self.mesh, P(("data", "fsdp")))
+        self.replicated = NamedSharding(self.mesh, P())
+        self.state_sharding: Any = None
+
+    def check_batch_size(self, batch_size: int, grad_accum_steps: int = 1) -> None:
+        _check_divisible(self.kind, batch_size, self.num_devices, grad_accum_steps)
+
+    def spec(self, shape: tuple[int, ...]) -> P:
+        """Shard the largest dimension divisible by the fsdp size; replicate otherwise."""
+        if self.fsdp == 1 or not shape:
+            return P()
+        dims = [d for d in np.argsort(shape, kind="stable")[::-1] if shape[d] % self.fsdp == 0]
+        if not dims:
+            return P()
+        spec: list[str | None] = [None] * len(shape)
+        spec[int(dims[0])] = "fsdp"
+        return P(*spec)
+
+    def place_state(self, state: Any) -> Any:
+        self.state_sharding = jax.tree.map(
+            lambda x: NamedSharding(self.mesh, self.spec(np.shape(x))), state)
+
+        def put(x: Any, sharding: NamedSharding) -> jax.Array:
+            host = np.asarray(x)
+            return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+        return jax.tree.map(put, state, self.state_sharding)
+
+    def compile_step(self, fn: Callable) -> Callable:
+        if self.state_sharding is None:
+            raise RuntimeError("place_state() must run before compile_step()")
+        return jax.jit(fn, out_shardings=(self.state_sharding, self.replicated), donate_argnums=0)
+
+    def compile_eval(self, fn: Callable) -> Callable:
+        return jax.jit(fn, out_shardings=self.replicated)
+
+    def shard_batch(self, batch: dict[str, np.ndarray]) -> Any:
+        return jax.tree.map(
+            lambda x: jax.make_array_from_process_local_data(self.batch_sharding, x), batch)
+
+    def host_state(self, state: Any) -> Any:
+        def gather(x: jax.Array) -> np.ndarray:
+            if x.is_fully_addressable:
+                return np.asarray(x)
+            if x.is_fully_replicated:
+                return _first_local(x)
+            from jax.experimental import multihost_utils
+
+            return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+        return jax.tree.map(gather, state)
+
+    def host_metrics(self, metrics: dict[str, jax.Array]) -> dict[str, float]:
+        return {k: float(_first_local(v)) for k, v in metrics.items()}
+
+
+STRATEGIES: dict[str, type] = {"none": SingleDevice, "pmap": Pmap, "mesh": MeshStrategy}
+assert tuple(STRATEGIES) == PARALLEL_CHOICES, "train.choices names every strategy"
+
+
+def make_strategy(kind: str = "none", fsdp: int = 1) -> SingleDevice | Pmap | MeshStrategy:
+    """The strategy named by `--train.parallel` (`fsdp` only applies to 'mesh')."""
+    if kind not in STRATEGIES:
+        raise ValueError(f"unknown parallel strategy {kind!r}; choose one of {PARALLEL_CHOICES}")
+    return MeshStrategy(fsdp) if kind == "mesh" else STRATEGIES[kind]()
