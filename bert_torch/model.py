@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -171,7 +172,11 @@ class BertPooler(nn.Module):
 
 
 class BertModel(nn.Module):
-    """The BERT encoder: embeddings, `num_hidden_layers` layers, pooler."""
+    """The BERT encoder: embeddings, `num_hidden_layers` layers, pooler. Declares what it is as
+    its bertjax mirror does (`base_model_prefix`, `head_modules`: see `bertjax.model.BertModel`)."""
+
+    base_model_prefix: ClassVar[str] = ""
+    head_modules: ClassVar[tuple[str, ...]] = ("pooler",)
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -226,6 +231,9 @@ class BertMLMHead(nn.Module):
 class BertForPreTraining(nn.Module):
     """BERT with the masked-LM and next-sentence-prediction heads."""
 
+    base_model_prefix: ClassVar[str] = "bert"
+    head_modules: ClassVar[tuple[str, ...]] = ("mlm_head", "nsp_head")
+
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
@@ -265,6 +273,9 @@ class BertForPreTraining(nn.Module):
 class BertForSequenceClassification(nn.Module):
     """BERT with a classifier on the pooled [CLS] output: dropout, then a dense layer to
     `config.num_labels` float32 logits (Hugging Face's BertForSequenceClassification)."""
+
+    base_model_prefix: ClassVar[str] = "bert"
+    head_modules: ClassVar[tuple[str, ...]] = ("classifier",)
 
     def __init__(self, config: BertConfig):
         super().__init__()

@@ -2,7 +2,7 @@
 
     import bertjax
     model, tokenizer = bertjax.from_pretrained("path")  # Hugging Face dir or pretrain run dir
-    model.save_pretrained("out/", tokenizer)             # transformers loads it
+    bertjax.save_pretrained(model, "out/", tokenizer)    # transformers loads it
     model = bertjax.load_hf("path/to/hf-bert")           # config.json + model.safetensors
     bertjax.save_hf(model, "out/")
 
@@ -17,12 +17,13 @@ from typing import Any
 from bertjax.config import PRESETS, BertConfig
 
 __all__ = ["PRESETS", "BertConfig", "BertForPreTraining", "BertForSequenceClassification",
-           "BertModel", "BertOutput", "from_pretrained", "load_hf", "save_hf"]
+           "BertModel", "BertOutput", "from_pretrained", "load_hf", "save_hf", "save_pretrained"]
 __version__ = "0.1.0"
 
 _LAZY = {"BertModel": "bertjax.model", "BertForPreTraining": "bertjax.model",
          "BertForSequenceClassification": "bertjax.model", "BertOutput": "bertjax.model",
-         "load_hf": "bertjax.io.hf", "save_hf": "bertjax.io.hf", "from_pretrained": "bertjax.io.pretrained"}
+         "from_pretrained": "bertjax.pretrained", "save_pretrained": "bertjax.pretrained",
+         "load_hf": "bertjax.pretrained", "save_hf": "bertjax.pretrained"}
 
 
 def __getattr__(name: str) -> Any:

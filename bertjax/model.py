@@ -10,7 +10,8 @@ V vocabulary, I intermediate.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -208,24 +209,39 @@ class BertPooler(nnx.Module):
         return jnp.tanh(self.dense(sequence_output[:, 0]))  # (B, H)
 
 
-class SavePretrained:
-    """`save_pretrained(directory, tokenizer=None)`: a Hugging Face directory (`bertjax.io.hf`)."""
+def _stacked_layers(config: BertConfig, rngs: nnx.Rngs) -> BertLayer:
+    """One `BertLayer` whose parameters hold all `num_hidden_layers` layers, each leaf (L, ...):
+    what `config.scan_layers` scans over. The layers are initialised as the loop's (same random
+    numbers in the same order) and stacked once here, never again in a forward pass."""
+    layers = [BertLayer(config, rngs=rngs) for _ in range(config.num_hidden_layers)]
+    stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves),
+                           *(nnx.state(m) for m in layers))  # each leaf (L, ...)
+    return nnx.merge(nnx.graphdef(layers[0]), stacked)
 
-    def save_pretrained(self, directory: Any, tokenizer: Any = None) -> Any:
-        """Write `config.json` + `model.safetensors` (+ the tokenizer's files) that transformers
-        loads as this class; returns the directory's path."""
-        from bertjax.io.hf import save_hf
 
-        return save_hf(self, directory, tokenizer=tokenizer)
+class BertModel(nnx.Module):
+    """The BERT encoder: embeddings, `num_hidden_layers` layers, pooler.
 
+    Every model class declares what it is, for checkpoint code that takes the class as an
+    argument (as transformers and Levanter do) instead of asking which class it was given:
+    `base_model_prefix` is the attribute that holds the encoder, whose parameter names start
+    with it ("": this class is the encoder, its names carry no prefix); `head_modules` are the
+    attributes holding weights a checkpoint of another class may lack (freshly initialised, with
+    a warning) or carry for another class (left out). The pooler is the encoder's one head:
+    Hugging Face's BertForMaskedLM has none.
+    """
 
-class BertModel(nnx.Module, SavePretrained):
-    """The BERT encoder: embeddings, `num_hidden_layers` layers, pooler."""
+    base_model_prefix: ClassVar[str] = ""
+    head_modules: ClassVar[tuple[str, ...]] = ("pooler",)
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         self.config = config
         self.embeddings = BertEmbeddings(config, rngs=rngs)
-        self.layers = nnx.List([BertLayer(config, rngs=rngs) for _ in range(config.num_hidden_layers)])
+        # a loop model holds `layers.{i}`; a scan model one stacked layer (`_stacked_layers`),
+        # whose (L, ...) parameters conversion and checkpoints name per layer all the same
+        self.layers: nnx.List[BertLayer] | BertLayer = (
+            _stacked_layers(config, rngs) if config.scan_layers
+            else nnx.List([BertLayer(config, rngs=rngs) for _ in range(config.num_hidden_layers)]))
         self.pooler = BertPooler(config, rngs=rngs)
 
     def __call__(
@@ -264,7 +280,8 @@ class BertModel(nnx.Module, SavePretrained):
         (`config.scan_layers`: one layer traced and compiled instead of L); each layer
         rematerialised in the backward pass with `config.remat`. Returns the output, the
         hidden states (embeddings first) and each layer's attention probabilities."""
-        graphdef, _ = nnx.split(self.layers[0])  # every layer has the same graph
+        scan = self.config.scan_layers
+        graphdef = nnx.graphdef(self.layers if scan else self.layers[0])  # one graph for all
 
         def layer(state: nnx.State, x: jax.Array, key: jax.Array | None) -> tuple[jax.Array, Any]:
             rngs = None if key is None else nnx.Rngs(dropout=key)
@@ -273,17 +290,23 @@ class BertModel(nnx.Module, SavePretrained):
 
         if self.config.remat:
             layer = jax.checkpoint(layer)
+        if scan:
+            return self._scan(layer, x, keys, output_probs, output_hidden)
         states = [nnx.state(m) for m in self.layers]
         layer_keys = [None if keys is None else keys[i + 1] for i in range(len(states))]
-        if not self.config.scan_layers:
-            hidden, probs = [x], []
-            for state, key in zip(states, layer_keys, strict=True):
-                x, p = layer(state, x, key)
-                hidden.append(x)
-                probs.append(p)
-            return x, hidden, probs
+        hidden, probs = [x], []
+        for state, key in zip(states, layer_keys, strict=True):
+            x, p = layer(state, x, key)
+            hidden.append(x)
+            probs.append(p)
+        return x, hidden, probs
 
-        stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)  # each leaf (L, ...)
+    def _scan(
+        self, layer: Callable[..., tuple[jax.Array, Any]], x: jax.Array, keys: jax.Array | None,
+        output_probs: bool, output_hidden: bool,
+    ) -> tuple[jax.Array, list[jax.Array], list[jax.Array | None]]:
+        """`layer` under `lax.scan` over the stacked (L, ...) parameters as they are held (no
+        stacking in the forward, none to undo in the backward) and the per-layer dropout keys."""
 
         def body(x: jax.Array, per_layer: tuple[nnx.State, jax.Array | None]) -> tuple[Any, Any]:
             x, p = layer(per_layer[0], x, per_layer[1])
@@ -291,6 +314,7 @@ class BertModel(nnx.Module, SavePretrained):
             return x, (x if output_hidden else None, p if output_probs else None)
 
         embedded = x
+        stacked = nnx.state(self.layers)  # each leaf (L, ...)
         x, (xs, ps) = jax.lax.scan(body, x, (stacked, None if keys is None else keys[1:]))
         hidden = [embedded, *xs] if output_hidden else []  # (L, B, S, H) -> per layer
         probs = list(ps) if output_probs else []  # (L, B, A, S, S) -> per layer
@@ -313,8 +337,15 @@ class BertMLMHead(nnx.Module):
         return logits + self.bias[...]  # (B, P, V) float32
 
 
-class BertForPreTraining(nnx.Module, SavePretrained):
-    """BERT with the masked-LM and next-sentence-prediction heads."""
+class BertForPreTraining(nnx.Module):
+    """BERT with the masked-LM and next-sentence-prediction heads.
+
+    The encoder is `bert` (`base_model_prefix`), the heads `mlm_head` and `nsp_head`
+    (`head_modules`; see `BertModel`).
+    """
+
+    base_model_prefix: ClassVar[str] = "bert"
+    head_modules: ClassVar[tuple[str, ...]] = ("mlm_head", "nsp_head")
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         self.config = config
@@ -354,9 +385,16 @@ class BertForPreTraining(nnx.Module, SavePretrained):
         )
 
 
-class BertForSequenceClassification(nnx.Module, SavePretrained):
+class BertForSequenceClassification(nnx.Module):
     """BERT with a classifier on the pooled [CLS] output: dropout, then a dense layer to
-    `config.num_labels` float32 logits (Hugging Face's BertForSequenceClassification)."""
+    `config.num_labels` float32 logits (Hugging Face's BertForSequenceClassification).
+
+    The encoder is `bert` (`base_model_prefix`), the head `classifier` (`head_modules`; see
+    `BertModel`).
+    """
+
+    base_model_prefix: ClassVar[str] = "bert"
+    head_modules: ClassVar[tuple[str, ...]] = ("classifier",)
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         self.config = config

@@ -11,26 +11,26 @@ from typing import Any
 
 from bertjax.config import BertConfig
 from bertjax.io.weights import model_from_numpy, model_to_numpy
+from bertjax.model import BertForPreTraining
 
 
 def flax_to_torch(model: Any) -> dict[str, Any]:
     """A bertjax model -> the state dict of its `bert_torch` mirror (strict)."""
-    import torch
+    import torch  # optional: torch_to_flax takes numpy arrays and runs without it
 
     return {k: torch.from_numpy(v.copy()) for k, v in model_to_numpy(model).items()}
 
 
 def torch_to_flax(
-    state_dict: Mapping[str, Any], config: BertConfig, model_cls: type | None = None
+    state_dict: Mapping[str, Any], config: BertConfig, model_cls: type = BertForPreTraining
 ) -> Any:
-    """A `bert_torch` state dict (tensors or numpy arrays) -> a bertjax model (strict);
-    `model_cls` defaults to `BertForPreTraining`."""
+    """A `bert_torch` state dict (tensors or numpy arrays) -> a bertjax `model_cls` (strict)."""
     return model_from_numpy(state_dict, config, model_cls)
 
 
 def to_torch_model(model: Any) -> Any:
     """The `bert_torch` mirror of `model` (same class name) with its weights, in eval mode."""
-    import bert_torch
+    import bert_torch  # optional: needs torch, as flax_to_torch does
 
     torch_model = getattr(bert_torch, type(model).__name__)(model.config)
     torch_model.load_state_dict(flax_to_torch(model), strict=True)

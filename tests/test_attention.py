@@ -22,8 +22,8 @@ from matplotlib.image import imread
 from use_helpers import tiny_checkpoint
 
 from bertjax.cli.main import main
-from bertjax.io.pretrained import from_pretrained
 from bertjax.model import BertModel
+from bertjax.pretrained import from_pretrained
 from bertjax.use.attention import AttentionMaps, attention_maps
 from bertjax.use.encode import TruncationWarning, encode
 from bertjax.viz.attention import (

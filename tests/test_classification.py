@@ -20,10 +20,10 @@ from flax import nnx
 import bert_torch
 from bert_torch.losses import classification_loss as torch_classification_loss
 from bertjax import BertConfig, BertForSequenceClassification
-from bertjax.io.hf import load_hf, save_hf
 from bertjax.io.names import to_hf_name
 from bertjax.io.weights import state_to_numpy
 from bertjax.losses import classification_loss
+from bertjax.pretrained import load_hf, save_hf
 from parity.convert import flax_to_torch, to_torch_model, torch_to_flax
 from parity.tensors import GRAD_FLOOR
 

@@ -10,6 +10,7 @@ import torch
 from flax import nnx
 
 import bert_torch
+import bertjax
 from bertjax import BertConfig, BertForPreTraining
 from bertjax.io.weights import expected_shapes
 from parity.convert import flax_to_torch, torch_to_flax
@@ -42,9 +43,15 @@ def test_torch_flax_torch_round_trip_is_exact():
     bert_torch.BertForPreTraining(CONFIG).load_state_dict(back, strict=True)
 
 
-def test_expected_shapes_match_the_torch_module_exactly():
-    tmodel = bert_torch.BertForPreTraining(CONFIG)
-    assert expected_shapes(CONFIG) == {k: tuple(v.shape) for k, v in tmodel.state_dict().items()}
+@pytest.mark.parametrize("name", ["BertModel", "BertForPreTraining",
+                                  "BertForSequenceClassification"])
+def test_expected_shapes_match_the_torch_module_exactly(name):
+    tmodel = getattr(bert_torch, name)(CONFIG)
+    assert expected_shapes(CONFIG, getattr(bertjax, name)) == {
+        k: tuple(v.shape) for k, v in tmodel.state_dict().items()}
+    # the mirror declares what it is as the Flax class does
+    for attr in ("base_model_prefix", "head_modules"):
+        assert getattr(type(tmodel), attr) == getattr(getattr(bertjax, name), attr), attr
 
 
 def test_modules_mirror_each_other_name_for_name():

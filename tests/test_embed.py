@@ -22,7 +22,7 @@ from use_helpers import sentences
 from bertjax import BertModel
 from bertjax.bench.embed import run_embed_benchmark
 from bertjax.cli.main import main
-from bertjax.io.pretrained import from_pretrained
+from bertjax.pretrained import from_pretrained
 from bertjax.use.embed import embed, nearest, sentence_transformers_settings, sorted_batches
 from bertjax.use.encode import TruncationWarning, encode, jitted_forward
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bertjax.data import WordPieceTokenizer
-from bertjax.io.files import atomic_directory, write_text_atomic
+from bertjax.files import atomic_directory, write_text_atomic
 
 
 def test_write_text_atomic_replaces_or_keeps(tmp_path, monkeypatch):

@@ -18,7 +18,7 @@ import transformers
 from flax import nnx
 
 from bertjax import BertConfig, BertForPreTraining
-from bertjax.io.hf import load_hf, save_hf
+from bertjax.pretrained import load_hf, save_hf
 
 TOL = 1e-5
 
@@ -200,7 +200,7 @@ def test_safetensors_import_needs_no_torch(tmp_path):
     _hf_model("small").save_pretrained(tmp_path)
     code = (
         "import sys; sys.modules['torch'] = None\n"  # any `import torch` now raises
-        "import warnings; from bertjax.io.hf import load_hf\n"
+        "import warnings; from bertjax.pretrained import load_hf\n"
         f"m = load_hf({str(tmp_path)!r}); print(m.config.hidden_size)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -266,8 +266,11 @@ def test_save_hf_over_a_checkpoint_is_atomic_and_refuses_foreign_files(tmp_path,
 def test_top_level_api():
     import bertjax
     import parity
+    from bertjax.pretrained import from_pretrained, save_pretrained
 
     assert bertjax.load_hf is load_hf and bertjax.save_hf is save_hf
+    assert bertjax.from_pretrained is from_pretrained and bertjax.save_pretrained is save_pretrained
+    assert {"from_pretrained", "save_pretrained", "load_hf", "save_hf"} <= set(bertjax.__all__)
     from parity.convert import flax_to_torch, torch_to_flax
     from parity.tensors import compare
 

@@ -18,7 +18,7 @@ import torch
 import transformers
 from tokenizers import Tokenizer
 
-from bertjax.io.hf import load_hf
+from bertjax.pretrained import load_hf
 
 SENTENCES = [
     "If music be the food of love, play on; give me excess of it.",

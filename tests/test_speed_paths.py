@@ -113,6 +113,8 @@ def test_fused_attention_rules():
 def test_scan_and_remat_change_nothing_but_the_program(changes):
     config = CONFIG.replace(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
     plain = BertForPreTraining(config, rngs=nnx.Rngs(0))
+    # the same seed, the same weights: a scan model initialises its layers as the loop does and
+    # stacks them once (tests/test_scan_stacked.py checks it holds only the (L, ...) stack)
     other = BertForPreTraining(config.replace(**changes), rngs=nnx.Rngs(0))
     batch = _batch(config)
     a = plain(*(batch[k] for k in KEYS), output_attentions=True, output_hidden_states=True)

@@ -44,7 +44,7 @@ def peaked(tmp_path_factory) -> Path:
     config = BertConfig.from_preset("tiny", vocab_size=tokenizer.vocab_size, initializer_range=0.3,
                                     pad_token_id=tokenizer.special.pad)
     out = tmp_path_factory.mktemp("peaked") / "model"
-    BertForPreTraining(config, rngs=nnx.Rngs(4)).save_pretrained(out, tokenizer)
+    bertjax.save_pretrained(BertForPreTraining(config, rngs=nnx.Rngs(4)), out, tokenizer)
     return out
 
 
@@ -188,7 +188,7 @@ def test_model_without_an_mlm_head_is_refused_for_fill_mask(tmp_path):
     tokenizer = WordPieceTokenizer.train(sentences(100), vocab_size=200)
     config = BertConfig.from_preset("tiny", vocab_size=tokenizer.vocab_size)
     bare = tmp_path / "bare"
-    BertModel(config, rngs=nnx.Rngs(0)).save_pretrained(bare, tokenizer)
+    bertjax.save_pretrained(BertModel(config, rngs=nnx.Rngs(0)), bare, tokenizer)
     proc = subprocess.run([sys.executable, "-m", "bertjax.cli", "fill-mask", str(bare), "a [MASK]"],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from flax import nnx
 
-from bertjax import BertConfig, BertForPreTraining
+from bertjax import BertConfig, BertForPreTraining, save_pretrained
 from bertjax.data import WordPieceTokenizer, corpus_documents
 
 _TMP = Path(tempfile.mkdtemp(prefix="bertjax-use-tests-"))
@@ -36,5 +36,5 @@ def tiny_checkpoint(seed: int = 0) -> Path:
     config = BertConfig.from_preset("tiny", vocab_size=tokenizer.vocab_size,
                                     pad_token_id=tokenizer.special.pad)
     out = _TMP / f"tiny-{seed}"
-    BertForPreTraining(config, rngs=nnx.Rngs(seed)).save_pretrained(out, tokenizer)
+    save_pretrained(BertForPreTraining(config, rngs=nnx.Rngs(seed)), out, tokenizer)
     return out

@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _classify(args: argparse.Namespace) -> int:
     from bertjax.data.labelled import check_labels, read_examples
-    from bertjax.io.files import write_text_atomic
+    from bertjax.files import write_text_atomic
     from bertjax.model import BertForSequenceClassification
     from bertjax.tasks.classification import label_ids, predict, score
 

@@ -114,7 +114,7 @@ def _clip(text: str, width: int = 100) -> str:
 
 
 def _embed(args: argparse.Namespace) -> int:
-    from bertjax.io.files import write_npy_atomic
+    from bertjax.files import write_npy_atomic
     from bertjax.use.embed import embed, read_lines
 
     if Path(args.out).is_dir():

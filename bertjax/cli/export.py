@@ -16,8 +16,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from bertjax.pretrained import save_pretrained  # JAX loads when the command runs
+
     model, tokenizer = load_model(args)
-    path = model.save_pretrained(args.out, tokenizer)
+    path = save_pretrained(model, args.out, tokenizer)
     print(f"wrote {path}: {type(model).__name__}, {model.config.num_hidden_layers} layers, "
           f"hidden {model.config.hidden_size}, vocabulary {tokenizer.vocab_size}")
     return 0

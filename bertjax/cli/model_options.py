@@ -23,7 +23,7 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
 
 def load_model(args: argparse.Namespace, **kwargs: Any) -> tuple[Any, Any]:
     """(model, tokenizer) of `args.model`; a missing or unusable directory is a CommandError."""
-    from bertjax.io.pretrained import from_pretrained
+    from bertjax.pretrained import from_pretrained
 
     try:
         return from_pretrained(args.model, step=args.step, **kwargs)

@@ -36,8 +36,8 @@ def run(args: argparse.Namespace) -> int:
     from flax import nnx
 
     from bertjax.config import BertConfig
-    from bertjax.io.hf import load_hf
     from bertjax.model import BertForPreTraining
+    from bertjax.pretrained import load_hf
     from parity.tensors import compare, random_batch
 
     if args.hf:

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from bertjax.data.shards import Shards
-from bertjax.io.files import write_npy_atomic
+from bertjax.files import write_npy_atomic
 
 COLUMNS = ("a_start", "a_end", "b_start", "b_end", "label", "boundary")
 IS_NEXT, NOT_NEXT = 0, 1

@@ -18,7 +18,7 @@ import numpy as np
 from tokenizers import BertWordPieceTokenizer, Tokenizer
 from tokenizers.processors import BertProcessing
 
-from bertjax.io.files import write_text_atomic
+from bertjax.files import write_text_atomic
 
 SPECIAL_TOKENS: dict[str, str] = {
     "pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]",

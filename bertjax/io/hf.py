@@ -1,38 +1,47 @@
-"""Hugging Face BERT checkpoints (`config.json` + safetensors or `pytorch_model.bin`) in and out.
+"""Hugging Face BERT checkpoint directories (`config.json` + safetensors or `pytorch_model.bin`)
+in and out, as a config and named arrays.
 
-Importing safetensors needs no PyTorch. `pytorch_model.bin` is read with
+A format knows names and arrays, never model classes: `read_hf` gives the weights under
+checkpoint names (`bertjax.io.names`: the encoder under `bert.`, heads beside it) and `write_hf`
+writes a class's arrays under the Hugging Face names of that class, which it takes as an argument
+(its `base_model_prefix` and its name). `bertjax.pretrained` turns them into models
+(`load_hf`, `save_hf`, `save_pretrained`).
+
+Reading safetensors needs no PyTorch. `pytorch_model.bin` is read with
 `torch.load(..., weights_only=True)`, which refuses pickles that would run code.
 """
 
 from __future__ import annotations
 
 import json
-import warnings
+import pickle
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flax import nnx
+import safetensors.numpy  # called through the module: tests replace save_file to crash a write
+from safetensors import SafetensorError
 
 from bertjax.config import BertConfig
-from bertjax.io.files import atomic_directory
+from bertjax.data.tokenizer import SPECIAL_TOKENS
+from bertjax.files import atomic_directory
 from bertjax.io.names import (
-    BARE_PREFIX,
-    HEAD_PREFIXES,
+    BASE_PREFIX,
     HF_DERIVED_KEYS,
     HF_FOREIGN_HEAD_PREFIXES,
     HF_SEQUENCE_CLASSIFIERS,
+    checkpoint_name,
+    from_hf_name,
     normalise_hf_key,
     to_hf_name,
 )
-from bertjax.io.weights import expected_shapes, model_from_numpy, model_to_numpy
-from bertjax.model import BertForPreTraining
 
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 PYTORCH_BIN = "pytorch_model.bin"
 CONFIG = "config.json"
-# What a Hugging Face model directory may hold; `save_hf` replaces a directory holding only these.
+# What a Hugging Face model directory may hold; `write_hf` replaces a directory holding only these.
 CHECKPOINT_FILES = frozenset({
     CONFIG, SAFETENSORS, SAFETENSORS_INDEX, PYTORCH_BIN, "tokenizer.json", "vocab.txt",
     "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
@@ -57,23 +66,18 @@ def read_hf_tensors(path: str | Path) -> dict[str, np.ndarray]:
 
 
 def _read_safetensors(files: list[Path]) -> dict[str, np.ndarray]:
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
-
     tensors: dict[str, np.ndarray] = {}
     for file in files:
         try:
-            tensors.update(load_file(file))
+            tensors.update(safetensors.numpy.load_file(file))
         except (SafetensorError, OSError, ValueError) as err:
             raise ValueError(f"{file} is not a readable safetensors file: {err}") from err
     return tensors
 
 
 def _read_pytorch_bin(file: Path) -> dict[str, np.ndarray]:
-    import pickle
-
     try:
-        import torch
+        import torch  # optional: only this old format needs it
     except ImportError as err:
         raise ImportError(
             f"{file} is a PyTorch pickle and reading it needs PyTorch: pip install 'bertjax[torch]' "
@@ -91,19 +95,13 @@ def _read_pytorch_bin(file: Path) -> dict[str, np.ndarray]:
             for k, v in state.items()}
 
 
-def load_hf(
-    path: str | Path, *, model_cls: type | None = None, seed: int = 0,
-    missing_heads: str = "init", **config_overrides: Any,
-) -> Any:
-    """A Hugging Face BERT directory -> a bertjax `model_cls` (default `BertForPreTraining`;
-    also `BertModel`, `BertForSequenceClassification`).
+def read_hf(path: str | Path, **config_overrides: Any) -> tuple[BertConfig, dict[str, np.ndarray]]:
+    """A Hugging Face BERT directory -> its config and its weights under checkpoint names.
 
     Reads checkpoints of BertForPreTraining, BertForMaskedLM, BertForNextSentencePrediction,
     BertForSequenceClassification and bare BertModel ones (with or without the `bert.` prefix,
-    TF-era gamma/beta names too). Heads the checkpoint lacks (MLM, NSP, pooler, classifier) are
-    freshly initialised from `seed`, with a warning naming them (or, with `missing_heads="error"`,
-    are an error); heads the class does not have are left out; missing encoder weights and unknown
-    keys are errors.
+    TF-era gamma/beta names too). Leaves out the tied decoder, the position-id buffer and heads
+    bertjax has no class for (question answering; another class's `classifier`).
     """
     path = Path(path)
     if not path.is_dir():
@@ -112,16 +110,14 @@ def load_hf(
     config = BertConfig.from_hf_dict(data, **config_overrides)
     tensors = {normalise_hf_key(k): v for k, v in read_hf_tensors(path).items()}
     _check_tied(tensors)
-    ours_by_hf = {to_hf_name(name): name for name in _all_names(config)}
-    arrays = {ours_by_hf.get(k, k): v for k, v in tensors.items()
+    arrays = {from_hf_name(k): v for k, v in tensors.items()
               if k not in HF_DERIVED_KEYS and not k.startswith(HF_FOREIGN_HEAD_PREFIXES)}
     if "cls.predictions.bias" not in tensors and "cls.predictions.decoder.bias" in tensors:
-        arrays["mlm_head.bias"] = tensors["cls.predictions.decoder.bias"]
+        arrays[from_hf_name("cls.predictions.bias")] = tensors["cls.predictions.decoder.bias"]
     if not set(data.get("architectures") or ["BertForSequenceClassification"]) & set(
             HF_SEQUENCE_CLASSIFIERS):
         arrays = {k: v for k, v in arrays.items() if not k.startswith("classifier.")}
-    return build_model(arrays, config, model_cls, seed=seed, source=f"the checkpoint {path}",
-                       missing_heads=missing_heads)
+    return config, arrays
 
 
 def _read_config_json(path: Path) -> dict[str, Any]:
@@ -134,52 +130,6 @@ def _read_config_json(path: Path) -> dict[str, Any]:
         raise ValueError(f"{file} is not valid JSON: {err}") from err
 
 
-def _all_names(config: BertConfig) -> list[str]:
-    """Our PyTorch names of every weight any bertjax class of `config` has."""
-    from bertjax.model import BertForSequenceClassification
-
-    return sorted({*expected_shapes(config, BertForPreTraining),
-                   *expected_shapes(config, BertForSequenceClassification)})
-
-
-def build_model(
-    arrays: dict[str, np.ndarray], config: BertConfig, model_cls: type | None = None, *,
-    seed: int = 0, source: str = "the weights", missing_heads: str = "init",
-) -> Any:
-    """A `model_cls` (default `BertForPreTraining`) from arrays under our PyTorch names as a
-    BertForPreTraining or BertForSequenceClassification has them (`bert.*` + heads).
-
-    Heads the class does not have are left out; heads the arrays lack are initialised from
-    `seed`, with a warning naming them (`missing_heads="init"`) or refused (`"error"`); any other
-    missing, unexpected or mis-shaped weight is an error naming each one.
-    """
-    from bertjax.model import BertModel
-
-    cls = model_cls or BertForPreTraining
-    prefix = BARE_PREFIX if cls is BertModel else ""
-    wanted = {prefix + name: name for name in expected_shapes(config, cls)}  # full name -> class's
-    state = {wanted.get(k, k): v for k, v in arrays.items()
-             if k in wanted or not k.startswith(HEAD_PREFIXES)}
-    fresh_heads = sorted(n for full, n in wanted.items()
-                         if full not in arrays and full.startswith(HEAD_PREFIXES))
-    if fresh_heads:
-        heads = sorted({n.rsplit(".", 2)[0] if n.startswith("bert.") else n.split(".")[0]
-                        for n in fresh_heads})
-        if missing_heads == "error":
-            raise ValueError(
-                f"{source} has no weights for {', '.join(heads)}, which {cls.__name__} needs here: "
-                "use a model pre-trained with that head (e.g. a `bertjax pretrain` run or a "
-                "BertForPreTraining checkpoint)")
-        fresh = model_to_numpy(cls(config, rngs=nnx.Rngs(seed)))
-        state.update({name: fresh[name] for name in fresh_heads})
-        warnings.warn(
-            f"{source} has no weights for {', '.join(heads)}: freshly initialised (seed {seed}). "
-            "Fine-tune or pre-train before trusting those outputs.",
-            stacklevel=3,
-        )
-    return model_from_numpy(state, config, cls, what=source)
-
-
 def _check_tied(tensors: dict[str, np.ndarray]) -> None:
     decoder = tensors.get("cls.predictions.decoder.weight")
     words = tensors.get("bert.embeddings.word_embeddings.weight")
@@ -190,38 +140,40 @@ def _check_tied(tensors: dict[str, np.ndarray]) -> None:
         )
 
 
-def save_hf(model: Any, path: str | Path, *, tokenizer: Any = None) -> Path:
-    """Write a directory that transformers loads as the model's class (`config.json` +
-    `model.safetensors`), plus, given a `WordPieceTokenizer`, the files `AutoTokenizer` reads.
+def hf_name(name: str, base_model_prefix: str) -> str:
+    """A parameter name of a class with this `base_model_prefix` -> its Hugging Face name: the
+    encoder under `bert.`, or bare for the encoder itself (as transformers saves BertModel)."""
+    full = to_hf_name(checkpoint_name(name, base_model_prefix))
+    return full if base_model_prefix else full.removeprefix(BASE_PREFIX)
+
+
+def write_hf(
+    path: str | Path, arrays: Mapping[str, np.ndarray], config: BertConfig, model_cls: type, *,
+    tokenizer: Any = None,
+) -> Path:
+    """Write a `model_cls`'s `arrays` (our PyTorch names) as a directory that transformers loads as
+    that class (`config.json` + `model.safetensors`), plus, given a `WordPieceTokenizer`, the files
+    `AutoTokenizer` reads.
 
     The decoder weight is tied to the word embeddings, so (as transformers itself does) it is not
     written. The directory is written aside and renamed into place, so a crash leaves either the
     old directory or the new one, never a mixture. An existing `path` is replaced only if it
     holds nothing but checkpoint files (`CHECKPOINT_FILES`).
     """
-    from safetensors.numpy import save_file
-
-    from bertjax.model import BertModel
-
     path = Path(path)
     _check_replaceable(path)
-    bare = isinstance(model, BertModel)
-    tensors = {}
-    for name, value in model_to_numpy(model).items():
-        hf = to_hf_name(BARE_PREFIX + name if bare else name)
-        tensors[hf.removeprefix(BARE_PREFIX) if bare else hf] = np.ascontiguousarray(value)
+    tensors = {hf_name(name, model_cls.base_model_prefix): np.ascontiguousarray(value)
+               for name, value in arrays.items()}
     with atomic_directory(path, replace=True) as tmp:
-        save_file(tensors, tmp / SAFETENSORS, metadata={"format": "pt"})
-        model.config.save_hf_json(tmp / CONFIG, architecture=type(model).__name__)
+        safetensors.numpy.save_file(tensors, tmp / SAFETENSORS, metadata={"format": "pt"})
+        config.save_hf_json(tmp / CONFIG, architecture=model_cls.__name__)
         if tokenizer is not None:
-            _save_tokenizer(tokenizer, tmp, model.config.max_position_embeddings)
+            _save_tokenizer(tokenizer, tmp, config.max_position_embeddings)
     return path
 
 
 def _save_tokenizer(tokenizer: Any, directory: Path, max_length: int) -> None:
     """`tokenizer.json`, `vocab.txt` and the two small JSON files `AutoTokenizer` reads."""
-    from bertjax.data.tokenizer import SPECIAL_TOKENS
-
     tokenizer.save(directory)
     specials = {f"{k}_token": v for k, v in SPECIAL_TOKENS.items()}
     (directory / "special_tokens_map.json").write_text(json.dumps(specials, indent=2) + "\n")

@@ -1,8 +1,9 @@
-"""The whole name mapping between bertjax, bert_torch and Hugging Face, as two small tables.
+"""The whole name mapping between bertjax, bert_torch and Hugging Face, as small tables.
 
 bertjax and bert_torch share module paths, so a parameter's PyTorch name is its Flax path joined
 by dots with the leaf renamed by `LEAF_RENAMES`. Hugging Face names differ in module paths too;
-`HF_RENAMES` rewrites our PyTorch names into theirs. This module imports no framework.
+`HF_ENCODER_RENAMES` and `HF_HEAD_RENAMES` rewrite our PyTorch names into theirs and back, by
+pattern, under any encoder prefix. This module imports no framework and knows no model class.
 """
 
 from __future__ import annotations
@@ -18,21 +19,31 @@ LEAF_RENAMES: dict[str, tuple[str, bool]] = {
     "bias": ("bias", False),
 }
 
-# Our PyTorch name prefix -> Hugging Face BertForPreTraining prefix (first match wins).
-# Names not matched (word/position/token-type embeddings, pooler.dense) are the same in both.
-HF_RENAMES: list[tuple[str, str]] = [
-    (r"^bert\.embeddings\.layer_norm\.", "bert.embeddings.LayerNorm."),
-    (r"^bert\.layers\.(\d+)\.attention\.(query|key|value)\.",
-     r"bert.encoder.layer.\1.attention.self.\2."),
-    (r"^bert\.layers\.(\d+)\.attention\.output\.", r"bert.encoder.layer.\1.attention.output.dense."),
-    (r"^bert\.layers\.(\d+)\.attention_norm\.", r"bert.encoder.layer.\1.attention.output.LayerNorm."),
-    (r"^bert\.layers\.(\d+)\.intermediate\.", r"bert.encoder.layer.\1.intermediate.dense."),
-    (r"^bert\.layers\.(\d+)\.output\.", r"bert.encoder.layer.\1.output.dense."),
-    (r"^bert\.layers\.(\d+)\.output_norm\.", r"bert.encoder.layer.\1.output.LayerNorm."),
-    (r"^mlm_head\.transform\.", "cls.predictions.transform.dense."),
-    (r"^mlm_head\.layer_norm\.", "cls.predictions.transform.LayerNorm."),
-    (r"^mlm_head\.bias$", "cls.predictions.bias"),
-    (r"^nsp_head\.", "cls.seq_relationship."),
+# Checkpoints (a `bertjax pretrain` run's, Hugging Face's) keep the encoder's weights under this
+# prefix and the heads beside it; a bare BertModel checkpoint has no prefix. A model class says
+# where its own encoder is (`base_model_prefix`), so `checkpoint_name` maps any class onto this.
+BASE_PREFIX = "bert."
+
+# Our PyTorch names -> Hugging Face names, as templates: `{i}` is a layer index; an entry ending
+# in "." renames every name under it, any other entry one name. First match wins. Encoder names
+# are relative to the base prefix (the same table serves bare BertModel checkpoints); names not
+# matched (word/position/token-type embeddings, pooler.dense, classifier) are the same in both.
+HF_ENCODER_RENAMES: list[tuple[str, str]] = [
+    ("embeddings.layer_norm.", "embeddings.LayerNorm."),
+    ("layers.{i}.attention.query.", "encoder.layer.{i}.attention.self.query."),
+    ("layers.{i}.attention.key.", "encoder.layer.{i}.attention.self.key."),
+    ("layers.{i}.attention.value.", "encoder.layer.{i}.attention.self.value."),
+    ("layers.{i}.attention.output.", "encoder.layer.{i}.attention.output.dense."),
+    ("layers.{i}.attention_norm.", "encoder.layer.{i}.attention.output.LayerNorm."),
+    ("layers.{i}.intermediate.", "encoder.layer.{i}.intermediate.dense."),
+    ("layers.{i}.output.", "encoder.layer.{i}.output.dense."),
+    ("layers.{i}.output_norm.", "encoder.layer.{i}.output.LayerNorm."),
+]
+HF_HEAD_RENAMES: list[tuple[str, str]] = [
+    ("mlm_head.transform.", "cls.predictions.transform.dense."),
+    ("mlm_head.layer_norm.", "cls.predictions.transform.LayerNorm."),
+    ("mlm_head.bias", "cls.predictions.bias"),
+    ("nsp_head.", "cls.seq_relationship."),
 ]
 
 # Hugging Face keys that carry no parameter of ours: a buffer, and the tied decoder.
@@ -41,16 +52,15 @@ HF_DERIVED_KEYS = (
     "cls.predictions.decoder.weight",  # tied to bert.embeddings.word_embeddings.weight
     "cls.predictions.decoder.bias",  # tied to cls.predictions.bias
 )
-# Our PyTorch names of the heads: a checkpoint may lack them (they are then initialised fresh) or
-# carry ones the requested class does not have (left out); every other weight is required.
+# Checkpoint names of every head some bertjax class has: a checkpoint may carry one the requested
+# class lacks (left out). Which heads a class has, and so may initialise fresh when a checkpoint
+# lacks them, the class itself declares (`head_modules`); every other weight is required.
 HEAD_PREFIXES = ("bert.pooler.", "mlm_head.", "nsp_head.", "classifier.")
 # Hugging Face heads bertjax has no class for (BertForQuestionAnswering): left out on import.
 HF_FOREIGN_HEAD_PREFIXES = ("qa_outputs.",)
 # Classes whose checkpoints hold the sequence classifier; another class's `classifier.*`
 # (BertForTokenClassification, BertForMultipleChoice) is a different head under the same name.
 HF_SEQUENCE_CLASSIFIERS = ("BertForSequenceClassification",)
-# A bare BertModel's names are its BertForPreTraining names without this prefix.
-BARE_PREFIX = "bert."
 
 
 def torch_name(flax_path: Iterable[object]) -> tuple[str, bool]:
@@ -62,13 +72,50 @@ def torch_name(flax_path: Iterable[object]) -> tuple[str, bool]:
     return ".".join([*modules, name]), transposed
 
 
-def to_hf_name(name: str) -> str:
-    """Our PyTorch parameter name -> Hugging Face BertForPreTraining name."""
-    for pattern, replacement in HF_RENAMES:
-        new, count = re.subn(pattern, replacement, name, count=1)
-        if count:
-            return new
-    return name
+_Rules = list[tuple[re.Pattern[str], str]]
+
+
+def _compile(table: list[tuple[str, str]], reverse: bool) -> _Rules:
+    """Templates -> (anchored pattern, replacement) pairs, ours -> Hugging Face or back."""
+    rules = []
+    for ours, theirs in table:
+        source, target = (theirs, ours) if reverse else (ours, theirs)
+        pattern = re.escape(source).replace(re.escape("{i}"), r"(\d+)")
+        rules.append((re.compile(f"^{pattern}" + ("" if source.endswith(".") else "$")),
+                      target.replace("{i}", r"\1")))
+    return rules
+
+
+_TO_HF = (_compile(HF_ENCODER_RENAMES, False), _compile(HF_HEAD_RENAMES, False))
+_FROM_HF = (_compile(HF_ENCODER_RENAMES, True), _compile(HF_HEAD_RENAMES, True))
+
+
+def _rename(name: str, base_prefix: str, tables: tuple[_Rules, _Rules]) -> str:
+    encoder, heads = tables
+    if name.startswith(base_prefix):
+        rest = name[len(base_prefix):]
+        return base_prefix + next((p.sub(r, rest, count=1) for p, r in encoder if p.match(rest)), rest)
+    return next((p.sub(r, name, count=1) for p, r in heads if p.match(name)), name)
+
+
+def to_hf_name(name: str, base_prefix: str = BASE_PREFIX) -> str:
+    """Our PyTorch name -> the Hugging Face name. `base_prefix` is where the encoder's weights are
+    (`""` for a bare BertModel: every name is the encoder's)."""
+    return _rename(name, base_prefix, _TO_HF)
+
+
+def from_hf_name(name: str, base_prefix: str = BASE_PREFIX) -> str:
+    """A Hugging Face name -> ours (the inverse of `to_hf_name`); names of neither table pass."""
+    return _rename(name, base_prefix, _FROM_HF)
+
+
+def checkpoint_name(name: str, base_model_prefix: str) -> str:
+    """A model class's parameter name -> its name in a checkpoint (the encoder under
+    `BASE_PREFIX`), given the class's `base_model_prefix` (`""`: the class is the encoder)."""
+    own = f"{base_model_prefix}." if base_model_prefix else ""
+    if not name.startswith(own):
+        return name  # a head
+    return BASE_PREFIX + name[len(own):]
 
 
 def normalise_hf_key(key: str) -> str:

@@ -5,55 +5,115 @@ table serves `bert_torch` state dicts, Hugging Face checkpoints (`bertjax.io.hf`
 and the parity checks. Every direction checks the full key set and every shape, and raises one
 `ValueError` naming each missing, unexpected and mis-shaped key with expected and found shapes.
 Needs no PyTorch: tensors are accepted by duck type.
+
+Generic over model classes: each function takes the class, which declares what it is
+(`base_model_prefix`, `head_modules`); nothing here imports `bertjax.model`. `build_model` reads
+the layout checkpoints share (the encoder under `bert.`, heads beside it) into any class.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
 from bertjax.config import BertConfig
-from bertjax.io.names import torch_name
+from bertjax.io.names import HEAD_PREFIXES, checkpoint_name, torch_name
+
+# The encoder's layer stack: `layers.{i}.…` in a loop model; under `config.scan_layers` one module
+# `layers.…` whose parameters are stacked (L, ...). Both have the same per-layer PyTorch names.
+LAYERS = "layers"
 
 
-def _model_class(model_cls: type | None) -> type:
-    from bertjax.model import BertForPreTraining
+def _part(key: Any) -> str:
+    """A path element as text: a plain key or index, or a JAX key-path entry (`DictKey`,
+    `GetAttrKey`, `SequenceKey`)."""
+    for attr in ("key", "name", "idx"):
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
 
-    return BertForPreTraining if model_cls is None else model_cls
+
+def stacked_at(path: Iterable[Any]) -> int | None:
+    """Where the layer index belongs in the path of a scan model's stacked (L, ...) parameter
+    (right after `layers`); None for every other parameter, `layers.{i}.…` of a loop model
+    included. Takes Flax paths, checkpoint paths (indices as strings) and JAX key paths."""
+    parts = [_part(p) for p in path]
+    for i in range(len(parts) - 1):
+        if parts[i] == LAYERS and not parts[i + 1].isdigit():
+            return i + 1
+    return None
 
 
-def _param_table(state: nnx.State) -> dict[str, tuple[tuple[Any, ...], bool, Any]]:
-    """torch name -> (flax path, transposed?, flax variable) for every parameter of a state."""
+def per_layer_shape(path: Iterable[Any], shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of one layer's parameter: a scan model's stacked leaf without its (L,) axis."""
+    return tuple(shape[1:]) if stacked_at(path) is not None else tuple(shape)
+
+
+def _layer_paths(path: tuple[Any, ...], shape: tuple[int, ...]) -> list[tuple[int | None, tuple]]:
+    """[(None, path)] for a plain parameter; [(i, path with `i` after `layers`) for i < L] for a
+    scan model's stacked (L, ...) one: the paths of the loop model's parameters."""
+    at = stacked_at(path)
+    if at is None:
+        return [(None, tuple(path))]
+    return [(i, (*path[:at], i, *path[at:])) for i in range(shape[0])]
+
+
+class _Entry(NamedTuple):
+    """One PyTorch-named parameter: its Flax path and variable, whether it is transposed and,
+    when the variable is a scan model's stacked (L, ...) one, the layer it is a slice of."""
+
+    path: tuple[Any, ...]
+    transposed: bool
+    variable: Any
+    layer: int | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The Flax shape of this one parameter (one layer's slice of a stacked variable)."""
+        shape = tuple(self.variable.shape)
+        return shape if self.layer is None else shape[1:]
+
+
+def _param_table(state: nnx.State) -> dict[str, _Entry]:
+    """torch name -> `_Entry` for every parameter of a state; a stacked (L, ...) variable of a
+    scan model gives L entries named `layers.{i}.…`, as the loop model's variables do."""
     table = {}
     for path, variable in nnx.to_flat_state(state):
-        name, transposed = torch_name(path)
-        table[name] = (path, transposed, variable)
+        for layer, named in _layer_paths(tuple(path), tuple(variable.shape)):
+            name, transposed = torch_name(named)
+            table[name] = _Entry(tuple(path), transposed, variable, layer)
     return table
 
 
-def _template(config: BertConfig, model_cls: type | None) -> tuple[nnx.GraphDef, nnx.State, nnx.State]:
-    """An abstract (shape-only) model: no memory, no random numbers."""
-    cls = _model_class(model_cls)
-    abstract = nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(0)))
-    return nnx.split(abstract, nnx.Param, ...)
+def _abstract(config: BertConfig, model_cls: type) -> Any:
+    """An abstract (shape-only) `model_cls(config)`: no memory, no random numbers."""
+    return nnx.eval_shape(lambda: model_cls(config, rngs=nnx.Rngs(0)))
 
 
-def _torch_shapes(table: dict[str, tuple[tuple[Any, ...], bool, Any]]) -> dict[str, tuple[int, ...]]:
+def _template(config: BertConfig, model_cls: type) -> tuple[nnx.GraphDef, nnx.State, nnx.State]:
+    """An abstract model, split into its graph, its parameters and the rest."""
+    return nnx.split(_abstract(config, model_cls), nnx.Param, ...)
+
+
+def _torch_shapes(table: dict[str, _Entry]) -> dict[str, tuple[int, ...]]:
     return {
-        name: tuple(reversed(v.shape)) if transposed else tuple(v.shape)
-        for name, (_, transposed, v) in table.items()
+        name: tuple(reversed(e.shape)) if e.transposed else e.shape for name, e in table.items()
     }
 
 
-def expected_shapes(config: BertConfig, model_cls: type | None = None) -> dict[str, tuple[int, ...]]:
-    """PyTorch name -> PyTorch shape of every parameter of `model_cls(config)` (default
-    `BertForPreTraining`)."""
-    _, params, _ = _template(config, model_cls)
+def _shapes_of(abstract: Any) -> dict[str, tuple[int, ...]]:
+    _, params, _ = nnx.split(abstract, nnx.Param, ...)
     return _torch_shapes(_param_table(params))
+
+
+def expected_shapes(config: BertConfig, model_cls: type) -> dict[str, tuple[int, ...]]:
+    """PyTorch name -> PyTorch shape of every parameter of `model_cls(config)`."""
+    return _shapes_of(_abstract(config, model_cls))
 
 
 def shape_of(value: Any) -> tuple[int, ...]:
@@ -108,17 +168,22 @@ def to_numpy(value: Any) -> np.ndarray:
 
 
 def state_to_numpy(params: nnx.State) -> dict[str, np.ndarray]:
-    """A Flax parameter state (or its gradients) -> PyTorch-named, PyTorch-shaped numpy arrays."""
-    out = {}
-    for name, (_, transposed, variable) in _param_table(params).items():
-        value = np.asarray(variable[...])
-        out[name] = np.ascontiguousarray(value.T) if transposed else value
+    """A Flax parameter state (or its gradients) -> PyTorch-named, PyTorch-shaped numpy arrays;
+    a scan model's stacked (L, ...) leaves are named per layer."""
+    out: dict[str, np.ndarray] = {}
+    host: dict[tuple[Any, ...], np.ndarray] = {}  # one device-to-host copy per variable
+    for name, e in _param_table(params).items():
+        if e.path not in host:
+            host[e.path] = np.asarray(e.variable[...])
+        value = host[e.path] if e.layer is None else host[e.path][e.layer]  # (L, ...) -> layer
+        out[name] = np.ascontiguousarray(value.T) if e.transposed else value
     return out
 
 
 def saved_params_to_numpy(params: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Parameters as a checkpoint holds them (nested dicts of arrays, each leaf under a `value`
-    key, layer indices as strings) -> PyTorch-named, PyTorch-shaped numpy arrays."""
+    key, layer indices as strings; a scan run's layers stacked (L, ...) under `layers`) ->
+    PyTorch-named, PyTorch-shaped numpy arrays, named per layer either way."""
     out = {}
 
     def walk(tree: Any, path: tuple[str, ...]) -> None:
@@ -126,9 +191,11 @@ def saved_params_to_numpy(params: Mapping[str, Any]) -> dict[str, np.ndarray]:
             for key, sub in tree.items():
                 walk(sub, (*path, str(key)))
             return
-        name, transposed = torch_name(path)
         value = np.asarray(tree["value"] if isinstance(tree, Mapping) else tree)
-        out[name] = np.ascontiguousarray(value.T) if transposed else value
+        for layer, named in _layer_paths(path, value.shape):
+            name, transposed = torch_name(named)
+            one = value if layer is None else value[layer]  # (L, ...) -> one layer
+            out[name] = np.ascontiguousarray(one.T) if transposed else one
 
     walk(params, ())
     return out
@@ -142,15 +209,80 @@ def model_to_numpy(model: nnx.Module) -> dict[str, np.ndarray]:
 
 
 def model_from_numpy(
-    state_dict: Mapping[str, Any], config: BertConfig, model_cls: type | None = None,
+    state_dict: Mapping[str, Any], config: BertConfig, model_cls: type,
     *, what: str = "the state dict",
 ) -> Any:
     """PyTorch-named arrays (numpy or torch tensors) -> a bertjax `model_cls` (strict)."""
     graphdef, params, rest = _template(config, model_cls)
     table = _param_table(params)
     check_state_dict(state_dict, _torch_shapes(table), what=what)
-    flat = []
-    for name, (path, transposed, variable) in table.items():
+    flat, stacks = [], {}
+    for name, e in table.items():
         value = to_numpy(state_dict[name]).astype(np.float32)
-        flat.append((path, variable.replace(jnp.asarray(value.T if transposed else value))))
+        value = value.T if e.transposed else value
+        if e.layer is None:
+            flat.append((e.path, e.variable.replace(jnp.asarray(value))))
+        else:  # one layer of a scan model's stacked variable
+            stacks.setdefault(e.path, (e.variable, {}))[1][e.layer] = value
+    for path, (variable, layers) in stacks.items():
+        stacked = np.stack([layers[i] for i in range(len(layers))])  # (L, ...)
+        flat.append((path, variable.replace(jnp.asarray(stacked))))
     return nnx.merge(graphdef, nnx.from_flat_state(flat), rest)
+
+
+def head_prefixes(model: Any) -> tuple[str, ...]:
+    """Name prefixes of every head weight of `model` (an abstract model will do): the heads its
+    class declares (`head_modules`) and, under its `base_model_prefix`, its encoder's."""
+    cls = type(model)
+    own = tuple(f"{name}." for name in cls.head_modules)
+    if not cls.base_model_prefix:
+        return own
+    encoder = getattr(model, cls.base_model_prefix)
+    return own + tuple(f"{cls.base_model_prefix}.{p}" for p in head_prefixes(encoder))
+
+
+def build_model(
+    arrays: Mapping[str, Any], config: BertConfig, model_cls: type, *, seed: int = 0,
+    source: str = "the weights", missing_heads: str = "init",
+) -> Any:
+    """A `model_cls` from arrays under checkpoint names (`bertjax.io.names.checkpoint_name`: the
+    encoder under `bert.`, heads beside it, as a pre-training run and Hugging Face hold them).
+
+    Heads the class declares (`head_prefixes`) that the arrays lack are initialised from `seed`,
+    with a warning naming them (`missing_heads="init"`), or refused (`"error"`); other classes'
+    heads (`HEAD_PREFIXES`) are left out; any other missing, unexpected or mis-shaped weight is an
+    error naming each one.
+    """
+    abstract = _abstract(config, model_cls)
+    ours = {checkpoint_name(name, model_cls.base_model_prefix): name
+            for name in _shapes_of(abstract)}  # checkpoint name -> the class's name
+    state = {ours.get(k, k): v for k, v in arrays.items()
+             if k in ours or not k.startswith(HEAD_PREFIXES)}
+    heads = head_prefixes(abstract)
+    missing = sorted(name for k, name in ours.items() if k not in arrays and name.startswith(heads))
+    if missing:
+        state.update(_fresh_heads(missing, heads, config, model_cls, seed=seed, source=source,
+                                  missing_heads=missing_heads))
+    return model_from_numpy(state, config, model_cls, what=source)
+
+
+def _fresh_heads(
+    names: list[str], heads: tuple[str, ...], config: BertConfig, model_cls: type, *, seed: int,
+    source: str, missing_heads: str,
+) -> dict[str, np.ndarray]:
+    """The weights `names` (of missing heads) freshly initialised from `seed`, with a warning;
+    with `missing_heads="error"` a ValueError instead."""
+    lacking = ", ".join(sorted({h.removesuffix(".") for h in heads
+                                if any(n.startswith(h) for n in names)}))
+    if missing_heads == "error":
+        raise ValueError(
+            f"{source} has no weights for {lacking}, which {model_cls.__name__} needs here: use a "
+            "model pre-trained with that head (e.g. a `bertjax pretrain` run or a "
+            "BertForPreTraining checkpoint)")
+    fresh = model_to_numpy(model_cls(config, rngs=nnx.Rngs(seed)))
+    warnings.warn(
+        f"{source} has no weights for {lacking}: freshly initialised (seed {seed}). "
+        "Fine-tune or pre-train before trusting those outputs.",
+        stacklevel=4,  # the caller of load_hf / from_pretrained's reader
+    )
+    return {name: fresh[name] for name in names}

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from bertjax.io.weights import per_layer_shape, stacked_at
 from bertjax.train.choices import OPTIMIZERS
 from bertjax.train.schedule import OptimConfig, applies_weight_decay
 
@@ -36,8 +37,38 @@ def learning_rate_schedule(config: OptimConfig) -> optax.Schedule:
 
 def decay_mask(params: Any) -> Any:
     """True where weight decay applies (`schedule.applies_weight_decay`: matrices, not biases or
-    LayerNorm parameters)."""
-    return jax.tree.map(lambda p: applies_weight_decay(p.shape), params)
+    LayerNorm parameters), judged on one layer's shape where a scan model stacks them (L, ...)."""
+    return jax.tree_util.tree_map_with_path(
+        lambda path, p: applies_weight_decay(per_layer_shape(path, p.shape)), params)
+
+
+def _per_layer(tx: optax.GradientTransformation) -> optax.GradientTransformation:
+    """A stateless per-leaf transformation (LAMB's trust ratio) applied to each layer of a scan
+    model's stacked (L, ...) parameters on its own, as to the loop model's per-layer leaves."""
+
+    def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+        if params is None:
+            raise ValueError("LAMB's trust ratio needs the parameters: update(updates, state, "
+                             "params)")
+
+        def one(path: Any, u: jax.Array, p: jax.Array) -> jax.Array:
+            if stacked_at(path) is None:
+                return tx.update(u, state, p)[0]
+            return jax.vmap(lambda ul, pl: tx.update(ul, state, pl)[0])(u, p)  # (L, ...)
+
+        return jax.tree_util.tree_map_with_path(one, updates, params), state
+
+    return optax.GradientTransformation(tx.init, update)
+
+
+def _lamb(lr: optax.Schedule, c: OptimConfig) -> optax.GradientTransformation:
+    """`optax.lamb` (same transformations, same state) with a trust ratio per layer."""
+    return optax.chain(
+        optax.scale_by_adam(b1=c.b1, b2=c.b2, eps=c.eps),
+        optax.add_decayed_weights(c.weight_decay, mask=decay_mask),
+        _per_layer(optax.scale_by_trust_ratio()),
+        optax.scale_by_learning_rate(lr),
+    )
 
 
 def make_optimizer(config: OptimConfig) -> optax.GradientTransformation:
@@ -50,8 +81,7 @@ def make_optimizer(config: OptimConfig) -> optax.GradientTransformation:
     elif c.optimizer == "adam":
         opt = optax.adam(lr, b1=c.b1, b2=c.b2, eps=c.eps)
     elif c.optimizer == "lamb":
-        opt = optax.lamb(lr, b1=c.b1, b2=c.b2, eps=c.eps, weight_decay=c.weight_decay,
-                         mask=decay_mask)
+        opt = _lamb(lr, c)
     else:
         opt = optax.sgd(lr, momentum=c.b1)
     parts = [optax.clip_by_global_norm(c.clip_norm)] if c.clip_norm > 0 else []

@@ -22,7 +22,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from bertjax.io.files import atomic_file, write_text_atomic
+from bertjax.files import atomic_file, write_text_atomic
 from bertjax.use.attention import AttentionMaps
 
 DPI = 100  # PNG resolution; figure sizes are multiples of 1/4 inch, so pixels = inches * DPI exactly

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
@@ -37,8 +39,6 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
 
 def write_npy_atomic(path: str | os.PathLike, array: Any) -> None:
     """Save `array` as .npy beside `path`, then rename it over `path`."""
-    import numpy as np
-
     with atomic_file(path) as tmp, open(tmp, "wb") as f:
         np.save(f, array)
 

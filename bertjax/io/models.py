@@ -1,0 +1,30 @@
+"""Whole models in and out of Hugging Face directories, for any model class (an argument: this
+module never asks which class it holds). `bertjax.pretrained` adds the default class and run
+directories on top; jobs below the public API (fine-tuning) save through `save_model`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from flax import nnx
+
+from bertjax.io.hf import read_hf, write_hf
+from bertjax.io.weights import build_model, model_to_numpy
+
+
+def load_model(
+    path: str | Path, model_cls: type[nnx.Module], *, seed: int = 0, missing_heads: str = "init",
+    **config_overrides: Any,
+) -> Any:
+    """A Hugging Face BERT directory -> a `model_cls` (see `bertjax.pretrained.load_hf`)."""
+    config, arrays = read_hf(path, **config_overrides)
+    return build_model(arrays, config, model_cls, seed=seed, source=f"the checkpoint {path}",
+                       missing_heads=missing_heads)
+
+
+def save_model(model: nnx.Module, path: str | Path, *, tokenizer: Any = None) -> Path:
+    """Write `model` as a directory that transformers loads as its class (`config.json` +
+    `model.safetensors`, plus a `WordPieceTokenizer`'s files if given): atomically, replacing
+    `path` only if it holds nothing but checkpoint files (`bertjax.io.hf.write_hf`)."""
+    return write_hf(path, model_to_numpy(model), model.config, type(model), tokenizer=tokenizer)
