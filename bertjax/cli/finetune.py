@@ -8,7 +8,7 @@ import dataclasses
 
 from bertjax.cli.model_options import CommandError, add_model_argument, load_model, run_command
 from bertjax.data.labelled import GENRE_TASK
-from bertjax.tasks.finetune import FinetuneConfig
+from bertjax.tasks.finetune_config import FinetuneConfig
 
 TASKS = (GENRE_TASK,)
 EPILOG = """\

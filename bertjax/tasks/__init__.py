@@ -2,6 +2,7 @@
 
     classification.py  sequence classification: prediction, accuracy, macro-F1, confusion matrices
     finetune.py        the fine-tuning job: train, validate each epoch, export the best epoch
+    finetune_config.py its recipe, `FinetuneConfig` (no framework: the command line reads it)
 
 The examples themselves are read by `bertjax.data.labelled` (no framework).
 """

@@ -18,37 +18,32 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
+import jax
 import numpy as np
+from flax import nnx
+from tqdm import tqdm
 
+from bertjax.config import BertConfig
 from bertjax.data.labelled import Example, check_labels, majority_baseline
-from bertjax.io.files import write_json_atomic
+from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.files import write_json_atomic
+from bertjax.io.models import save_model
+from bertjax.model import BertForSequenceClassification
+from bertjax.tasks.classification import Scores, label_ids, predict, score
+from bertjax.tasks.finetune_config import FinetuneConfig
+from bertjax.train.assembly import assemble
 from bertjax.train.metrics import MetricsWriter
+from bertjax.train.objectives import CLASSIFICATION
+from bertjax.train.optim import OptimConfig
+from bertjax.train.parallel import SingleDevice
+from bertjax.train.step import Batch, Metrics, TrainState
+from bertjax.use.encode import encode
 from bertjax.viz.curves import plot_confusion
 
+__all__ = ["LOG_EVERY", "FinetuneConfig", "FinetuneResult", "finetune", "length_grouped_batches"]
+
 LOG_EVERY = 10  # optimizer steps between train records
-
-
-@dataclasses.dataclass(frozen=True)
-class FinetuneConfig:
-    """The fine-tuning recipe (BERT's: AdamW, linear warm-up then decay, clip 1.0)."""
-
-    epochs: int = 3
-    batch_size: int = 32
-    learning_rate: float = 5e-5
-    warmup_fraction: float = 0.1  # of all steps
-    weight_decay: float = 0.01
-    max_length: int = 128  # tokens per example; longer ones are cut
-    seed: int = 0  # shuffling and dropout
-
-    def __post_init__(self) -> None:
-        for name in ("epochs", "batch_size", "max_length"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.learning_rate <= 0 or not 0 <= self.warmup_fraction < 1 or self.weight_decay < 0:
-            raise ValueError("learning_rate must be positive, warmup_fraction in [0, 1), "
-                             "weight_decay >= 0")
 
 
 @dataclasses.dataclass
@@ -67,8 +62,8 @@ class FinetuneResult:
 
 
 def finetune(
-    model: Any,
-    tokenizer: Any,
+    model: BertForSequenceClassification,
+    tokenizer: WordPieceTokenizer,
     train: Sequence[Example],
     validation: Sequence[Example],
     output_dir: str | Path,
@@ -80,18 +75,77 @@ def finetune(
 ) -> FinetuneResult:
     """Fine-tune `model` (a `BertForSequenceClassification` whose `config.id2label` are the labels)
     on `train`; returns the scores of the best epoch on `validation` (and `test`)."""
-    import jax
-    from flax import nnx
-    from tqdm import tqdm
-
-    from bertjax.tasks.classification import label_ids, predict, score
-    from bertjax.train.objectives import CLASSIFICATION
-    from bertjax.train.optim import OptimConfig, learning_rate_schedule, make_optimizer
-    from bertjax.train.parallel import SingleDevice
-    from bertjax.train.step import create_train_state, make_train_step
-
     started = time.perf_counter()
-    say = log or (lambda message: print(message, file=sys.stderr, flush=True))
+    say = log or _stderr
+    run, state = _set_up(model, tokenizer, train, validation, test, output_dir, config, say)
+    out, y_val = run.out, label_ids(validation, run.labels)
+    writer = MetricsWriter(out / "metrics.jsonl", tensorboard_dir=out / "tensorboard")
+    rng = np.random.default_rng(config.seed)
+    best: _BestEpoch | None = None
+    bar = tqdm(total=run.steps_per_epoch * config.epochs, unit="step", desc="finetune",
+               disable=not progress, file=sys.stderr)
+    try:
+        for epoch in range(1, config.epochs + 1):
+            state, step = _train_epoch(run, state, epoch, rng, writer, bar)
+            current = nnx.merge(run.graphdef, state.params)
+            scores = score(predict(current, tokenizer, validation, max_length=config.max_length,
+                                   warn=False), y_val)
+            writer.log("eval", step, {"epoch": epoch, **scores.as_dict()}, flush=True)
+            say(f"epoch {epoch}: validation accuracy {scores.accuracy:.4f}, macro-F1 "
+                f"{scores.macro_f1:.4f}, loss {scores.loss:.4f}")
+            if best is None or best.beaten_by(scores):
+                best = _BestEpoch(epoch, scores, jax.device_get(state.params))
+                save_model(current, out / "model", tokenizer=tokenizer)
+    finally:
+        bar.close()
+        writer.close()
+    assert best is not None  # epochs >= 1 (FinetuneConfig checks)
+    return _finish(run, best, test, say, started)
+
+
+# --- the pieces of a run -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Run:
+    """A fine-tuning run's fixed parts, made once by `_set_up`."""
+
+    config: FinetuneConfig
+    model_config: BertConfig
+    tokenizer: WordPieceTokenizer
+    train: Sequence[Example]
+    out: Path
+    strategy: SingleDevice
+    graphdef: nnx.GraphDef
+    train_step: Callable[[TrainState, Batch], tuple[TrainState, Metrics]]
+    train_lengths: np.ndarray  # (N_train,) tokens of each training example, before any cut
+    y_train: np.ndarray  # (N_train,) label ids
+    steps_per_epoch: int
+    baseline_label: str
+    baseline_accuracy: float
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return self.model_config.id2label
+
+
+@dataclasses.dataclass
+class _BestEpoch:
+    """The best epoch so far by validation accuracy, then macro-F1; its parameters on the host."""
+
+    epoch: int
+    scores: Scores
+    params: nnx.State
+
+    def beaten_by(self, scores: Scores) -> bool:
+        return (scores.accuracy, scores.macro_f1) > (self.scores.accuracy, self.scores.macro_f1)
+
+
+def _set_up(model: BertForSequenceClassification, tokenizer: WordPieceTokenizer,
+            train: Sequence[Example], validation: Sequence[Example],
+            test: Sequence[Example] | None, output_dir: str | Path, config: FinetuneConfig,
+            say: Callable[[str], None]) -> tuple[_Run, TrainState]:
+    """Check the data, make the output directory, assemble the training; the placed state."""
     labels = model.config.id2label
     for what, examples in (("the training data", train), ("the validation data", validation),
                            ("the test data", test or [])):
@@ -106,72 +160,67 @@ def finetune(
     optim = OptimConfig(learning_rate=config.learning_rate, total_steps=total,
                         warmup_steps=round(config.warmup_fraction * total),
                         weight_decay=config.weight_decay)
-    tx = make_optimizer(optim)
-    graphdef, state = create_train_state(model, tx, config.seed)
     strategy = SingleDevice()
-    state = strategy.place_state(state)
-    c = model.config
-    step_fn = strategy.compile_step(make_train_step(
-        graphdef, tx, learning_rate_schedule(optim), objective=CLASSIFICATION,
-        dropout=max(c.hidden_dropout_prob, c.attention_probs_dropout_prob, c.classifier_dropout_prob) > 0))
+    training = assemble(model, optim, strategy, seed=config.seed, objective=CLASSIFICATION)
     lengths = _sequence_lengths(tokenizer, [*train, *validation, *(test or [])])
     cut = int(np.sum(lengths > config.max_length))
     if cut:
         say(f"{cut} examples are longer than {config.max_length} tokens and are cut to fit")
-    y_train, y_val = label_ids(train, labels), label_ids(validation, labels)
     baseline_label, baseline_accuracy = majority_baseline(train, test or validation)
     say(f"fine-tuning on {len(train)} examples, {len(labels)} labels, {config.epochs} epochs of "
         f"{steps_per_epoch} steps; majority baseline {baseline_label!r}: {baseline_accuracy:.4f}")
+    run = _Run(config=config, model_config=model.config, tokenizer=tokenizer, train=train,
+               out=out, strategy=strategy, graphdef=training.graphdef,
+               train_step=training.train_step, train_lengths=lengths[:len(train)],
+               y_train=label_ids(train, labels), steps_per_epoch=steps_per_epoch,
+               baseline_label=baseline_label, baseline_accuracy=baseline_accuracy)
+    return run, strategy.place_state(training.state)
 
-    writer = MetricsWriter(out / "metrics.jsonl", tensorboard_dir=out / "tensorboard")
-    rng = np.random.default_rng(config.seed)
-    best: tuple[float, float] | None = None
-    best_params, best_epoch, best_scores = None, 0, None
-    bar = tqdm(total=total, unit="step", desc="finetune", disable=not progress, file=sys.stderr)
-    try:
-        for epoch in range(1, config.epochs + 1):
-            for b, rows in enumerate(length_grouped_batches(lengths[:len(train)],
-                                                            config.batch_size, rng)):
-                batch = _batch(tokenizer, [train[i] for i in rows], config.max_length, c)
-                state, metrics = step_fn(state, strategy.shard_batch(
-                    {**batch, "labels": y_train[rows]}))
-                step = (epoch - 1) * steps_per_epoch + b + 1
-                if step % LOG_EVERY == 0 or b == steps_per_epoch - 1:
-                    host = strategy.host_metrics(metrics)
-                    writer.log("train", step, host)
-                    bar.set_postfix(loss=f"{host['loss']:.3f}", refresh=False)
-                bar.update(1)
-            current = nnx.merge(graphdef, state.params)
-            scores = score(predict(current, tokenizer, validation, max_length=config.max_length,
-                                   warn=False), y_val)
-            writer.log("eval", step, {"epoch": epoch, **scores.as_dict()}, flush=True)
-            say(f"epoch {epoch}: validation accuracy {scores.accuracy:.4f}, macro-F1 "
-                f"{scores.macro_f1:.4f}, loss {scores.loss:.4f}")
-            if best is None or (scores.accuracy, scores.macro_f1) > best:
-                best, best_epoch, best_scores = (scores.accuracy, scores.macro_f1), epoch, scores
-                best_params = jax.device_get(state.params)
-                current.save_pretrained(out / "model", tokenizer)
-    finally:
-        bar.close()
-        writer.close()
 
-    final = nnx.merge(graphdef, best_params)
-    plot_confusion(best_scores.confusion, labels, out / "confusion_validation.png",
-                   title=f"validation, epoch {best_epoch}")
+def _train_epoch(run: _Run, state: TrainState, epoch: int, rng: np.random.Generator,
+                 writer: MetricsWriter, bar: tqdm) -> tuple[TrainState, int]:
+    """One pass over the training batches; returns the state and the last step's number."""
+    config, step = run.config, 0
+    for b, rows in enumerate(length_grouped_batches(run.train_lengths, config.batch_size, rng)):
+        batch = _batch(run.tokenizer, [run.train[i] for i in rows], config.max_length,
+                       run.model_config)
+        state, metrics = run.train_step(state, run.strategy.shard_batch(
+            {**batch, "labels": run.y_train[rows]}))
+        step = (epoch - 1) * run.steps_per_epoch + b + 1
+        if step % LOG_EVERY == 0 or b == run.steps_per_epoch - 1:
+            host = run.strategy.host_metrics(metrics)
+            writer.log("train", step, host)
+            bar.set_postfix(loss=f"{host['loss']:.3f}", refresh=False)
+        bar.update(1)
+    return state, step
+
+
+def _finish(run: _Run, best: _BestEpoch, test: Sequence[Example] | None,
+            say: Callable[[str], None], started: float) -> FinetuneResult:
+    """The best epoch's confusion matrices and test scores; summary.json written."""
+    out, labels = run.out, run.labels
+    plot_confusion(best.scores.confusion, labels, out / "confusion_validation.png",
+                   title=f"validation, epoch {best.epoch}")
     test_scores = None
     if test:
-        test_scores = score(predict(final, tokenizer, test, max_length=config.max_length,
+        final = nnx.merge(run.graphdef, best.params)
+        test_scores = score(predict(final, run.tokenizer, test, max_length=run.config.max_length,
                                     warn=False), label_ids(test, labels))
         plot_confusion(test_scores.confusion, labels, out / "confusion_test.png", title="test")
-        say(f"test (epoch {best_epoch}): accuracy {test_scores.accuracy:.4f}, macro-F1 "
-            f"{test_scores.macro_f1:.4f} (majority baseline {baseline_accuracy:.4f})")
+        say(f"test (epoch {best.epoch}): accuracy {test_scores.accuracy:.4f}, macro-F1 "
+            f"{test_scores.macro_f1:.4f} (majority baseline {run.baseline_accuracy:.4f})")
     result = FinetuneResult(
-        output_dir=str(out), labels=list(labels), train_examples=len(train), best_epoch=best_epoch,
-        validation=best_scores.as_dict(), test=None if test_scores is None else test_scores.as_dict(),
-        baseline_label=baseline_label, baseline_accuracy=baseline_accuracy,
+        output_dir=str(out), labels=list(labels), train_examples=len(run.train),
+        best_epoch=best.epoch, validation=best.scores.as_dict(),
+        test=None if test_scores is None else test_scores.as_dict(),
+        baseline_label=run.baseline_label, baseline_accuracy=run.baseline_accuracy,
         seconds=time.perf_counter() - started)
     write_json_atomic(out / "summary.json", dataclasses.asdict(result))
     return result
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def length_grouped_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator,
@@ -189,16 +238,14 @@ def length_grouped_batches(lengths: np.ndarray, batch_size: int, rng: np.random.
     return [batches[i] for i in rng.permutation(n)]
 
 
-def _batch(tokenizer: Any, examples: Sequence[Example], max_length: int, model_config: Any
-           ) -> dict[str, np.ndarray]:
-    from bertjax.use.encode import encode
-
+def _batch(tokenizer: WordPieceTokenizer, examples: Sequence[Example], max_length: int,
+           model_config: BertConfig) -> dict[str, np.ndarray]:
     pairs = [e.text_pair or None for e in examples]  # a row without a pair: [CLS] A [SEP]
     return encode(tokenizer, [e.text for e in examples], pairs, max_length=max_length,
                   warn=False).arrays(model_config)
 
 
-def _sequence_lengths(tokenizer: Any, examples: Sequence[Example]) -> np.ndarray:
+def _sequence_lengths(tokenizer: WordPieceTokenizer, examples: Sequence[Example]) -> np.ndarray:
     """(N,) tokens of each example as [CLS] A [SEP] (B [SEP]), before any cut."""
     texts = tokenizer.encode_batch([e.text for e in examples])
     pairs = tokenizer.encode_batch([e.text_pair or "" for e in examples])

@@ -4,6 +4,14 @@ plain copy) in a single process."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
+
 _BARRIERS: dict[str, int] = {}  # name -> times this process passed it
 
 
@@ -13,8 +21,6 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int) ->
     CPU processes need gloo for cross-process collectives (the default has none); the setting
     only affects the CPU backend, so it is harmless on GPU/TPU hosts.
     """
-    import jax
-
     if not 0 <= process_id < num_processes:
         raise ValueError(f"process id {process_id} must be in [0, {num_processes})")
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -28,39 +34,26 @@ def barrier(name: str, timeout_s: float = 3600.0) -> None:
     minutes alone (e.g. training the vocabulary) without tripping gloo's 30 s rendezvous timeout.
     Every process must pass the same names in the same order; a name may be used repeatedly.
     """
-    import jax
-
     if jax.process_count() == 1:
         return
-    import orbax.checkpoint as ocp
-
     count = _BARRIERS[name] = _BARRIERS.get(name, 0) + 1  # barrier ids must be unique
     ocp.multihost.get_barrier_sync_fn()(key=f"{name}_{count}", timeout_ms=int(timeout_s * 1000))
 
 
 def any_process(flag: bool) -> bool:
     """True on every process if `flag` is true on any (a collective when there are several)."""
-    import jax
-
     if jax.process_count() == 1:
         return flag
-    import numpy as np
-    from jax.experimental import multihost_utils
-
     return bool(np.any(multihost_utils.process_allgather(np.array([flag]))))
 
 
-def gather_rows(batches: list[dict], keys: tuple[str, ...]) -> list[dict]:
+def gather_rows(batches: list[dict[str, np.ndarray]], keys: tuple[str, ...]
+                ) -> list[dict[str, np.ndarray]]:
     """`batches` with the `keys` arrays of every process's rows (process order), other keys
     dropped: a statistic of the global batch (a baseline), not only this process's rows.
     Arrays are (local rows, ...) in each process."""
-    import jax
-
     if jax.process_count() == 1:
         return [{k: b[k] for k in keys} for b in batches]
-    import numpy as np
-    from jax.experimental import multihost_utils
-
     local = {k: np.stack([b[k] for b in batches]) for k in keys}  # (batches, B_local, ...)
     gathered = multihost_utils.process_allgather(local)  # (processes, batches, B_local, ...)
     return [
@@ -69,17 +62,10 @@ def gather_rows(batches: list[dict], keys: tuple[str, ...]) -> list[dict]:
     ]  # each (processes * B_local, ...)
 
 
-def allgather_json(value: object) -> list:
+def allgather_json(value: Any) -> list[Any]:
     """Every process's JSON-serialisable `value`, in process order."""
-    import jax
-
     if jax.process_count() == 1:
         return [value]
-    import json
-
-    import numpy as np
-    from jax.experimental import multihost_utils
-
     raw = np.frombuffer(json.dumps(value).encode(), np.uint8)
     lengths = multihost_utils.process_allgather(np.array([raw.size], np.int64))
     padded = np.zeros(int(np.max(lengths)), np.uint8)

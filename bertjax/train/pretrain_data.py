@@ -7,9 +7,15 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
+import jax
 import numpy as np
 
+from bertjax.data.batches import PretrainingBatches
+from bertjax.data.corpus import corpus_documents
+from bertjax.data.shards import write_shards
+from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.train import run_config as rc
+from bertjax.train.distributed import barrier, gather_rows
 from bertjax.train.rundir import RunDir
 
 EVAL_SEED = 12345  # the held-out batches' masks and pairs: the same in every evaluation and run
@@ -21,13 +27,13 @@ Batch = dict[str, np.ndarray]
 class PretrainData:
     """What the loop needs from the data pipeline."""
 
-    train: Any  # PretrainingBatches: iterator of batches with get_state() / set_state(state)
+    train: PretrainingBatches  # iterator of batches with get_state() / set_state(state)
     eval_batches: list[Batch]  # fixed held-out batches (this process's rows)
     vocab_size: int
     baseline_token: str  # the most frequent held-out target (all processes' rows)
     baseline_accuracy: float  # the accuracy of always predicting it
 
-    def batches_with_state(self) -> Iterator[tuple[Batch, Any]]:
+    def batches_with_state(self) -> Iterator[tuple[Batch, dict[str, Any]]]:
         """Training batches, each with the iterator state right after it (what a checkpoint
         taken after that batch's step must hold)."""
         for batch in self.train:
@@ -41,14 +47,6 @@ def open_data(config: rc.RunConfig, run: RunDir) -> PretrainData:
     corpus makes the same ones, but the corpus may have changed since). With several processes
     only process 0 makes them; the others wait for it, then read its files.
     """
-    import jax
-
-    from bertjax.data.batches import PretrainingBatches
-    from bertjax.data.corpus import corpus_documents
-    from bertjax.data.shards import write_shards
-    from bertjax.data.tokenizer import WordPieceTokenizer
-    from bertjax.train.distributed import barrier, gather_rows
-
     d = config.data
     splits = ("train", "eval")
     if jax.process_index() == 0:
