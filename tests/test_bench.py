@@ -312,12 +312,17 @@ def test_rows_needing_transformers_are_skipped_and_named(tmp_path, capsys, monke
 @pytest.mark.parametrize("missing", ["torch", "transformers"])
 def test_torch_child_skips_without_its_packages(monkeypatch, missing) -> None:
     """The child itself, run in this process, when an import fails after the parent's check."""
-    from bertjax.bench.timing import RowSkippedError
+    from bertjax.bench.timing import RowSkippedError, RowSpec
     from bertjax.bench.torch_rows import torch_row
+    from bertjax.train.schedule import OptimConfig
 
+    spec = RowSpec(cores=(), threads=1, impl="hf-eager", mode="train", dtype="float32",
+                   config=BertConfig.from_preset("tiny"), seq=16, batch=2, predictions=2, steps=1,
+                   warmup=0, seed=0, optim=OptimConfig(), compile_backend="inductor",
+                   prng_impl="threefry2x32", device="cpu")
     monkeypatch.setitem(sys.modules, missing, None)
     with pytest.raises(RowSkippedError, match=rf"^{missing} is not installed .*bertjax\[bench\]"):
-        torch_row({"impl": "hf-eager"})
+        torch_row(spec)
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -326,7 +331,7 @@ def test_torch_child_skips_without_its_packages(monkeypatch, missing) -> None:
     (["--dtype", "float16"], "'float16' given; choose a comma-separated subset of float32, bfloat16"),
     (["--set", "hidden_size"], "expected NAME=VALUE, got 'hidden_size'"),
     (["--set", "hiden_size=64"], "'hiden_size' is not a BertConfig field"),
-    (["--set", "num_hidden_layers=two"], "--set num_hidden_layers: expected a int, got 'two'"),
+    (["--set", "num_hidden_layers=two"], "--set: num_hidden_layers must be int, got 'two'"),
     (["--set", "dtype=bfloat16"], "set the compute dtype with --dtype"),
     (["--steps", "0"], "expected a positive integer, got '0'"),
     (["--dropout", "1.5"], "expected a probability in [0, 1), got '1.5'"),

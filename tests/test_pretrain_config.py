@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from bertjax.cli.main import main
 from bertjax.train import run_config as rc
 from bertjax.train.metrics import MetricsWriter, read_jsonl, truncate_jsonl
 from bertjax.train.rundir import CONTENTS
+from bertjax.train.schedule import OptimConfig
 from bertjax.viz.curves import plot_curves
 
 
@@ -106,5 +109,32 @@ def test_metrics_log_truncates_on_resume_and_plots(tmp_path: Path) -> None:
     w.log("train", 5, {"loss": 1.0})
     w.close()
     assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl", "train")] == [1, 2, 3, 4, 5]
-    png = plot_curves(tmp_path / "metrics.jsonl", tmp_path / "curves.png")
+    png = plot_curves(read_jsonl(tmp_path / "metrics.jsonl"), tmp_path / "curves.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_optim_section_is_the_optimizers_own_config() -> None:
+    """One definition per field: the run's [optim] is an OptimConfig whose schedule spans
+    train.steps; the saved keys, defaults and error messages are the run's as before."""
+    cfg = rc.load(None, {"train.steps": "40", "optim.learning_rate": "5e-4"})
+    assert isinstance(cfg.optim, OptimConfig) and cfg.optim_config() is cfg.optim
+    assert cfg.optim == OptimConfig(learning_rate=5e-4, warmup_steps=50, total_steps=40)
+    assert list(cfg.to_dict()["optim"]) == ["optimizer", "learning_rate", "warmup_steps",
+                                            "weight_decay", "b1", "b2", "eps", "clip_norm",
+                                            "grad_accum_steps"]  # no total_steps: train.steps
+    assert rc.RunConfig.from_dict(cfg.to_dict()) == cfg
+    by_name = {o.name: o for o in rc.options()}
+    assert "optim.total_steps" not in by_name
+    assert (by_name["optim.learning_rate"].default, by_name["optim.warmup_steps"].default) == (1e-3, 50)
+    for field in dataclasses.fields(OptimConfig):  # help text written once, on OptimConfig
+        if field.name != "total_steps":
+            assert by_name[f"optim.{field.name}"].help == field.metadata["help"]
+    for override, message in [
+        ({"optim.optimizer": "adagrad"}, "optim.optimizer is 'adagrad'; choose one of ['adamw'"),
+        ({"optim.grad_accum_steps": "0"}, "optim.grad_accum_steps must be positive, got 0"),
+        ({"optim.learning_rate": "-1"}, "optim.learning_rate must be positive, got -1.0"),
+        ({"optim.clip_norm": "-1"}, "optim.warmup_steps, weight_decay and clip_norm must be >= 0"),
+        ({"optim.total_steps": "9"}, "unknown option 'optim.total_steps'"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            rc.load(None, override)

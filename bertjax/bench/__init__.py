@@ -7,10 +7,11 @@ float32 and bfloat16, transformers' `BertForPreTraining` eager (SDPA attention) 
 `torch.compile`, and the `bert_torch` mirror. Each row runs in its own subprocess, one after the
 other, so thread pools, compile caches and peak memory never mix; the parent collects their JSON.
 
-    options.py    the command's options and their device-dependent defaults (`BenchSettings`)
+    options.py    the settings (`BenchSettings`): defaults, device-dependent defaults and the
+                  metadata `bertjax.cli.bench` derives the command's options from
     batch.py      the pre-training batch every row sees (numpy, one seed)
     flops.py      the model-FLOP formula and the table of datasheet peaks
-    timing.py     the step-timing loop and the child-process protocol (framework-free)
+    timing.py     the step-timing loop and the child-process protocol: typed jobs as JSON
     jax_rows.py   child: the reference GEMM and the bertjax rows (imports JAX)
     torch_rows.py child: the transformers and bert_torch rows (imports torch)
     report.py     tokens/s, ratios, MFU from the raw timings; the table and the JSON

@@ -16,6 +16,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from bertjax.data import PretrainingBatches, Shards, WordPieceTokenizer, corpus_documents, write_shards
+from bertjax.data.pairs import create_pairs
+
 
 @contextlib.contextmanager
 def one_core(cpu: int | None = None) -> Iterator[int | None]:
@@ -76,17 +79,10 @@ def run_data_benchmark(
                     max_predictions, whole_word_mask, steps, repeats, warmup, pinned, print_fn)
 
 
-def _run(corpus, split, text_field, vocab, vocab_size, seq_len, batch_size, max_predictions,
-         whole_word_mask, steps, repeats, warmup, pinned, print_fn) -> dict[str, Any]:
-    from bertjax.data import (
-        PretrainingBatches,
-        Shards,
-        WordPieceTokenizer,
-        corpus_documents,
-        write_shards,
-    )
-    from bertjax.data.pairs import create_pairs
-
+def _run(corpus: Sequence[str], split: str, text_field: str, vocab: str | None, vocab_size: int,
+         seq_len: int, batch_size: int, max_predictions: int, whole_word_mask: bool, steps: int,
+         repeats: int, warmup: int, pinned: int | None,
+         print_fn: Callable[[str], None]) -> dict[str, Any]:
     documents = list(corpus_documents(list(corpus), text_field=text_field, split=split))
     sentences = [s for d in documents for s in d]
     mb = sum(len(s.encode("utf-8", "surrogatepass")) for s in sentences) / 1e6

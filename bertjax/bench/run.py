@@ -5,6 +5,9 @@ Every child gets the same threads: it is pinned to the same cores (XLA sizes its
 affinity), OMP/MKL/OPENBLAS_NUM_THREADS name that count, and torch calls `set_num_threads`. Each
 child also gets empty compile caches (torch inductor and Triton in a fresh directory, JAX's
 persistent cache off), so the first-step time is a cold compile in every row.
+
+This process (the parent) imports neither JAX nor torch: initialising JAX's GPU backend here
+would take the memory the children need.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from bertjax.bench.options import (
     Row,
 )
 from bertjax.bench.report import add_ratios, format_table, summarize_row, write_json
-from bertjax.bench.timing import THREAD_ENV
+from bertjax.bench.timing import THREAD_ENV, Gemm, Job, Pinning, Probe, RowSpec, write_job
 from bertjax.train.schedule import OptimConfig
 
 # AdamW as in BERT (OptimConfig's defaults), no warm-up, and a horizon far beyond the run so the
@@ -78,14 +81,14 @@ def child_env(threads: int, cache_dir: Path) -> dict[str, str]:
     return env
 
 
-def run_child(module: str, spec: dict[str, Any], workdir: Path, threads: int) -> dict[str, Any]:
-    """Run `python -m bertjax.bench.<module>` on `spec` and return its JSON result."""
+def run_child(module: str, job: Job, workdir: Path) -> dict[str, Any]:
+    """Run `python -m bertjax.bench.<module>` on `job` and return its JSON result."""
     workdir.mkdir(parents=True, exist_ok=True)
     spec_path, result_path = workdir / "spec.json", workdir / "result.json"
-    spec_path.write_text(json.dumps(spec))
+    write_job(job, spec_path)
     proc = subprocess.run(
         [sys.executable, "-m", f"bertjax.bench.{module}", str(spec_path), str(result_path)],
-        env=child_env(threads, workdir / "cache"), capture_output=True, text=True, check=False,
+        env=child_env(job.threads, workdir / "cache"), capture_output=True, text=True, check=False,
     )
     if proc.returncode != 0 or not result_path.is_file():
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-ERROR_TAIL_LINES:]
@@ -97,19 +100,18 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _row_spec(s: BenchSettings, row: Row, platform: str, common: dict[str, Any]) -> dict[str, Any]:
+def _row_spec(s: BenchSettings, row: Row, platform: str, pinning: Pinning) -> RowSpec:
     """What a child needs to run `row`: the full model config, the batch shape, the optimizer."""
-    return {
-        "kind": row.impl, "impl": row.impl, "mode": s.mode, "dtype": row.dtype,
-        "config": dataclasses.asdict(s.bert_config(row.dtype)), "seq": s.seq, "batch": s.batch,
-        "predictions": s.predictions, "steps": s.steps, "warmup": s.warmup, "seed": s.seed,
-        "optim": dataclasses.asdict(BENCH_OPTIM), "compile_backend": s.compile_backend,
-        "prng_impl": s.prng_impl,
-        "device": "cuda" if platform == "gpu" else "cpu", **common,
-    }
+    return RowSpec(
+        cores=pinning.cores, threads=pinning.threads, impl=row.impl, mode=s.mode, dtype=row.dtype,
+        config=s.bert_config(row.dtype), seq=s.seq, batch=s.batch, predictions=s.predictions,
+        steps=s.steps, warmup=s.warmup, seed=s.seed, optim=BENCH_OPTIM,
+        compile_backend=s.compile_backend, prng_impl=s.prng_impl,
+        device="cuda" if platform == "gpu" else "cpu",
+    )
 
 
-def _run_row(s: BenchSettings, row: Row, platform: str, common: dict[str, Any],
+def _run_row(s: BenchSettings, row: Row, platform: str, pinning: Pinning,
              workdir: Path) -> tuple[str, Any]:
     """('ran', raw result), ('skipped', reason) or ('failed', the end of the child's output)."""
     reason = missing_requirement(row, platform)
@@ -117,7 +119,7 @@ def _run_row(s: BenchSettings, row: Row, platform: str, common: dict[str, Any],
         return "skipped", reason
     module = "jax_rows" if row.impl == "bertjax" else "torch_rows"
     try:
-        result = run_child(module, _row_spec(s, row, platform, common), workdir, common["threads"])
+        result = run_child(module, _row_spec(s, row, platform, pinning), workdir)
     except ChildFailedError as err:
         return "failed", str(err)
     return ("skipped", result["skipped"]) if "skipped" in result else ("ran", result)
@@ -134,38 +136,24 @@ def run_benchmark(
     if settings.mode not in ("train", "infer"):
         raise BenchError(f"mode must be 'train' or 'infer', got {settings.mode!r}")
     settings.check_threads()  # the rest needs the device's defaults: validated after the probe
-    threads = settings.threads or len(settings.cores())
-    common = {"cores": settings.cores(), "threads": threads}
+    pinning = Pinning(cores=tuple(settings.cores()),
+                      threads=settings.threads or len(settings.cores()))
     with tempfile.TemporaryDirectory(prefix="bertjax-bench-") as tmp:
         work = Path(tmp)
         try:
-            device = run_child("jax_rows", {"kind": "probe", **common}, work / "probe", threads)
+            device = run_child("jax_rows", Probe(pinning.cores, pinning.threads), work / "probe")
             s = settings.resolve(device["platform"])
             s.validate()
-            rows = s.rows()
-            progress(f"bench {s.mode}: {len(rows)} row(s) on {device['platform']} "
+            progress(f"bench {s.mode}: {len(s.rows())} row(s) on {device['platform']} "
                      f"({device['device_kind']}), one subprocess each")
             start = time.perf_counter()
-            gemm = run_child("jax_rows", {"kind": "gemm", "size": s.gemm_size,
-                                          "dtype": s.gemm_dtype, **common}, work / "gemm", threads)
+            gemm = run_child("jax_rows", Gemm(cores=pinning.cores, threads=pinning.threads,
+                                              size=s.gemm_size, dtype=s.gemm_dtype), work / "gemm")
         except ChildFailedError as err:
             raise BenchError(f"JAX failed in a child process: {err}") from err
         progress(f"  reference GEMM {gemm['dtype']} {gemm['size']}^3: "
                  f"{gemm['flops_per_s'] / 1e9:,.1f} GFLOP/s ({time.perf_counter() - start:.1f} s)")
-        raw, skipped, failed = [], [], []
-        for index, row in enumerate(rows, 1):
-            start = time.perf_counter()
-            status, value = _run_row(s, row, device["platform"], common, work / f"row{index}")
-            if status == "ran":
-                raw.append((row, value))
-                note = f"{time.perf_counter() - start:.1f} s"
-            elif status == "skipped":
-                skipped.append({"row": row.name, "reason": value})
-                note = f"skipped ({value})"
-            else:
-                failed.append({"row": row.name, "error": value})
-                note = f"FAILED\n{value}"
-            progress(f"  [{index}/{len(rows)}] {row.name}: {note}")
+        raw, skipped, failed = _run_rows(s, device["platform"], pinning, work, progress)
 
     report = build_report(s, device, gemm, raw, skipped, failed)
     print_fn(format_table(report))
@@ -173,6 +161,28 @@ def run_benchmark(
         write_json(report, s.json_path)
         progress(f"wrote {s.json_path}")
     return report
+
+
+def _run_rows(
+    s: BenchSettings, platform: str, pinning: Pinning, work: Path, progress: Callable[[str], None]
+) -> tuple[list[tuple[Row, dict[str, Any]]], list[dict[str, str]], list[dict[str, str]]]:
+    """Each row in its own child, one after the other: (ran, skipped, failed)."""
+    rows = s.rows()
+    raw, skipped, failed = [], [], []
+    for index, row in enumerate(rows, 1):
+        start = time.perf_counter()
+        status, value = _run_row(s, row, platform, pinning, work / f"row{index}")
+        if status == "ran":
+            raw.append((row, value))
+            note = f"{time.perf_counter() - start:.1f} s"
+        elif status == "skipped":
+            skipped.append({"row": row.name, "reason": value})
+            note = f"skipped ({value})"
+        else:
+            failed.append({"row": row.name, "error": value})
+            note = f"FAILED\n{value}"
+        progress(f"  [{index}/{len(rows)}] {row.name}: {note}")
+    return raw, skipped, failed
 
 
 def build_report(
@@ -227,16 +237,3 @@ def _ranges(cores: list[int]) -> str:
             parts.append(str(start) if start == core else f"{start}-{core}")
             start = None
     return ",".join(parts)
-
-
-def run_from_args(args: Any, mode: str) -> int:
-    """The `bertjax bench train|infer` command: 0 when every row ran or was skipped, 1 when one
-    failed, 2 for options that do not fit together."""
-    from bertjax.bench.options import settings_from_args
-
-    try:
-        report = run_benchmark(settings_from_args(args, mode))
-    except BenchError as err:
-        print(f"bertjax bench {mode}: error: {err}", file=sys.stderr)
-        return 2
-    return 1 if report["failed"] else 0

@@ -1,8 +1,10 @@
 """The step-timing loop and the child-process protocol the JAX and torch rows share.
 
-A child is `python -m bertjax.bench.<module> SPEC.json RESULT.json`: it pins itself to the cores
-the spec names before importing any framework, runs one row, and writes the raw measurements
-(or `{"skipped": reason}`) as JSON. Derived numbers (tokens/s, ratios, MFU) are the parent's job
+A child is `python -m bertjax.bench.<module> SPEC.json RESULT.json`: SPEC.json is one job (`Probe`,
+`Gemm` or `RowSpec`, written by `write_job`); the child pins itself to the cores the job names
+before any framework sizes its thread pools (JAX's backend starts on first use, not on import;
+torch is imported by the row), runs it, and writes the raw measurements (or `{"skipped": reason}`)
+as JSON. Derived numbers (tokens/s, ratios, MFU) are the parent's job
 (`bertjax.bench.report`), so they are computed in one place.
 """
 
@@ -18,9 +20,75 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bertjax.config import BertConfig
+from bertjax.train.schedule import OptimConfig
+
 # Environment variables that size the OpenMP / BLAS thread pools of torch and numpy; the parent
 # sets them for every child. XLA's CPU thread pool is sized by the process's CPU affinity.
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+@dataclasses.dataclass(frozen=True)
+class Pinning:
+    """What every job says: the cores its child is pinned to, the threads of its pools."""
+
+    cores: tuple[int, ...]
+    threads: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe(Pinning):
+    """Job: report the device JAX finds."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Gemm(Pinning):
+    """Job: time the reference square matmul of `size` in `dtype`."""
+
+    size: int
+    dtype: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RowSpec(Pinning):
+    """Job: time one row, an implementation's training step or inference forward."""
+
+    impl: str  # bertjax, hf-eager, hf-compiled or bert_torch
+    mode: str  # train or infer
+    dtype: str  # compute dtype of the row (the config's for bertjax, autocast for torch)
+    config: BertConfig  # the whole model configuration, dtype included
+    seq: int
+    batch: int
+    predictions: int
+    steps: int
+    warmup: int
+    seed: int
+    optim: OptimConfig
+    compile_backend: str  # of torch.compile (hf-compiled)
+    prng_impl: str  # of bertjax's dropout
+    device: str  # torch's: "cuda" when JAX runs on a GPU, else "cpu"
+
+
+JOBS: dict[str, type] = {"probe": Probe, "gemm": Gemm, "row": RowSpec}
+Job = Probe | Gemm | RowSpec
+
+
+def write_job(job: Job, path: Path) -> None:
+    """Write `job` as the JSON a child reads with `read_job`."""
+    name = next(name for name, kind in JOBS.items() if isinstance(job, kind))
+    path.write_text(json.dumps({"job": name, **dataclasses.asdict(job)}))
+
+
+def read_job(path: Path) -> Job:
+    """The job `write_job` wrote, with its nested configurations rebuilt."""
+    data = json.loads(path.read_text())
+    kind = JOBS[data.pop("job")]
+    data["cores"] = tuple(data["cores"])
+    if kind is RowSpec:
+        config = data["config"]
+        data["config"] = BertConfig(**{**config, "id2label": tuple(config["id2label"])})
+        data["optim"] = OptimConfig(**data["optim"])
+    return kind(**data)
 
 
 class RowSkippedError(Exception):
@@ -71,13 +139,13 @@ def pin_cores(cores: list[int]) -> None:
         os.sched_setaffinity(0, set(cores))
 
 
-def child_main(run_row: Callable[[dict[str, Any]], dict[str, Any]], argv: list[str]) -> int:
-    """Entry point of a child: read the spec, pin, run, write the result (or the skip reason)."""
+def child_main(run_job: Callable[[Any], dict[str, Any]], argv: list[str]) -> int:
+    """Entry point of a child: read the job, pin, run, write the result (or the skip reason)."""
     spec_path, result_path = argv
-    spec = json.loads(Path(spec_path).read_text())
-    pin_cores(spec.get("cores", []))
+    job = read_job(Path(spec_path))
+    pin_cores(list(job.cores))
     try:
-        result = run_row(spec)
+        result = run_job(job)
     except RowSkippedError as err:
         result = {"skipped": str(err)}
     Path(result_path).write_text(json.dumps(result))

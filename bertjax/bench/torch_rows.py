@@ -10,6 +10,9 @@ it computes MLM logits at every position, not only the masked ones. bert_torch's
 
 On an NVIDIA GPU the bfloat16 rows run under `torch.autocast(bfloat16)`.
 
+torch, transformers and bert_torch are optional dependencies (`bertjax[bench]`): imported inside
+the functions, after `torch_row` has checked they are installed (else the row is skipped).
+
     python -m bertjax.bench.torch_rows SPEC.json RESULT.json
 """
 
@@ -22,8 +25,9 @@ from typing import Any
 
 from bertjax.bench.batch import pretraining_batch
 from bertjax.bench.options import INSTALL_HINT
-from bertjax.bench.timing import RowSkippedError, child_main, peak_rss_bytes, time_steps
+from bertjax.bench.timing import RowSkippedError, RowSpec, child_main, peak_rss_bytes, time_steps
 from bertjax.config import BertConfig
+from bertjax.train.schedule import OptimConfig
 
 
 def _import_torch() -> Any:
@@ -48,7 +52,7 @@ def _transformers_model(config: BertConfig, device: Any) -> Any:
     return transformers.BertForPreTraining(hf_config).to(device)
 
 
-def _adamw(model: Any, optim: Any, device: Any) -> Any:
+def _adamw(model: Any, optim: OptimConfig, device: Any) -> Any:
     """torch.optim.AdamW with bertjax's settings and decay groups; fused on CUDA."""
     import torch
 
@@ -64,18 +68,16 @@ def _adamw(model: Any, optim: Any, device: Any) -> Any:
     )
 
 
-def _transformers_step(spec: dict[str, Any], config: BertConfig, batch: dict[str, Any],
-                       device: Any, autocast: Callable[[], Any]) -> tuple[Any, Callable[[], Any]]:
+def _transformers_step(spec: RowSpec, batch: dict[str, Any], device: Any,
+                       autocast: Callable[[], Any]) -> tuple[Any, Callable[[], Any]]:
     import torch
 
-    from bertjax.train.schedule import OptimConfig
-
-    model = _transformers_model(config, device)
+    model = _transformers_model(spec.config, device)
     run = model
-    if spec["impl"] == "hf-compiled":
-        run = torch.compile(model, backend=spec["compile_backend"])
+    if spec.impl == "hf-compiled":
+        run = torch.compile(model, backend=spec.compile_backend)
     inputs = {k: batch[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
-    if spec["mode"] == "infer":
+    if spec.mode == "infer":
         model.eval()
 
         def infer() -> Any:
@@ -84,7 +86,7 @@ def _transformers_step(spec: dict[str, Any], config: BertConfig, batch: dict[str
         return model, infer
 
     model.train()
-    optim = OptimConfig(**spec["optim"])
+    optim = spec.optim
     optimizer = _adamw(model, optim, device)
 
     def train() -> Any:
@@ -100,16 +102,15 @@ def _transformers_step(spec: dict[str, Any], config: BertConfig, batch: dict[str
     return model, train
 
 
-def _bert_torch_step(spec: dict[str, Any], config: BertConfig, batch: dict[str, Any],
+def _bert_torch_step(spec: RowSpec, batch: dict[str, Any],
                      device: Any) -> tuple[Any, Callable[[], Any]]:
     import torch
 
     from bert_torch import BertForPreTraining
     from bert_torch.train import make_optimizer, train_step
-    from bertjax.train.schedule import OptimConfig
 
-    model = BertForPreTraining(config).to(device)
-    if spec["mode"] == "infer":
+    model = BertForPreTraining(spec.config).to(device)
+    if spec.mode == "infer":
         model.eval()
 
         def infer() -> Any:
@@ -119,55 +120,75 @@ def _bert_torch_step(spec: dict[str, Any], config: BertConfig, batch: dict[str, 
         return model, infer
 
     model.train()
-    optim = OptimConfig(**spec["optim"])
-    optimizer, scheduler = make_optimizer(model, optim)
-    return model, lambda: train_step(model, optimizer, scheduler, batch, optim.clip_norm)["loss"]
+    optimizer, scheduler = make_optimizer(model, spec.optim)
+    return model, lambda: train_step(model, optimizer, scheduler, batch, spec.optim.clip_norm)["loss"]
 
 
-def torch_row(spec: dict[str, Any]) -> dict[str, Any]:
-    """Time one PyTorch row (`spec['impl']`: hf-eager, hf-compiled or bert_torch)."""
+def _device(spec: RowSpec) -> Any:
+    """torch's device for the row; a CUDA row on a torch without CUDA is skipped."""
     torch = _import_torch()
-    if spec["impl"] != "bert_torch":
-        _import_transformers()  # skip before building anything
-    torch.set_num_threads(spec["threads"])
-    device = torch.device(spec["device"])
+    device = torch.device(spec.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RowSkippedError("JAX runs on the GPU but this torch sees no CUDA device (a CPU-only build?)")
-    torch.manual_seed(spec["seed"])
-    config = BertConfig(**spec["config"])
-    host = pretraining_batch(config, spec["batch"], spec["seq"], spec["predictions"], spec["seed"])
-    batch = {k: torch.from_numpy(v.astype("int64") if v.dtype.kind == "i" else v).to(device)
-             for k, v in host.items()}
-    bf16 = spec["dtype"] == "bfloat16"
+    return device
 
-    def autocast() -> Any:
-        if not bf16:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
-    if spec["impl"] == "bert_torch":
-        model, step = _bert_torch_step(spec, config, batch, device)
+def _torch_batch(spec: RowSpec, device: Any) -> dict[str, Any]:
+    """The bench's batch (`pretraining_batch`) as tensors on `device`, integers as int64."""
+    import torch
+
+    host = pretraining_batch(spec.config, spec.batch, spec.seq, spec.predictions, spec.seed)
+    return {k: torch.from_numpy(v.astype("int64") if v.dtype.kind == "i" else v).to(device)
+            for k, v in host.items()}
+
+
+def _autocast(spec: RowSpec, device: Any) -> Callable[[], Any]:
+    """A context factory: torch.autocast(bfloat16) for a bfloat16 row, else nothing."""
+    import torch
+
+    if spec.dtype != "bfloat16":
+        return contextlib.nullcontext
+    return lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
+def _memory_and_name(device: Any) -> tuple[int, str, str]:
+    """(peak memory in bytes, how it was measured, the GPU's name or "")."""
+    import torch
+
+    if device.type == "cuda":
+        return (torch.cuda.max_memory_allocated(device), "torch.cuda.max_memory_allocated",
+                torch.cuda.get_device_name(device))
+    return peak_rss_bytes(), "peak RSS of the row's process", ""
+
+
+def torch_row(spec: RowSpec) -> dict[str, Any]:
+    """Time one PyTorch row (`spec.impl`: hf-eager, hf-compiled or bert_torch)."""
+    torch = _import_torch()
+    if spec.impl != "bert_torch":
+        _import_transformers()  # skip before building anything
+    torch.set_num_threads(spec.threads)
+    device = _device(spec)
+    torch.manual_seed(spec.seed)
+    batch = _torch_batch(spec, device)
+    if spec.impl == "bert_torch":
+        model, step = _bert_torch_step(spec, batch, device)
     else:
-        model, step = _transformers_step(spec, config, batch, device, autocast)
+        model, step = _transformers_step(spec, batch, device, _autocast(spec, device))
 
     def sync(_: Any) -> None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    out: dict[str, Any] = {}
+    last: list[Any] = [None]
 
     def timed_step() -> Any:
-        out["last"] = step()
-        return out["last"]
+        last[0] = step()
+        return last[0]
 
-    timings = time_steps(timed_step, sync, steps=spec["steps"], warmup=spec["warmup"])
-    if device.type == "cuda":
-        memory, source = torch.cuda.max_memory_allocated(device), "torch.cuda.max_memory_allocated"
-        name = torch.cuda.get_device_name(device)
-    else:
-        memory, source, name = peak_rss_bytes(), "peak RSS of the row's process", ""
+    timings = time_steps(timed_step, sync, steps=spec.steps, warmup=spec.warmup)
+    memory, source, name = _memory_and_name(device)
     versions = {"torch": torch.__version__}
-    if spec["impl"] != "bert_torch":
+    if spec.impl != "bert_torch":
         versions["transformers"] = _import_transformers().__version__
     return {
         "first_step_s": timings.first_step_s,
@@ -175,7 +196,7 @@ def torch_row(spec: dict[str, Any]) -> dict[str, Any]:
         "pipelined_step_s": timings.pipelined_step_s,
         "peak_memory_bytes": int(memory),
         "memory_source": source,
-        "loss": float(out["last"]) if spec["mode"] == "train" else None,
+        "loss": float(last[0]) if spec.mode == "train" else None,
         "parameters": sum(p.numel() for p in model.parameters()),  # tied weights counted once
         "matmul_precision": torch.get_float32_matmul_precision(),
         "device": f"torch {device.type} {name}".strip(),

@@ -1,21 +1,40 @@
 """`bertjax bench WHAT`: benchmarks. `data`: tokenisation MB/s and masked sequences/s on one core;
 `train` / `infer`: the training step / inference forward of bertjax (float32, bfloat16),
-transformers (eager, torch.compile) and bert_torch side by side (`bertjax.bench`).
+transformers (eager, torch.compile) and bert_torch side by side (`bertjax.bench`); `embed`:
+sentence-embedding throughput against transformers.
 
-Each benchmark is a sub-command with its own options: an entry of BENCHMARKS.
+Each benchmark is a sub-command with its own options: an entry of BENCHMARKS. The options of
+`train` and `infer` are derived from the fields of `BenchSettings` (`bertjax.cli.fields`).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import json
+import sys
+from typing import Any
 
+from bertjax.bench import options as bench_options
+from bertjax.bench.options import BenchError, BenchSettings
+from bertjax.bench.run import run_benchmark
+from bertjax.cli.argtypes import positive_int
 from bertjax.cli.corpus_options import add_corpus_arguments
+from bertjax.cli.fields import add_field_arguments, device_defaults_table, settings_from_args
+from bertjax.config import BertConfig
+from bertjax.train.run_config import field_options, parse_value
+
+# Options a mode does not have (inference runs without dropout).
+EXCLUDED = {"train": (), "infer": ("dropout",)}
+EMBED_DEFAULT_LINES = 10_000  # bertjax.bench.embed.DEFAULT_LINES, without importing JAX for --help
+
+
+# --- data -------------------------------------------------------------------------------------
 
 
 def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
-    from bertjax.bench.data import run_data_benchmark
+    from bertjax.bench.data import run_data_benchmark  # tokenizers: only for this benchmark
 
     default = {k: p.default for k, p in inspect.signature(run_data_benchmark).parameters.items()}
     add_corpus_arguments(parser)
@@ -49,40 +68,94 @@ def _run_data(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    from bertjax.bench.options import add_arguments as add_bench_arguments
-
-    add_bench_arguments(parser, "train")
+# --- train, infer -----------------------------------------------------------------------------
 
 
-def _add_infer_arguments(parser: argparse.ArgumentParser) -> None:
-    from bertjax.bench.options import add_arguments as add_bench_arguments
+def parse_override(text: str) -> tuple[str, Any]:
+    """`--set NAME=VALUE` -> (BertConfig field, value of the field's type)."""
+    fields = {o.name: o for o in field_options(BertConfig)}
+    name, sep, raw = text.partition("=")
+    name = name.strip()
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    if name == "dtype":
+        raise argparse.ArgumentTypeError("set the compute dtype with --dtype (bertjax rows) and "
+                                         "--hf-dtype (transformers rows), not --set dtype=")
+    if name not in fields:
+        raise argparse.ArgumentTypeError(f"{name!r} is not a BertConfig field; fields: "
+                                         f"{', '.join(sorted(set(fields) - {'dtype'}))}")
+    try:
+        return name, parse_value(fields[name], raw, source="--set")
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
-    add_bench_arguments(parser, "infer")
+
+def _epilog(mode: str) -> str:
+    """The device-dependent defaults as a table, then the notes of `bertjax.bench.options`."""
+    notes = (bench_options.__doc__ or "").split("\n\n")[2:]  # after its summary and field notes
+    return "\n\n".join([
+        "Defaults follow the device JAX finds (probed in a child process, see bertjax.bench.run):",
+        device_defaults_table(BenchSettings, EXCLUDED[mode]), *notes,
+    ])
 
 
-def _run_train(args: argparse.Namespace) -> int:
-    from bertjax.bench.run import run_from_args
+def _add_mode_arguments(parser: argparse.ArgumentParser, mode: str) -> None:
+    """The options of `bertjax bench train` or `bertjax bench infer`: BenchSettings' fields."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = _epilog(mode)
+    parser.allow_abbrev = False
+    add_field_arguments(parser, BenchSettings, exclude=EXCLUDED[mode],
+                        parsers={"overrides": parse_override})
 
-    return run_from_args(args, "train")
+
+def _run_mode(args: argparse.Namespace, mode: str) -> int:
+    """0 when every row ran or was skipped, 1 when one failed, 2 for options that do not fit."""
+    try:
+        report = run_benchmark(settings_from_args(BenchSettings, args, mode=mode))
+    except BenchError as err:
+        print(f"bertjax bench {mode}: error: {err}", file=sys.stderr)
+        return 2
+    return 1 if report["failed"] else 0
 
 
-def _run_infer(args: argparse.Namespace) -> int:
-    from bertjax.bench.run import run_from_args
-
-    return run_from_args(args, "infer")
+# --- embed ------------------------------------------------------------------------------------
 
 
 def _add_embed_arguments(parser: argparse.ArgumentParser) -> None:
-    from bertjax.bench.embed import add_arguments as add_embed_arguments
-
-    add_embed_arguments(parser)
+    parser.add_argument("--lines", type=positive_int, default=EMBED_DEFAULT_LINES, metavar="N",
+                        help=f"Shakespeare sentences to embed (default: {EMBED_DEFAULT_LINES})")
+    parser.add_argument("--file", default=None, metavar="FILE",
+                        help="embed the lines of this UTF-8 file instead (the first --lines)")
+    parser.add_argument("--model", default=None, metavar="DIR",
+                        help="Hugging Face BERT directory (default: all-MiniLM-L6-v2)")
+    parser.add_argument("--batch-size", type=positive_int, default=64, metavar="N",
+                        help="lines per batch (default: 64)")
+    parser.add_argument("--repeats", type=positive_int, default=3, help="timed repeats (default: 3)")
+    parser.add_argument("--attn-implementation", choices=("sdpa", "eager"), default="sdpa",
+                        help="transformers' attention (default: sdpa, its own default)")
+    parser.add_argument("--json", default=None, metavar="FILE", help="also write the numbers here")
 
 
 def _run_embed(args: argparse.Namespace) -> int:
-    from bertjax.bench.embed import run as run_embed
+    """`bertjax bench embed`; exit status 2 on bad input."""
+    # JAX, torch and transformers: imported when this benchmark runs, not for `--help`
+    from bertjax.bench.embed import run_embed_benchmark, shakespeare_lines
+    from bertjax.files import write_json_atomic
+    from bertjax.use.embed import read_lines
 
-    return run_embed(args)
+    try:
+        if args.file is not None:
+            lines = read_lines(args.file)[:args.lines]
+        else:
+            lines = shakespeare_lines(args.lines)
+        result = run_embed_benchmark(lines, batch_size=args.batch_size, repeats=args.repeats,
+                                     model=args.model, attn_implementation=args.attn_implementation)
+    except (OSError, ValueError) as err:
+        print(f"bertjax bench embed: error: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        write_json_atomic(args.json, result)
+    return 0
 
 
 # name -> (help, add_arguments, run)
@@ -90,9 +163,13 @@ BENCHMARKS = {
     "data": ("data pipeline: tokenisation MB/s, masked sequences/s (one core)",
              _add_data_arguments, _run_data),
     "train": ("training step (forward, backward, AdamW) tokens/s and MFU: bertjax fp32/bf16, "
-              "transformers eager/compiled, bert_torch side by side", _add_train_arguments, _run_train),
+              "transformers eager/compiled, bert_torch side by side",
+              functools.partial(_add_mode_arguments, mode="train"),
+              functools.partial(_run_mode, mode="train")),
     "infer": ("inference forward tokens/s and MFU: bertjax fp32/bf16, transformers "
-              "eager/compiled, bert_torch side by side", _add_infer_arguments, _run_infer),
+              "eager/compiled, bert_torch side by side",
+              functools.partial(_add_mode_arguments, mode="infer"),
+              functools.partial(_run_mode, mode="infer")),
     "embed": ("sentences/s of `bertjax embed` (all-MiniLM-L6-v2, mean pooling) against "
               "transformers eager with the same batches", _add_embed_arguments, _run_embed),
 }

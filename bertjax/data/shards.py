@@ -17,20 +17,22 @@ and renamed into place at the end, so a crash never leaves a half-written shard 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from bertjax.data.corpus import Document
 from bertjax.data.tokenizer import SpecialTokens, WordPieceTokenizer
-from bertjax.io.files import atomic_directory
+from bertjax.files import atomic_directory
 
 FORMAT = "bertjax-shards-1"
 META = "meta.json"
@@ -56,92 +58,120 @@ def write_shards(
     out = Path(out_dir)
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} already exists; remove it or pass overwrite=True (--force)")
-    dtype = np.dtype(np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.int32)
-    unk = tokenizer.special.unk
-    counts = {"documents": 0, "sentences": 0, "tokens": 0, "unknown_tokens": 0, "bytes": 0}
     started = time.perf_counter()
-
     with atomic_directory(out, replace=True) as tmp:  # a crash never leaves a half-written out
-        from tqdm import tqdm
-
-        bar = tqdm(total=None, unit="doc", disable=not progress, desc="tokenising", smoothing=0.1)
-        with (open(tmp / "tokens.bin", "wb") as f_tok, open(tmp / "sentences.bin", "wb") as f_sent,
-              open(tmp / "documents.bin", "wb") as f_doc):
-            f_sent.write(np.zeros(1, np.int64).tobytes())
-            f_doc.write(np.zeros(1, np.int64).tobytes())
-            pending: list[Document] = []
-            pending_chars = 0
-
-            def flush() -> None:
-                nonlocal pending_chars
-                texts = [s for doc in pending for s in doc]
-                encoded = tokenizer.encode_batch(texts) if texts else []
-                k = 0
-                doc_ends, sent_ends, arrays = [], [], []
-                for doc in pending:
-                    kept = 0
-                    for ids in encoded[k:k + len(doc)]:
-                        if ids:
-                            arrays.append(ids)
-                            counts["tokens"] += len(ids)
-                            sent_ends.append(counts["tokens"])
-                            kept += 1
-                    k += len(doc)
-                    if kept:
-                        counts["sentences"] += kept
-                        counts["documents"] += 1
-                        doc_ends.append(counts["sentences"])
-                if arrays:
-                    flat = np.fromiter(itertools.chain.from_iterable(arrays), dtype=np.int64,
-                                       count=sum(map(len, arrays)))
-                    counts["unknown_tokens"] += int(np.count_nonzero(flat == unk))
-                    f_tok.write(flat.astype(dtype).tobytes())
-                    f_sent.write(np.asarray(sent_ends, np.int64).tobytes())
-                    f_doc.write(np.asarray(doc_ends, np.int64).tobytes())
-                bar.update(len(pending))
-                bar.set_postfix(MB=f"{counts['bytes'] / 1e6:.1f}", tokens=counts["tokens"],
-                                refresh=False)
-                pending.clear()
-                pending_chars = 0
-
-            for doc in documents:
-                pending.append(doc)
-                chars = sum(len(s) for s in doc)
-                pending_chars += chars
-                counts["bytes"] += sum(len(s.encode("utf-8", "surrogatepass")) for s in doc)
-                if pending_chars >= encode_chars:
-                    flush()
-            flush()
-        bar.close()
-
-        if counts["documents"] == 0:
-            raise ValueError(
-                f"corpus {corpus or '<documents>'} is empty: no document has a sentence with "
-                "tokens; check the path, the file format (one sentence per line, blank line "
-                "between documents) or --text-field"
-            )
-        if counts["documents"] < min_documents:
-            raise ValueError(
-                f"corpus {corpus or '<documents>'} has {counts['documents']} document(s); "
-                f"at least {min_documents} are needed (next-sentence prediction draws B from "
-                "another document): add documents, separated by a blank line in text files"
-            )
-        seconds = time.perf_counter() - started
-        meta = {
-            "format": FORMAT,
-            "corpus": corpus,
-            "token_dtype": dtype.name,
-            "vocab_size": tokenizer.vocab_size,
-            "vocab_sha256": tokenizer.vocab_hash,
-            "special_tokens": dataclasses.asdict(tokenizer.special),
-            **counts,
-            "unknown_rate": counts["unknown_tokens"] / max(counts["tokens"], 1),
-            "seconds": round(seconds, 3),
-            "mb_per_s": round(counts["bytes"] / 1e6 / max(seconds, 1e-9), 3),
-        }
+        with (ShardWriter(tmp, tokenizer) as writer,
+              tqdm(total=None, unit="doc", disable=not progress, desc="tokenising",
+                   smoothing=0.1) as bar):
+            for batch in _encode_batches(documents, encode_chars):
+                writer.write(batch)
+                bar.update(len(batch))
+                bar.set_postfix(MB=f"{writer.counts['bytes'] / 1e6:.1f}",
+                                tokens=writer.counts["tokens"], refresh=False)
+        _check_documents(writer.counts["documents"], corpus, min_documents)
+        meta = _meta(writer, tokenizer, corpus, time.perf_counter() - started)
         tokenizer.save(tmp)
         (tmp / META).write_text(json.dumps(meta, indent=2) + "\n")
     return meta
+
+
+class ShardWriter:
+    """Appends documents to the three `.bin` files of a shard directory, counting what it keeps.
+
+    Use as a context manager: the files are open between `__enter__` and `__exit__`.
+    """
+
+    def __init__(self, directory: Path, tokenizer: WordPieceTokenizer) -> None:
+        self.directory = directory
+        self.tokenizer = tokenizer
+        self.dtype = np.dtype(np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.int32)
+        self.counts = {"documents": 0, "sentences": 0, "tokens": 0, "unknown_tokens": 0,
+                       "bytes": 0}
+        self._files = contextlib.ExitStack()
+
+    def __enter__(self) -> ShardWriter:
+        opened = [self._files.enter_context(open(self.directory / name, "wb"))
+                  for name in ("tokens.bin", "sentences.bin", "documents.bin")]
+        self._tokens, self._sentence_ends, self._document_ends = opened
+        self._sentence_ends.write(np.zeros(1, np.int64).tobytes())  # offsets start at 0
+        self._document_ends.write(np.zeros(1, np.int64).tobytes())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._files.close()
+
+    def write(self, documents: list[Document]) -> None:
+        """Encode `documents` in one `encode_batch` call and append the sentences with tokens."""
+        self.counts["bytes"] += sum(len(s.encode("utf-8", "surrogatepass"))
+                                    for doc in documents for s in doc)
+        texts = [s for doc in documents for s in doc]
+        encoded = iter(self.tokenizer.encode_batch(texts) if texts else [])
+        kept, sentence_ends, document_ends = [], [], []
+        for doc in documents:
+            ids_of_doc = [ids for ids in itertools.islice(encoded, len(doc)) if ids]
+            for ids in ids_of_doc:
+                kept.append(ids)
+                self.counts["tokens"] += len(ids)
+                sentence_ends.append(self.counts["tokens"])
+            if ids_of_doc:
+                self.counts["sentences"] += len(ids_of_doc)
+                self.counts["documents"] += 1
+                document_ends.append(self.counts["sentences"])
+        if kept:
+            flat = np.fromiter(itertools.chain.from_iterable(kept), dtype=np.int64,
+                               count=sum(map(len, kept)))
+            self.counts["unknown_tokens"] += int(np.count_nonzero(flat == self.tokenizer.special.unk))
+            self._tokens.write(flat.astype(self.dtype).tobytes())
+            self._sentence_ends.write(np.asarray(sentence_ends, np.int64).tobytes())
+            self._document_ends.write(np.asarray(document_ends, np.int64).tobytes())
+
+
+def _encode_batches(documents: Iterable[Document], encode_chars: int) -> Iterator[list[Document]]:
+    """`documents` in runs of at least `encode_chars` characters (the last run may be shorter)."""
+    pending: list[Document] = []
+    chars = 0
+    for doc in documents:
+        pending.append(doc)
+        chars += sum(len(s) for s in doc)
+        if chars >= encode_chars:
+            yield pending
+            pending, chars = [], 0
+    if pending:
+        yield pending
+
+
+def _check_documents(documents: int, corpus: str, min_documents: int) -> None:
+    """Raise ValueError for a corpus with no, or too few, documents that kept a sentence."""
+    if documents == 0:
+        raise ValueError(
+            f"corpus {corpus or '<documents>'} is empty: no document has a sentence with "
+            "tokens; check the path, the file format (one sentence per line, blank line "
+            "between documents) or --text-field"
+        )
+    if documents < min_documents:
+        raise ValueError(
+            f"corpus {corpus or '<documents>'} has {documents} document(s); "
+            f"at least {min_documents} are needed (next-sentence prediction draws B from "
+            "another document): add documents, separated by a blank line in text files"
+        )
+
+
+def _meta(writer: ShardWriter, tokenizer: WordPieceTokenizer, corpus: str,
+          seconds: float) -> dict[str, Any]:
+    """meta.json's contents: format, dtypes, counts, rates and the vocabulary's identity."""
+    counts = writer.counts
+    return {
+        "format": FORMAT,
+        "corpus": corpus,
+        "token_dtype": writer.dtype.name,
+        "vocab_size": tokenizer.vocab_size,
+        "vocab_sha256": tokenizer.vocab_hash,
+        "special_tokens": dataclasses.asdict(tokenizer.special),
+        **counts,
+        "unknown_rate": counts["unknown_tokens"] / max(counts["tokens"], 1),
+        "seconds": round(seconds, 3),
+        "mb_per_s": round(counts["bytes"] / 1e6 / max(seconds, 1e-9), 3),
+    }
 
 
 def _memmap(path: Path, dtype: Any, count: int) -> np.ndarray:

@@ -1,6 +1,8 @@
 """The pre-training run configuration: four sections, each a frozen dataclass.
 
-A run is described by `RunConfig(model, data, optim, train)`. It is read from a TOML, JSON or YAML
+A run is described by `RunConfig(model, data, optim, train)`; its `optim` section is the
+optimizer's own `OptimConfig` (one definition of each field), with the run's recipe as defaults
+and `total_steps` set from `train.steps`. It is read from a TOML, JSON or YAML
 file (sections as tables) and then `section.field=value` overrides, validated once, and saved
 with every checkpoint so `--resume` can refuse a run that would silently differ.
 
@@ -17,13 +19,14 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-import math
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, get_type_hints
+from types import UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from bertjax.config import ATTENTION_IMPLEMENTATIONS, COMPUTE_DTYPES, PRESETS, BertConfig
-from bertjax.train.choices import OPTIMIZERS, PARALLEL_CHOICES, PRNG_IMPLS
+from bertjax.train.choices import PARALLEL_CHOICES, PRNG_IMPLS
 from bertjax.train.schedule import OptimConfig
 
 
@@ -62,21 +65,6 @@ class DataSection:
 
 
 @dataclasses.dataclass(frozen=True)
-class OptimSection:
-    """The optimizer; the schedule's length is train.steps."""
-
-    optimizer: str = _f("adamw", "optimizer", OPTIMIZERS)
-    learning_rate: float = _f(1e-3, "peak learning rate (linear warm-up, then linear decay)")
-    warmup_steps: int = _f(50, "linear warm-up steps")
-    weight_decay: float = _f(0.01, "decoupled weight decay (not on biases and LayerNorm)")
-    b1: float = _f(0.9, "Adam beta1")
-    b2: float = _f(0.999, "Adam beta2")
-    eps: float = _f(1e-6, "Adam epsilon")
-    clip_norm: float = _f(1.0, "global gradient-norm clip; 0 disables")
-    grad_accum_steps: int = _f(1, "micro-batches accumulated per optimizer step")
-
-
-@dataclasses.dataclass(frozen=True)
 class TrainSection:
     """Length, seeds, evaluation, checkpoints and parallelism."""
 
@@ -95,25 +83,42 @@ class TrainSection:
 SECTIONS: dict[str, type] = {
     "model": ModelSection,
     "data": DataSection,
-    "optim": OptimSection,
+    "optim": OptimConfig,
     "train": TrainSection,
 }
+# Each section's defaults: the run's recipe. The optimizer's differ from OptimConfig's own
+# (BERT's fine-tuning-sized 1e-4, no warm-up): a small model from scratch learns faster with these.
+DEFAULTS: dict[str, Any] = {
+    "model": ModelSection(),
+    "data": DataSection(),
+    "optim": OptimConfig(learning_rate=1e-3, warmup_steps=50),
+    "train": TrainSection(),
+}
+# Fields of a section that are not options: RunConfig sets optim.total_steps to train.steps.
+DERIVED = ("optim.total_steps",)
 
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     """A whole pre-training run."""
 
-    model: ModelSection = dataclasses.field(default_factory=ModelSection)
-    data: DataSection = dataclasses.field(default_factory=DataSection)
-    optim: OptimSection = dataclasses.field(default_factory=OptimSection)
-    train: TrainSection = dataclasses.field(default_factory=TrainSection)
+    model: ModelSection = DEFAULTS["model"]
+    data: DataSection = DEFAULTS["data"]
+    optim: OptimConfig = DEFAULTS["optim"]
+    train: TrainSection = DEFAULTS["train"]
 
     def __post_init__(self) -> None:
         validate(self)
+        # the schedule spans the run (DERIVED)
+        object.__setattr__(self, "optim", dataclasses.replace(self.optim, total_steps=self.train.steps))
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
-        return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+        """`{section: {field: value}}` for every option (derived fields left out)."""
+        return {
+            name: {k: v for k, v in dataclasses.asdict(getattr(self, name)).items()
+                   if f"{name}.{k}" not in DERIVED}
+            for name in SECTIONS
+        }
 
     def flat(self) -> dict[str, Any]:
         """`{"section.field": value}` for every option."""
@@ -139,8 +144,8 @@ class RunConfig:
         return BertConfig.from_preset(self.model.preset, **overrides)
 
     def optim_config(self) -> OptimConfig:
-        """The optimizer's settings; its schedule runs over `train.steps`."""
-        return OptimConfig(total_steps=self.train.steps, **dataclasses.asdict(self.optim))
+        """The optimizer's settings (the `optim` section); its schedule runs over `train.steps`."""
+        return self.optim
 
 
 # --- options: names, types, help ---------------------------------------------------------------
@@ -148,26 +153,42 @@ class RunConfig:
 
 @dataclasses.dataclass(frozen=True)
 class Option:
-    name: str  # "section.field"
-    type: type
+    """One settings field as an option: read from the field, its type hint and its metadata."""
+
+    name: str  # "section.field" for a run, the field's name elsewhere
+    type: type  # bool, int, float, str or tuple (`X | None` gives X)
     default: Any
     help: str
     choices: tuple[str, ...] | None
+    metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the field's own
+
+
+def field_options(klass: type, *, prefix: str = "", defaults: Any = None,
+                  skip: tuple[str, ...] = ()) -> list[Option]:
+    """An Option per field of the dataclass `klass` not in `skip`, named `prefix + field`, its
+    default taken from the instance `defaults` (else the field's). Also read by the command line
+    (`bertjax.cli.fields`) for other settings dataclasses."""
+    hints = get_type_hints(klass)
+    return [
+        Option(prefix + f.name, _plain_type(hints[f.name]),
+               getattr(defaults, f.name) if defaults is not None else f.default,
+               f.metadata.get("help", ""), f.metadata.get("choices"), f.metadata)
+        for f in dataclasses.fields(klass) if prefix + f.name not in skip
+    ]
+
+
+def _plain_type(hint: Any) -> type:
+    """int for `int` and `int | None`, tuple for `tuple[str, ...]`."""
+    if get_origin(hint) in (UnionType, Union):
+        hint = next(arg for arg in get_args(hint) if arg is not type(None))
+    return get_origin(hint) or hint
 
 
 def options() -> list[Option]:
-    """Every option, in section order, with its type, default and help."""
-    out = []
-    for section, klass in SECTIONS.items():
-        hints = get_type_hints(klass)
-        for f in dataclasses.fields(klass):
-            out.append(
-                Option(
-                    f"{section}.{f.name}", hints[f.name], f.default, f.metadata["help"],
-                    f.metadata["choices"],
-                )
-            )
-    return out
+    """Every option of a run, in section order, with its type, default and help."""
+    return [option for section, klass in SECTIONS.items()
+            for option in field_options(klass, prefix=f"{section}.", defaults=DEFAULTS[section],
+                                        skip=DERIVED)]
 
 
 def option_names() -> list[str]:
@@ -207,6 +228,8 @@ def parse_value(option: Option, value: Any, source: str = "override") -> Any:
             return int(value)
         if kind is float:
             return float(value)
+        if kind is tuple:  # "a,b" on a command line, a list in a file
+            return tuple(v.strip() for v in value.split(",")) if isinstance(value, str) else tuple(value)
         return str(value)
     except (TypeError, ValueError):
         raise ValueError(
@@ -236,7 +259,16 @@ def apply_overrides(
             raise unknown_option(name, source, list(by_name))
         section, field = name.split(".", 1)
         sections[section][field] = parse_value(by_name[name], value, source)
-    return RunConfig(**{s: SECTIONS[s](**fields) for s, fields in sections.items()})
+    return RunConfig(**{s: _section(s, fields) for s, fields in sections.items()})
+
+
+def _section(name: str, fields: dict[str, Any]) -> Any:
+    """`SECTIONS[name](**fields)`; a section that checks itself (OptimConfig) has the errors
+    name its field, and the section is prefixed here ("optim.learning_rate must be ...")."""
+    try:
+        return SECTIONS[name](**fields)
+    except ValueError as err:
+        raise ValueError(f"{name}.{err}") from None
 
 
 def to_toml(config: RunConfig) -> str:
@@ -306,11 +338,11 @@ def validate(config: RunConfig) -> None:
         value = getattr(getattr(config, section), field)
         if o.choices is not None and value not in o.choices:
             raise ValueError(f"{o.name} is {value!r}; choose one of {list(o.choices)}")
-    m, d, op, t = config.model, config.data, config.optim, config.train
+    m, d, t = config.model, config.data, config.train  # optim checks itself (OptimConfig)
     positive = {
         "data.vocab_size": d.vocab_size, "data.seq_len": d.seq_len,
         "data.max_predictions": d.max_predictions, "data.batch_size": d.batch_size,
-        "data.eval_batches": d.eval_batches, "optim.grad_accum_steps": op.grad_accum_steps,
+        "data.eval_batches": d.eval_batches,
         "train.steps": t.steps, "train.eval_every": t.eval_every,
         "train.checkpoint_every": t.checkpoint_every, "train.keep_checkpoints": t.keep_checkpoints,
         "train.log_every": t.log_every, "train.fsdp": t.fsdp,
@@ -328,10 +360,6 @@ def validate(config: RunConfig) -> None:
         )
     if d.vocab_size < 32:
         raise ValueError(f"data.vocab_size must be at least 32, got {d.vocab_size}")
-    if op.learning_rate <= 0 or not math.isfinite(op.learning_rate):
-        raise ValueError(f"optim.learning_rate must be positive, got {op.learning_rate}")
-    if op.warmup_steps < 0 or op.weight_decay < 0 or op.clip_norm < 0:
-        raise ValueError("optim.warmup_steps, weight_decay and clip_norm must be >= 0")
     if m.max_position_embeddings < 0:
         raise ValueError("model.max_position_embeddings must be >= 0")
     positions = m.max_position_embeddings or PRESETS[m.preset].get("max_position_embeddings", 512)

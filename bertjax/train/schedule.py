@@ -11,30 +11,47 @@ a warm-up, exactly like both of those).
 from __future__ import annotations
 
 import dataclasses
+import math
+from typing import Any
 
 from bertjax.train.choices import OPTIMIZERS
 
 
+def _field(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:  # noqa: A002
+    return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
+
+
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
-    """What `bertjax.train.optim.make_optimizer` (and, for AdamW, `bert_torch.train`) builds."""
+    """The optimizer and its schedule; in a run, the schedule's length is train.steps.
 
-    optimizer: str = "adamw"
-    learning_rate: float = 1e-4  # peak, reached after warmup_steps
-    warmup_steps: int = 0
-    total_steps: int = 1000  # the learning rate reaches 0 here
-    weight_decay: float = 0.01
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-6
-    clip_norm: float = 1.0  # global-norm clip; 0 disables
-    grad_accum_steps: int = 1  # micro-batches per update (used by the train step)
+    What `bertjax.train.optim.make_optimizer` (and, for AdamW, `bert_torch.train`) builds, and the
+    `[optim]` section of a pre-training run (`bertjax.train.run_config`): each field's help is its
+    `--optim.FIELD` option's, and a run sets `total_steps` from `train.steps`.
+    """
+
+    optimizer: str = _field("adamw", "optimizer", OPTIMIZERS)
+    learning_rate: float = _field(1e-4, "peak learning rate (linear warm-up, then linear decay)")
+    warmup_steps: int = _field(0, "linear warm-up steps")
+    total_steps: int = _field(1000, "the learning rate reaches 0 here (a run: train.steps)")
+    weight_decay: float = _field(0.01, "decoupled weight decay (not on biases and LayerNorm)")
+    b1: float = _field(0.9, "Adam beta1")
+    b2: float = _field(0.999, "Adam beta2")
+    eps: float = _field(1e-6, "Adam epsilon")
+    clip_norm: float = _field(1.0, "global gradient-norm clip; 0 disables")
+    grad_accum_steps: int = _field(1, "micro-batches accumulated per optimizer step")
 
     def __post_init__(self) -> None:
+        """Raise ValueError naming the field for a setting out of range."""
         if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
-        if self.total_steps <= 0 or self.warmup_steps < 0 or self.grad_accum_steps <= 0:
-            raise ValueError("total_steps and grad_accum_steps must be positive, warmup_steps >= 0")
+            raise ValueError(f"optimizer is {self.optimizer!r}; choose one of {list(OPTIMIZERS)}")
+        for name in ("total_steps", "grad_accum_steps"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.learning_rate <= 0 or not math.isfinite(self.learning_rate):
+            raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
+        if self.warmup_steps < 0 or self.weight_decay < 0 or self.clip_norm < 0:
+            raise ValueError("warmup_steps, weight_decay and clip_norm must be >= 0")
 
 
 def applies_weight_decay(shape: tuple[int, ...]) -> bool:
