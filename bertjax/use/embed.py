@@ -19,7 +19,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from flax import nnx
+from tqdm.auto import tqdm
 
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.use.encode import Encoded, encode, model_max_length
@@ -102,9 +106,6 @@ def embed(
     cuts longer lines, with a warning naming each. An empty or whitespace-only line is a
     ValueError naming it; no lines give a (0, H) array.
     """
-    from flax import nnx
-    from tqdm.auto import tqdm
-
     if pooling not in POOLINGS:
         raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
     check_lines(lines)
@@ -139,9 +140,6 @@ def embed(
 def _pooled_forward() -> Any:
     """The jitted forward + pooling, built once per process; it compiles once per model
     architecture (`graphdef`), pooling and input shape, whatever the weights."""
-    import jax
-    from flax import nnx
-
     @functools.partial(jax.jit, static_argnames=("graphdef", "pooling", "normalize"))
     def forward(graphdef: Any, state: Any, arrays: dict[str, jax.Array], *, pooling: str,
                 normalize: bool) -> jax.Array:
@@ -156,8 +154,6 @@ def _pooled_forward() -> Any:
 def pool(hidden: Any, attention_mask: Any, *, pooling: str, normalize: bool) -> Any:
     """(B, S, H) last hidden state + (B, S) mask -> (B, H) float32 sentence vectors, with
     sentence-transformers' constants (mask sum clamped at 1e-9, norm at 1e-12)."""
-    import jax.numpy as jnp
-
     hidden = hidden.astype(jnp.float32)  # (B, S, H)
     if pooling == "mean":
         mask = attention_mask.astype(jnp.float32)[:, :, None]  # (B, S, 1)

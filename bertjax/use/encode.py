@@ -14,7 +14,9 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
 import numpy as np
+from flax import nnx
 
 from bertjax.data.tokenizer import WordPieceTokenizer
 
@@ -116,9 +118,6 @@ def _truncate(a: list[int], b: list[int] | None, max_length: int
 def jitted_forward(model: Any, **outputs: bool) -> Callable[[dict[str, np.ndarray]], Any]:
     """`forward(arrays) -> BertOutput` of `model` in inference mode, jitted once per input shape
     (`outputs`: e.g. `output_attentions=True`). The model is split once, not on every call."""
-    import jax
-    from flax import nnx
-
     graphdef, state = nnx.split(model)
 
     @jax.jit

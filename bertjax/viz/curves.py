@@ -14,8 +14,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from bertjax.io.files import atomic_file
-from bertjax.train.metrics import read_jsonl
+from bertjax.files import atomic_file
 
 
 def _series(records: Iterable[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
@@ -65,10 +64,12 @@ def _save(fig: Figure, png_path: str | Path, dpi: int = 100) -> Path:
     return Path(png_path)
 
 
-def plot_curves(jsonl_path: str | Path, png_path: str | Path, *, title: str = "") -> Path:
-    """Training and evaluation curves (losses, MLM accuracy vs baseline, NSP accuracy) as a PNG."""
-    train = read_jsonl(jsonl_path, "train")
-    evals = read_jsonl(jsonl_path, "eval")
+def plot_curves(records: Iterable[dict[str, Any]], png_path: str | Path, *, title: str = "") -> Path:
+    """Training and evaluation curves (losses, MLM accuracy vs baseline, NSP accuracy) as a PNG,
+    from a run's metrics records (`bertjax.train.metrics.read_jsonl`)."""
+    records = list(records)
+    train = [r for r in records if r.get("kind") == "train"]
+    evals = [r for r in records if r.get("kind") == "eval"]
     w = max(1, len(train) // 50)
     fig = Figure(figsize=(15, 4.2), layout="tight")
     losses, mlm, nsp = fig.subplots(1, 3)
