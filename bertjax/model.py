@@ -334,7 +334,7 @@ class BertMLMHead(nnx.Module):
         h = self.layer_norm(self.activation(self.transform(h)))  # (B, P, H)
         embedding = word_embeddings.embedding[...].astype(h.dtype)  # (V, H)
         logits = jnp.einsum("bph,vh->bpv", h, embedding, preferred_element_type=jnp.float32)
-        return logits + self.bias[...]  # (B, P, V) float32
+        return numerics.add_bias(logits, self.bias[...])  # (B, P, V) float32
 
 
 class BertForPreTraining(nnx.Module):

@@ -41,6 +41,30 @@ def activation(name: str) -> Callable[[jax.Array], jax.Array]:
     return ACTIVATIONS[name]
 
 
+@jax.custom_vjp
+def add_bias(x: jax.Array, bias: jax.Array) -> jax.Array:
+    """`x + bias` over the last axis, whose bias gradient is a ones-vector matmul.
+
+    Autodiff's bias gradient is a sum over every leading axis: XLA CPU runs that reduction of
+    the MLM logits' gradient (608 x 30522 in the CPU bench) at ~120 ms, a matmul with a ones
+    vector at ~5 ms. Same forward, same gradient up to float32 summation order.
+    """
+    return x + bias
+
+
+def _add_bias_fwd(x: jax.Array, bias: jax.Array) -> tuple[jax.Array, None]:
+    return x + bias, None
+
+
+def _add_bias_bwd(_: None, g: jax.Array) -> tuple[jax.Array, jax.Array]:
+    rows = g.reshape(-1, g.shape[-1])  # (N, V)
+    ones = jnp.ones((rows.shape[0],), rows.dtype)  # (N,)
+    return g, jnp.dot(ones, rows, precision=jax.lax.Precision.HIGHEST)  # (V,)
+
+
+add_bias.defvjp(_add_bias_fwd, _add_bias_bwd)
+
+
 def masked_softmax(scores: jax.Array, mask: jax.Array) -> jax.Array:
     """Softmax in float32 over keys where `mask` is true.
 
