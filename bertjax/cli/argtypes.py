@@ -6,37 +6,31 @@ import argparse
 from collections.abc import Callable
 
 
-def positive_int(text: str) -> int:
-    """An integer of at least 1, else argparse's error naming the value."""
+def _checked(text: str, convert: Callable[[str], float], accept: Callable[[float], bool],
+             expected: str) -> float:
+    """`convert(text)` if it parses and `accept`s, else argparse's error naming the value."""
     try:
-        value = int(text)
+        value = convert(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+    if not accept(value):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """An integer of at least 1."""
+    return int(_checked(text, int, lambda v: v >= 1, "a positive integer"))
 
 
 def non_negative_int(text: str) -> int:
     """An integer of at least 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
+    return int(_checked(text, int, lambda v: v >= 0, "an integer >= 0"))
 
 
 def probability(text: str) -> float:
     """A float in [0, 1): a dropout rate."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a probability in [0, 1), got {text!r}")
-    return value
+    return _checked(text, float, lambda v: 0.0 <= v < 1.0, "a probability in [0, 1)")
 
 
 def subset_of(allowed: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
