@@ -14,7 +14,7 @@ the layout checkpoints share (the encoder under `bert.`, heads beside it) into a
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import jax.numpy as jnp
@@ -22,36 +22,7 @@ import numpy as np
 from flax import nnx
 
 from bertjax.config import BertConfig
-from bertjax.io.names import HEAD_PREFIXES, checkpoint_name, torch_name
-
-# The encoder's layer stack: `layers.{i}.…` in a loop model; under `config.scan_layers` one module
-# `layers.…` whose parameters are stacked (L, ...). Both have the same per-layer PyTorch names.
-LAYERS = "layers"
-
-
-def _part(key: Any) -> str:
-    """A path element as text: a plain key or index, or a JAX key-path entry (`DictKey`,
-    `GetAttrKey`, `SequenceKey`)."""
-    for attr in ("key", "name", "idx"):
-        if hasattr(key, attr):
-            return str(getattr(key, attr))
-    return str(key)
-
-
-def stacked_at(path: Iterable[Any]) -> int | None:
-    """Where the layer index belongs in the path of a scan model's stacked (L, ...) parameter
-    (right after `layers`); None for every other parameter, `layers.{i}.…` of a loop model
-    included. Takes Flax paths, checkpoint paths (indices as strings) and JAX key paths."""
-    parts = [_part(p) for p in path]
-    for i in range(len(parts) - 1):
-        if parts[i] == LAYERS and not parts[i + 1].isdigit():
-            return i + 1
-    return None
-
-
-def per_layer_shape(path: Iterable[Any], shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The shape of one layer's parameter: a scan model's stacked leaf without its (L,) axis."""
-    return tuple(shape[1:]) if stacked_at(path) is not None else tuple(shape)
+from bertjax.io.names import HEAD_PREFIXES, checkpoint_name, stacked_at, torch_name
 
 
 def _layer_paths(path: tuple[Any, ...], shape: tuple[int, ...]) -> list[tuple[int | None, tuple]]:
