@@ -28,10 +28,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 from bertjax.config import ATTENTION_IMPLEMENTATIONS, COMPUTE_DTYPES, PRESETS, BertConfig
 from bertjax.train.choices import PARALLEL_CHOICES, PRNG_IMPLS
 from bertjax.train.schedule import OptimConfig
-
-
-def _f(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:  # noqa: A002
-    return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
+from bertjax.train.schedule import option_field as _f
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,7 +17,9 @@ from typing import Any
 from bertjax.train.choices import OPTIMIZERS
 
 
-def _field(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:  # noqa: A002
+def option_field(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:  # noqa: A002
+    """A dataclass field whose metadata carries its option's help and choices (read by
+    `run_config.field_options`)."""
     return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
 
 
@@ -30,16 +32,16 @@ class OptimConfig:
     `--optim.FIELD` option's, and a run sets `total_steps` from `train.steps`.
     """
 
-    optimizer: str = _field("adamw", "optimizer", OPTIMIZERS)
-    learning_rate: float = _field(1e-4, "peak learning rate (linear warm-up, then linear decay)")
-    warmup_steps: int = _field(0, "linear warm-up steps")
-    total_steps: int = _field(1000, "the learning rate reaches 0 here (a run: train.steps)")
-    weight_decay: float = _field(0.01, "decoupled weight decay (not on biases and LayerNorm)")
-    b1: float = _field(0.9, "Adam beta1")
-    b2: float = _field(0.999, "Adam beta2")
-    eps: float = _field(1e-6, "Adam epsilon")
-    clip_norm: float = _field(1.0, "global gradient-norm clip; 0 disables")
-    grad_accum_steps: int = _field(1, "micro-batches accumulated per optimizer step")
+    optimizer: str = option_field("adamw", "optimizer", OPTIMIZERS)
+    learning_rate: float = option_field(1e-4, "peak learning rate (linear warm-up, then linear decay)")
+    warmup_steps: int = option_field(0, "linear warm-up steps")
+    total_steps: int = option_field(1000, "the learning rate reaches 0 here (a run: train.steps)")
+    weight_decay: float = option_field(0.01, "decoupled weight decay (not on biases and LayerNorm)")
+    b1: float = option_field(0.9, "Adam beta1")
+    b2: float = option_field(0.999, "Adam beta2")
+    eps: float = option_field(1e-6, "Adam epsilon")
+    clip_norm: float = option_field(1.0, "global gradient-norm clip; 0 disables")
+    grad_accum_steps: int = option_field(1, "micro-batches accumulated per optimizer step")
 
     def __post_init__(self) -> None:
         """Raise ValueError naming the field for a setting out of range."""
