@@ -1,4 +1,5 @@
-"""Writing files so that a crash never leaves a half-written one: write aside, then rename.
+"""Writing files so that a crash never leaves a half-written one (write aside, then rename), and
+reading a user's text file with an error that names it.
 
 No framework import: the data pipeline, checkpoints and exports all use it.
 """
@@ -87,3 +88,20 @@ def _recover_swapped_out(path: Path) -> None:
         os.replace(leftovers.pop(), path)
     for old in leftovers:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def read_text(path: str | os.PathLike, what: str = "file") -> str:
+    """The UTF-8 text of `path`; a missing, unreadable or non-UTF-8 file is a ValueError naming
+    `what` (e.g. "--file") and the path, and what to do."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{what} {path} is a directory; give a text file")
+    if not path.is_file():
+        raise ValueError(f"{what} {path} does not exist; check the path")
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        kind = "binary" if b"\0" in data[:8192] else "not UTF-8"
+        raise ValueError(f"{what} {path} is {kind} ({err.reason} at byte {err.start}); give a "
+                         "UTF-8 text file") from None

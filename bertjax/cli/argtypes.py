@@ -33,6 +33,28 @@ def probability(text: str) -> float:
     return _checked(text, float, lambda v: 0.0 <= v < 1.0, "a probability in [0, 1)")
 
 
+def fraction(text: str) -> float:
+    """A float in [0, 1]: a probability or a share of the data."""
+    return _checked(text, float, lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]")
+
+
+def positive_float(text: str) -> float:
+    """A finite float above 0: a tolerance, a learning rate."""
+    return _checked(text, float, lambda v: 0.0 < v < float("inf"), "a number above 0")
+
+
+def int_range(low: int, high: int | None = None) -> Callable[[str], int]:
+    """A parser of integers in [low, high] (no upper bound when `high` is None)."""
+    expected = f"an integer from {low} to {high}" if high is not None else f"an integer >= {low}"
+
+    def parse(text: str) -> int:
+        return int(_checked(text, int, lambda v: v >= low and (high is None or v <= high),
+                            expected))
+
+    parse.__name__ = "int"  # argparse's metavar and messages
+    return parse
+
+
 def subset_of(allowed: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
     """A parser of comma-separated names from `allowed` ("a,b"), in the order given, deduplicated."""
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from bertjax.cli.model_options import CommandError, add_model_argument, load_model, run_command
+from bertjax.cli.errors import CommandError
+from bertjax.cli.model_options import add_model_argument, load_model, run_command
 
 DEFAULT_OUT = "attention"
 

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from bertjax.cli.argtypes import positive_int
-from bertjax.cli.model_options import CommandError, add_model_argument, run_command
+from bertjax.cli.errors import CommandError
+from bertjax.cli.model_options import add_model_argument, run_command
 
 EPILOG = """\
 example:

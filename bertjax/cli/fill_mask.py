@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bertjax.cli.model_options import CommandError, add_model_argument, load_model, run_command
+from bertjax.cli.errors import CommandError
+from bertjax.cli.model_options import add_model_argument, load_model, run_command
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

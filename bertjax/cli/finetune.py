@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from bertjax.cli.model_options import CommandError, add_model_argument, load_model, run_command
+from bertjax.cli.errors import CommandError
+from bertjax.cli.model_options import add_model_argument, load_model, run_command
 from bertjax.data.labelled import GENRE_TASK
 from bertjax.tasks.finetune_config import FinetuneConfig
 

@@ -3,7 +3,8 @@
 Each command module defines `add_arguments(parser)` and `run(args) -> int`, and is imported only
 when its command runs, so `bertjax --help` stays fast. A module may also define
 `explain_unknown(arguments) -> str`, the error for options it does not know (e.g. to name the
-closest valid one).
+closest valid one). Bad input ends as one line and exit status 2 (`bertjax.cli.errors`), Ctrl-C
+as exit status 130.
 """
 
 from __future__ import annotations
@@ -11,6 +12,17 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
+
+from bertjax.cli.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    USER_ERRORS,
+    OneLineParser,
+    describe,
+    print_error,
+    show_traceback,
+)
 
 # command name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -31,9 +43,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bertjax", description=__doc__.splitlines()[0])
+    """The top-level parser (the command list, `--help`); the chosen command's options are added."""
+    parser = OneLineParser(prog="bertjax", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    chosen = next((a for a in argv if not a.startswith("-")), None)
+    chosen = _command(argv)
     for name, (module, help_text) in COMMANDS.items():
         cmd = sub.add_parser(name, help=help_text, description=help_text)
         if name == chosen:  # only the command being run pays for its imports
@@ -41,15 +54,48 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     return parser
 
 
+def _command(argv: list[str]) -> str | None:
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str], argparse.ArgumentParser]:
+    """(options, unknown arguments, the command's parser). Options may come before, between or
+    after the positional arguments (`fill-mask RUN --top-k 3 "text"`), as users type them."""
+    name = _command(argv)
+    if name not in COMMANDS or argv.index(name) != 0:
+        parser = build_parser(argv)  # --help, a missing or unknown command: argparse's messages
+        return (*parser.parse_known_args(argv), parser)
+    module, help_text = COMMANDS[name]
+    parser = OneLineParser(prog=f"bertjax {name}", description=help_text)
+    importlib.import_module(module).add_arguments(parser)
+    rest = argv[1:]
+    if parser._subparsers is not None:  # `bench WHAT`: argparse cannot intermix sub-commands
+        args, unknown = parser.parse_known_args(rest)
+    else:
+        args, unknown = parser.parse_known_intermixed_args(rest)
+    args.command = name
+    return args, unknown, parser
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command: its exit status, 2 for bad input (one line, no traceback), 130 for Ctrl-C."""
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(argv)
-    args, unknown = parser.parse_known_args(argv)
+    args, unknown, parser = _parse(argv)
     module = importlib.import_module(COMMANDS[args.command][0])
     if unknown:
         explain = getattr(module, "explain_unknown", None)
         parser.error(explain(unknown) if explain else f"unrecognized arguments: {' '.join(unknown)}")
-    return int(module.run(args) or 0)
+    try:
+        return int(module.run(args) or 0)
+    except USER_ERRORS as err:
+        if show_traceback():
+            traceback.print_exc()
+        print_error(args.command, describe(err))
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print(f"\nbertjax {args.command}: interrupted (Ctrl-C); nothing more was written",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

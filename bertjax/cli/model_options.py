@@ -1,4 +1,4 @@
-"""The MODEL argument shared by the commands that use a trained BERT, and clean errors for them."""
+"""The MODEL argument shared by the commands that use a trained BERT, and their warnings."""
 
 from __future__ import annotations
 
@@ -7,12 +7,10 @@ import sys
 import warnings
 from typing import Any
 
+from bertjax.cli.errors import CommandError
+
 MODEL_HELP = ("a Hugging Face BERT directory (config.json, model.safetensors, tokenizer.json or "
               "vocab.txt) or a `bertjax pretrain` run directory (its best checkpoint)")
-
-
-class CommandError(Exception):
-    """Bad input to a command: printed as `bertjax COMMAND: error: ...`, exit status 2."""
 
 
 def add_model_argument(parser: argparse.ArgumentParser) -> None:
@@ -32,16 +30,12 @@ def load_model(args: argparse.Namespace, **kwargs: Any) -> tuple[Any, Any]:
 
 
 def run_command(name: str, body: Any, args: argparse.Namespace) -> int:
-    """`body(args)`, with CommandError and ValueError printed as errors (exit 2) and bertjax's
-    warnings printed as one plain line each."""
+    """`body(args)` with bertjax's warnings printed as one plain line each (its errors are
+    printed by `bertjax.cli.main`)."""
     def show(message: Any, category: Any, *rest: Any, **kw: Any) -> None:
         print(f"bertjax {name}: warning: {message}", file=sys.stderr)
 
     with warnings.catch_warnings():
         warnings.filterwarnings("always", module=r"bertjax(\.|$)")  # bertjax's own, each shown
         warnings.showwarning = show
-        try:
-            return int(body(args) or 0)
-        except (CommandError, ValueError) as err:
-            print(f"bertjax {name}: error: {err}", file=sys.stderr)
-            return 2
+        return int(body(args) or 0)

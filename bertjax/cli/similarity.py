@@ -12,7 +12,8 @@ from bertjax.cli.embed import (
     load_encoder,
     print_nearest,
 )
-from bertjax.cli.model_options import CommandError, run_command
+from bertjax.cli.errors import CommandError
+from bertjax.cli.model_options import run_command
 
 EPILOG = """\
 example:

@@ -1,0 +1,56 @@
+"""How the command line reports bad input: one line `bertjax COMMAND: error: ...`, exit status 2.
+
+A command raises `CommandError` (or lets an `OSError`, `UnicodeDecodeError` or `ValueError` with a
+message meant for the user through); `main` prints it as one line, no traceback. Set
+BERTJAX_TRACEBACK=1 to see the traceback of such an error as well (for bug reports).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+EXIT_BAD_INPUT = 2  # argparse's own convention; 1 is a training failure (NaN loss, a failed row)
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+
+class CommandError(Exception):
+    """Bad input to a command: printed as `bertjax COMMAND: error: ...`, exit status 2."""
+
+
+# The errors that are about the user's input, not bugs in bertjax (UnicodeDecodeError is a
+# ValueError); anything else keeps its traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (CommandError, OSError, ValueError)
+
+
+def describe(err: BaseException) -> str:
+    """One line for a user error; an OSError names its path and what to do about it."""
+    if isinstance(err, UnicodeDecodeError):
+        return (f"not UTF-8 text ({err.reason} at byte {err.start}); "
+                "save the file as UTF-8 (or give a text file)")
+    if isinstance(err, OSError) and err.strerror and err.filename is not None:
+        fix = {
+            FileNotFoundError: "check the path",
+            FileExistsError: "remove it or choose another path",
+            IsADirectoryError: "give a file, not a directory",
+            NotADirectoryError: "a part of the path is a file, not a directory",
+            PermissionError: "check its permissions or choose another path",
+        }.get(type(err), "check the path")
+        return f"{err.filename}: {err.strerror.lower()}; {fix}"
+    return str(err) or type(err).__name__
+
+
+def show_traceback() -> bool:
+    """Whether to print the traceback of a user error too (BERTJAX_TRACEBACK=1)."""
+    return os.environ.get("BERTJAX_TRACEBACK", "") not in ("", "0")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its errors as one line naming `--help` (no usage block), exit status 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def print_error(command: str, message: str) -> None:
+    print(f"bertjax {command}: error: {message}", file=sys.stderr)
