@@ -102,7 +102,8 @@ def test_boundary_is_the_first_token_of_sentence_b(peaky, pair_maps):
 
 
 def test_long_text_is_cut_with_a_warning_naming_it(peaky):
-    with pytest.warns(TruncationWarning, match=r"sentence A has \d+ more tokens than the model's 16"):
+    with pytest.warns(TruncationWarning, match=r"sentence A has \d+ more tokens than the 16 allowed: "
+                      r"cut to fit; raise max_length \(the model takes up to 128\) or shorten it"):
         maps = attention_maps(*peaky, "the king " * 30, max_length=16)
     assert maps.num_tokens == 16 and maps.tokens[-1] == "[SEP]"
     np.testing.assert_allclose(maps.attentions.sum(-1), 1.0, rtol=0, atol=1e-6)
@@ -223,7 +224,8 @@ def test_command_layers_and_truncation_warning(tmp_path, capsys):
                      "--layers", "2"]) == 0
     captured = capsys.readouterr()
     assert re.search(r"^bertjax attention: warning: sentence A has \d+ more tokens than the "
-                     r"model's 128 positions allow: cut to fit$", captured.err, re.M), captured.err
+                     r"model's 128 positions allow: cut to fit; shorten it to keep all of it$",
+                     captured.err, re.M), captured.err
     assert sorted(os.listdir(out)) == ["attention.html", "layer_02.png"]
     assert captured.out.startswith("128 tokens: [CLS] the king")
     assert len(data_of((out / "attention.html").read_text(encoding="utf-8"))["attentions"]) == 2

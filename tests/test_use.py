@@ -175,7 +175,7 @@ def test_commands_refuse_bad_input(peaked, tmp_path, capsys):
     assert main(["fill-mask", str(peaked), "--file", str(lines)]) == 2
     assert f"{lines}:3 has no [MASK] token" in capsys.readouterr().err
     assert main(["nsp", str(peaked), "", "B"]) == 2
-    assert "sentence A of pair 1 is empty" in capsys.readouterr().err
+    assert "sentence A is empty; give its text" in capsys.readouterr().err
     assert main(["nsp", str(tmp_path / "missing"), "A", "B"]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert main(["fill-mask", str(peaked), "--file", str(tmp_path / "none.txt")]) == 2

@@ -1,16 +1,24 @@
 """`bertjax attention`: one input's attention maps as PNG grids (one per layer) and one HTML page.
 
     bertjax attention MODEL "The cat sat on the mat." ["It was tired."] [--out attention/]
+    bertjax attention MODEL --file speech.txt [--out attention/]
 
-MODEL is a Hugging Face BERT directory or a `bertjax pretrain` run directory. Exit status: 0
-done, 2 bad input (empty sentence, no such model, a directory that is not a model, bad layers).
+MODEL is a Hugging Face BERT directory or a `bertjax pretrain` run directory. Text longer than
+the model allows is cut (with a warning). The HTML page holds every weight, so it is written only
+for inputs it can hold (`bertjax.viz.attention.html_token_limit`: 182 tokens of all-MiniLM-L6-v2,
+129 of BERT-base); for longer ones only the PNGs are written, and a warning says so. Exit status:
+0 done, 2 bad input (empty sentence, no such model, a directory that is not a model, bad layers,
+an --out that cannot be written).
 """
 
 from __future__ import annotations
 
 import argparse
+import warnings
+from pathlib import Path
 
-from bertjax.cli.errors import CommandError
+from bertjax.cli.embed import check_output_path
+from bertjax.cli.errors import CommandError, describe
 from bertjax.cli.model_options import add_model_argument, load_model, run_command
 
 DEFAULT_OUT = "attention"
@@ -30,9 +38,12 @@ def _layers(text: str) -> list[int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
-    parser.add_argument("sentence_a", metavar="SENTENCE_A", help="the (first) sentence")
+    parser.add_argument("sentence_a", metavar="SENTENCE_A", nargs="?", default=None,
+                        help="the (first) sentence")
     parser.add_argument("sentence_b", metavar="SENTENCE_B", nargs="?", default=None,
                         help="an optional second sentence ([CLS] A [SEP] B [SEP])")
+    parser.add_argument("--file", default=None,
+                        help="take sentence A from this UTF-8 file (its whole text) instead")
     parser.add_argument("--out", metavar="DIR", default=DEFAULT_OUT,
                         help=f"output directory (default: {DEFAULT_OUT}/)")
     parser.add_argument("--layers", metavar="N,M,...", type=_layers, default=None,
@@ -40,28 +51,54 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "always holds every layer")
 
 
+def _sentences(args: argparse.Namespace) -> tuple[str, str | None, str | None]:
+    """(sentence A, sentence B or None, how messages name the text or None for the default)."""
+    from bertjax.files import read_text
+
+    if args.file is None:
+        if args.sentence_a is None:
+            raise CommandError("give SENTENCE_A (and optionally SENTENCE_B), or --file")
+        for name, sentence in (("A", args.sentence_a), ("B", args.sentence_b)):
+            if sentence is not None and not sentence.strip():
+                raise CommandError(f"sentence {name} is empty")
+        return args.sentence_a, args.sentence_b, None
+    if args.sentence_a is not None:
+        raise CommandError("give SENTENCE_A or --file, not both")
+    text = read_text(args.file, "--file").strip()
+    if not text:
+        raise CommandError(f"--file {args.file} is empty; give a file that holds the text")
+    return text, None, f"--file {args.file}"
+
+
 def _attention(args: argparse.Namespace) -> int:
-    for name, sentence in (("A", args.sentence_a), ("B", args.sentence_b)):
-        if sentence is not None and not sentence.strip():
-            raise CommandError(f"sentence {name} is empty")
+    sentence_a, sentence_b, text_name = _sentences(args)
+    check_output_path(args.out, "--out", directory=True)
 
     from bertjax.model import BertModel
     from bertjax.use.attention import attention_maps
-    from bertjax.viz.attention import plot_all, write_html
+    from bertjax.viz.attention import html_too_large, plot_all, write_html
 
     model, tokenizer = load_model(args, model_cls=BertModel)
     layers = model.config.num_hidden_layers
     bad = [n for n in args.layers or [] if not 1 <= n <= layers]
     if bad:
         raise CommandError(f"--layers {','.join(map(str, bad))}: {args.model} has layers 1 to {layers}")
-    maps = attention_maps(model, tokenizer, args.sentence_a, args.sentence_b, name=str(args.model))
+    maps = attention_maps(model, tokenizer, sentence_a, sentence_b, name=str(args.model),
+                          text_name=text_name)
+    too_large = html_too_large(maps)
     try:
-        pngs = plot_all(maps, args.out, args.layers)
-        page = write_html(maps, f"{args.out}/attention.html")
+        written = plot_all(maps, args.out, args.layers)
+        if not too_large:
+            written.append(write_html(maps, f"{args.out}/attention.html"))
     except OSError as err:
-        raise CommandError(f"cannot write to {args.out}: {err}") from err
+        raise CommandError(f"cannot write to --out {args.out}: {describe(err)}") from err
+    if too_large:
+        stale = Path(args.out, "attention.html")
+        earlier = f"; the {stale} there is an earlier run's" if stale.exists() else ""
+        warnings.warn(f"{too_large}: wrote the PNGs only, no attention.html (shorten the text "
+                      f"for the page){earlier}", stacklevel=1)
     print(f"{len(maps.tokens)} tokens: {' '.join(maps.tokens)}")
-    for path in [*pngs, page]:
+    for path in written:
         print(path)
     return 0
 

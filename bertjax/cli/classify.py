@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-from bertjax.cli.errors import CommandError
+from bertjax.cli.argtypes import int_range, positive_int
+from bertjax.cli.embed import check_output_path
+from bertjax.cli.errors import CommandError, describe
 from bertjax.cli.model_options import add_model_argument, load_model, run_command
+
+DEFAULT_LABEL_FIELD = "label"
+DEFAULT_MAX_LENGTH = 128
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,36 +24,68 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "one example per line")
     parser.add_argument("--out", default=None, metavar="FILE",
                         help="also write the predictions as JSON lines")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--max-length", type=int, default=128, help="tokens per example")
+    parser.add_argument("--batch-size", type=positive_int, default=64, metavar="N",
+                        help="examples per forward pass (default: 64)")
+    parser.add_argument("--max-length", type=int_range(3), default=None, metavar="TOKENS",
+                        help="tokens per example, longer ones are cut; at most the model's "
+                             f"positions (default: {DEFAULT_MAX_LENGTH}, or the model's positions "
+                             "if fewer)")
     parser.add_argument("--text-field", default="text")
     parser.add_argument("--pair-field", default="text_pair")
-    parser.add_argument("--label-field", default="label")
+    parser.add_argument("--label-field", default=None,
+                        help="score the predictions against this field (default: "
+                             f"'{DEFAULT_LABEL_FIELD}', if the file has it)")
+
+
+def _read(args: argparse.Namespace) -> list:
+    """The examples of --file; labelled in every record or in none (then said, or refused if
+    --label-field asked for them)."""
+    from bertjax.data.labelled import read_examples
+
+    field = args.label_field or DEFAULT_LABEL_FIELD
+    examples = read_examples(args.file, text_field=args.text_field, pair_field=args.pair_field,
+                             label_field=field, require_labels=False, what="--file")
+    if any(e.label is not None for e in examples):
+        return examples
+    if args.label_field is not None:
+        raise CommandError(f"--label-field '{field}': no record of --file {args.file} has a label "
+                           "there; name the field that holds the labels, or leave the option out")
+    if Path(args.file).suffix.lower() in (".jsonl", ".json", ".csv"):
+        print(f"note: --file {args.file} has no '{field}' field: the predictions are not scored "
+              "(set --label-field to score them)", file=sys.stderr)
+    return examples
 
 
 def _classify(args: argparse.Namespace) -> int:
-    from bertjax.data.labelled import check_labels, read_examples
+    from bertjax.data.labelled import check_labels
     from bertjax.files import write_text_atomic
     from bertjax.model import BertForSequenceClassification
     from bertjax.tasks.classification import label_ids, predict, score
 
-    try:
-        examples = read_examples(args.file, text_field=args.text_field, pair_field=args.pair_field,
-                                 label_field=args.label_field, require_labels=False)
-    except FileNotFoundError as err:
-        raise CommandError(str(err)) from err
+    if args.out:
+        check_output_path(args.out, "--out", example="predictions.jsonl")
+    examples = _read(args)
     model, tokenizer = load_model(args, model_cls=BertForSequenceClassification,
                                   missing_heads="error")
+    limit = model.config.max_position_embeddings
+    max_length = args.max_length or min(DEFAULT_MAX_LENGTH, limit)
+    if max_length > limit:
+        raise CommandError(f"--max-length {max_length} is longer than the model's {limit} "
+                           f"positions; pass --max-length {limit} or less")
     labels = model.config.id2label
-    check_labels(examples, labels, args.file)
-    probs = predict(model, tokenizer, examples, batch_size=args.batch_size, max_length=args.max_length)
+    check_labels(examples, labels, f"--file {args.file}")
+    probs = predict(model, tokenizer, examples, batch_size=args.batch_size,
+                    max_length=max_length, option="--max-length")
     records = []
     for example, p in zip(examples, probs, strict=True):
         best = int(p.argmax())
         records.append({"where": example.where, "label": labels[best], "probability": float(p[best])})
         print(f"{labels[best]}\t{p[best]:.4f}\t{example.text[:70]}")
     if args.out:
-        write_text_atomic(Path(args.out), "".join(json.dumps(r) + "\n" for r in records))
+        try:
+            write_text_atomic(Path(args.out), "".join(json.dumps(r) + "\n" for r in records))
+        except OSError as err:
+            raise CommandError(f"cannot write --out {args.out}: {describe(err)}") from err
     labelled = [i for i, e in enumerate(examples) if e.label is not None]
     if labelled:
         s = score(probs[labelled], label_ids([examples[i] for i in labelled], labels))

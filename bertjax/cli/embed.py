@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from bertjax.cli.argtypes import positive_int
-from bertjax.cli.errors import CommandError
+from bertjax.cli.errors import CommandError, describe
 from bertjax.cli.model_options import add_model_argument, run_command
+from bertjax.files import check_creatable
 
 EPILOG = """\
 example:
@@ -60,6 +61,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also print the lines nearest to this text")
 
 
+def check_output_path(path: str, option: str, *, directory: bool = False,
+                      example: str = "out.txt") -> None:
+    """Refuse, before anything is computed, an output `path` (given as `option`) that cannot be
+    written: a directory where a file goes (or the reverse), a parent that is a file, or a
+    directory that is not writable. A missing parent is made when the output is written."""
+    target = Path(path)
+    if directory and target.exists() and not target.is_dir():
+        raise CommandError(f"{option} {target} is a file; pass a directory (new or existing)")
+    if not directory and target.is_dir():
+        raise CommandError(f"{option} {target} is a directory; pass a file name such as {example}")
+    check_creatable(target, option)
+
+
+def file_line_names(path: str, count: int) -> list[str]:
+    """How messages name the lines of --file: FILE:1, FILE:2, ..."""
+    return [f"{path}:{n}" for n in range(1, count + 1)]
+
+
 def load_encoder(args: argparse.Namespace) -> tuple[Any, Any]:
     """(BertModel, tokenizer) of MODEL: no heads are needed (nor loaded) for embeddings."""
     from bertjax.cli.model_options import load_model
@@ -81,20 +100,23 @@ def embedding_settings(args: argparse.Namespace, model: Any) -> dict[str, Any]:
     limit = model_max_length(model)
     max_length = args.max_length or min(found.get("max_length", limit), limit)
     if max_length > limit:
-        raise CommandError(f"--max-length {max_length} is longer than the model's {limit} positions")
+        raise CommandError(f"--max-length {max_length} is longer than the model's {limit} "
+                           f"positions; pass --max-length {limit} or less")
     if max_length < 3:
         raise CommandError(f"--max-length {max_length} leaves no room for text ([CLS] and [SEP] "
-                         "take 2 tokens)")
+                           "take 2 tokens); pass --max-length 3 or more")
     return {
         "pooling": args.pooling or found.get("pooling", "mean"),
         "normalize": bool(found.get("normalize", False) if args.normalize is None else args.normalize),
         "batch_size": args.batch_size,
         "max_length": max_length,
         "progress": not args.no_progress and sys.stderr.isatty(),
+        "option": "--max-length",
     }
 
 
 def describe_settings(settings: dict[str, Any]) -> str:
+    """The settings in words: mean pooling, normalized, at most 256 tokens, batches of 64."""
     normalized = "normalized" if settings["normalize"] else "not normalized"
     return (f"{settings['pooling']} pooling, {normalized}, at most {settings['max_length']} tokens, "
             f"batches of {settings['batch_size']}")
@@ -118,25 +140,26 @@ def _embed(args: argparse.Namespace) -> int:
     from bertjax.files import write_npy_atomic
     from bertjax.use.embed import embed, read_lines
 
-    if Path(args.out).is_dir():
-        raise CommandError(f"--out {args.out} is a directory; pass a file name such as vectors.npy")
+    check_output_path(args.out, "--out", example="vectors.npy")
     if args.query is not None and not args.query.strip():
         raise CommandError("--query is empty; pass the text to search for")
-    lines = read_lines(args.file)
+    lines = read_lines(args.file, "--file")
     model, tokenizer = load_encoder(args)
     settings = embedding_settings(args, model)
     start = time.perf_counter()
-    vectors = embed(model, tokenizer, lines, **settings)
+    vectors = embed(model, tokenizer, lines, names=file_line_names(args.file, len(lines)),
+                    **settings)
     seconds = time.perf_counter() - start
     try:
         write_npy_atomic(args.out, vectors)
     except OSError as err:
-        raise CommandError(f"cannot write {args.out}: {err}") from err
+        raise CommandError(f"cannot write --out {args.out}: {describe(err)}") from err
     print(f"embedded {len(lines)} lines ({describe_settings(settings)})")
     print(f"wrote {args.out}: {vectors.shape[0]} x {vectors.shape[1]} float32 in {seconds:.2f} s, "
           f"{len(lines) / seconds:.1f} sentences/s (compilation included)")
     if args.query is not None:
-        query_vector = embed(model, tokenizer, [args.query], **{**settings, "progress": False})[0]
+        query_vector = embed(model, tokenizer, [args.query], names=["--query"],
+                             **{**settings, "progress": False})[0]
         print_nearest(lines, vectors, query_vector, args.query, args.top_k)
     return 0
 

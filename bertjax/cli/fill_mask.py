@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from bertjax.cli.argtypes import positive_int
 from bertjax.cli.errors import CommandError
 from bertjax.cli.model_options import add_model_argument, load_model, run_command
 
@@ -13,24 +13,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
     parser.add_argument("texts", nargs="*", metavar="TEXT", help='e.g. "to be or not to [MASK]"')
     parser.add_argument("--file", default=None, help="also every non-empty line of this file")
-    parser.add_argument("--top-k", type=int, default=5, help="predictions per [MASK] (default 5)")
+    parser.add_argument("--top-k", type=positive_int, default=5, metavar="K",
+                        help="predictions per [MASK], at most the vocabulary's size (default 5)")
 
 
 def _fill(args: argparse.Namespace) -> int:
+    from bertjax.files import read_text
     from bertjax.use.fill_mask import fill_in, fill_mask
 
     texts, names = list(args.texts), [f"text {i + 1}" for i in range(len(args.texts))]
     if args.file:
-        path = Path(args.file)
-        if not path.is_file():
-            raise CommandError(f"--file {path} does not exist")
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        for number, line in enumerate(read_text(args.file, "--file").splitlines(), 1):
             if line.strip():
                 texts.append(line)
-                names.append(f"{path}:{number}")
+                names.append(f"{args.file}:{number}")
     if not texts:
-        raise CommandError("give a TEXT with [MASK] or --file")
+        raise CommandError("give a TEXT with [MASK] or a --file of such lines"
+                           if not args.file else f"--file {args.file} has no text; give one "
+                           "text with [MASK] per line")
     model, tokenizer = load_model(args, missing_heads="error")
+    if args.top_k > model.config.vocab_size:
+        raise CommandError(f"--top-k {args.top_k} is more than the model's "
+                           f"{model.config.vocab_size} tokens; pass --top-k "
+                           f"{model.config.vocab_size} or less")
     results = fill_mask(model, tokenizer, texts, top_k=args.top_k, names=names)
     for text, masks in zip(texts, results, strict=True):
         print(f"{text}\n  -> {fill_in(text, masks)}")

@@ -5,7 +5,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
+from bertjax.cli.argtypes import (
+    fraction,
+    int_range,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    probability,
+)
 from bertjax.cli.errors import CommandError
 from bertjax.cli.model_options import add_model_argument, load_model, run_command
 from bertjax.data.labelled import GENRE_TASK
@@ -22,31 +34,59 @@ outputs (in --output-dir): model/ (the best epoch, a Hugging Face directory), me
 """
 
 
+# the recipe's options: FinetuneConfig's fields, each with its range and help
+RECIPE: dict[str, tuple[Callable[[str], Any], str]] = {
+    "epochs": (positive_int, "passes over the training data"),
+    "batch_size": (positive_int, "examples per step"),
+    "learning_rate": (positive_float, "AdamW's peak learning rate"),
+    "warmup_fraction": (probability, "share of the steps spent warming up, in [0, 1)"),
+    "weight_decay": (fraction, "AdamW's decoupled weight decay, in [0, 1]"),
+    "max_length": (int_range(3), "tokens per example, longer ones are cut (at most the "
+                                 "model's positions)"),
+    "seed": (non_negative_int, "shuffling, the validation split and dropout"),
+}
+
+
+def _held_out_share(text: str) -> float:
+    """A share of the training examples to hold out: a number strictly between 0 and 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1:  # NaN too
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     add_model_argument(parser)
-    parser.add_argument("--output-dir", required=True, metavar="DIR", help="where results go")
+    parser.add_argument("--output-dir", required=True, metavar="DIR",
+                        help="where results go: a new or empty directory")
     data = parser.add_argument_group("data")
     data.add_argument("--task", choices=TASKS, default=None, help="a bundled task instead of files")
     data.add_argument("--train", metavar="FILE", help="training examples (.jsonl or .csv)")
     data.add_argument("--validation", metavar="FILE", help="validation examples")
-    data.add_argument("--validation-fraction", type=float, default=0.1,
-                      help="without --validation: hold out this share of --train (default 0.1)")
+    data.add_argument("--validation-fraction", type=_held_out_share, default=0.1, metavar="F",
+                      help="without --validation: hold out this share of --train, in (0, 1) "
+                           "(default 0.1)")
     data.add_argument("--test", metavar="FILE", help="test examples, scored once with the best epoch")
     data.add_argument("--text-field", default="text")
     data.add_argument("--pair-field", default="text_pair")
-    data.add_argument("--label-field", default="label")
-    data.add_argument("--per-genre", type=int, default=600,
+    data.add_argument("--label-field", default="label",
+                      help="labels are strings or integers, one type per file")
+    data.add_argument("--per-genre", type=positive_int, default=600, metavar="N",
                       help="with --task: at most this many training speeches per genre (default 600)")
     recipe = parser.add_argument_group("recipe")
     defaults = FinetuneConfig()
     for field in dataclasses.fields(FinetuneConfig):
-        recipe.add_argument(f"--{field.name.replace('_', '-')}", type=type(getattr(defaults, field.name)),
-                            default=getattr(defaults, field.name),
-                            help=f"(default: {getattr(defaults, field.name)})")
-    recipe.add_argument("--dropout", type=float, default=0.1,
-                        help="hidden, attention and classifier dropout (default 0.1)")
+        parse, help_text = RECIPE[field.name]
+        default = getattr(defaults, field.name)
+        recipe.add_argument(f"--{field.name.replace('_', '-')}", type=parse, default=default,
+                            metavar=field.name.upper(), help=f"{help_text} (default: {default})")
+    recipe.add_argument("--dropout", type=probability, default=0.1,
+                        help="hidden, attention and classifier dropout, in [0, 1) (default 0.1)")
     recipe.add_argument("--init", choices=("pretrained", "random"), default="pretrained",
                         help="start from MODEL's weights, or from random weights of its shape "
                              "(its tokenizer still)")
@@ -64,15 +104,16 @@ def _examples(args: argparse.Namespace) -> tuple[list, list, list | None]:
     if not args.train:
         raise CommandError(f"give --train FILE (or --task {GENRE_TASK})")
     fields = dict(text_field=args.text_field, pair_field=args.pair_field, label_field=args.label_field)
-    try:
-        train = read_examples(args.train, **fields)
-        if args.validation:
-            validation = read_examples(args.validation, **fields)
-        else:
+    train = read_examples(args.train, what="--train", **fields)
+    if args.validation:
+        validation = read_examples(args.validation, what="--validation", **fields)
+    else:
+        try:
             train, validation = split_examples(train, args.validation_fraction, args.seed)
-        test = read_examples(args.test, **fields) if args.test else None
-    except FileNotFoundError as err:
-        raise CommandError(str(err)) from err
+        except ValueError as err:
+            raise CommandError(f"--train {args.train}: {err}; give more examples or a "
+                               "--validation FILE") from err
+    test = read_examples(args.test, what="--test", **fields) if args.test else None
     return train, validation, test
 
 
@@ -81,19 +122,24 @@ def _finetune(args: argparse.Namespace) -> int:
 
     from bertjax.data.labelled import label_names
     from bertjax.model import BertForSequenceClassification
-    from bertjax.tasks.finetune import finetune
+    from bertjax.tasks.finetune import check_output_dir, finetune
 
+    check_output_dir(Path(args.output_dir), "--output-dir")
     train, validation, test = _examples(args)
     labels = label_names(train)
     if len(labels) < 2:
-        raise CommandError(f"the training data has {len(labels)} label(s); a classifier needs 2 or more")
-    model, tokenizer = load_model(
-        args, model_cls=BertForSequenceClassification, id2label=labels,
-        hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout,
-        classifier_dropout=None)
+        raise CommandError(f"the training data has {len(labels)} label(s); a classifier needs 2 "
+                           f"or more (field '{args.label_field}')")
+    with warnings.catch_warnings():  # a fresh classifier is what fine-tuning starts from
+        warnings.filterwarnings("ignore", message=".* no weights for classifier: freshly init")
+        model, tokenizer = load_model(
+            args, model_cls=BertForSequenceClassification, id2label=labels,
+            hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout,
+            classifier_dropout=None)
     if args.init == "random":
         model = BertForSequenceClassification(model.config, rngs=nnx.Rngs(args.seed))
     config = FinetuneConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(FinetuneConfig)})
+    # finetune() checks the rest (labels, --max-length against the model) before writing
     result = finetune(model, tokenizer, train, validation, args.output_dir, config, test=test,
                       progress=not args.no_progress)
     where = "test" if result.test else "validation"

@@ -9,6 +9,7 @@ from bertjax.cli.embed import (
     add_embedding_arguments,
     describe_settings,
     embedding_settings,
+    file_line_names,
     load_encoder,
     print_nearest,
 )
@@ -36,11 +37,13 @@ def _similarity(args: argparse.Namespace) -> int:
 
     if not args.query.strip():
         raise CommandError("--query is empty; pass the text to search for")
-    lines = read_lines(args.file)
+    lines = read_lines(args.file, "--file")
     model, tokenizer = load_encoder(args)
     settings = embedding_settings(args, model)
-    vectors = embed(model, tokenizer, lines, **settings)
-    query_vector = embed(model, tokenizer, [args.query], **{**settings, "progress": False})[0]
+    vectors = embed(model, tokenizer, lines, names=file_line_names(args.file, len(lines)),
+                    **settings)
+    query_vector = embed(model, tokenizer, [args.query], names=["--query"],
+                         **{**settings, "progress": False})[0]
     print(f"{len(lines)} lines ({describe_settings(settings)})")
     print_nearest(lines, vectors, query_vector, args.query, args.top_k)
     return 0

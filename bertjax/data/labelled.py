@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import random
 from collections import Counter
@@ -17,13 +18,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bertjax.data.corpus import shakespeare_genres, shakespeare_speeches
+from bertjax.files import read_text
 
 
 @dataclasses.dataclass(frozen=True)
 class Example:
     text: str
     text_pair: str | None
-    label: str | None  # None in files to classify that carry no labels
+    label: str | None  # the label's name (an integer label as its digits); None: unlabelled
     where: str  # "file:line", for messages
 
 
@@ -34,47 +36,111 @@ def read_examples(
     pair_field: str = "text_pair",
     label_field: str = "label",
     require_labels: bool = True,
+    what: str = "file",
 ) -> list[Example]:
     """Examples of a `.jsonl`/`.json` (one JSON object per line) or `.csv` (with a header) file;
-    any other file is plain text, one example per non-empty line, without labels."""
+    any other file is plain text, one example per non-empty line, without labels.
+
+    Labels are strings or integers, one type per file (a CSV's are strings; a JSON-lines file's
+    keep their JSON type, so `1` and `"1"` are not mixed, and a float, a boolean, a list or an
+    object is refused). Without `require_labels`, every example has a label or none has. Every
+    problem is a ValueError naming the file (as `what`, e.g. "--train") or the file and line."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist")
+    content = read_text(path, what)
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json"):
-        records = _json_lines(path)
+        records = _json_lines(path, content)
     elif suffix == ".csv":
-        records = _csv_rows(path)
+        records = _csv_rows(path, content)
     else:
         if require_labels:
-            raise ValueError(f"{path}: labelled examples need a .jsonl or .csv file with a "
+            raise ValueError(f"{what} {path}: labelled examples need a .jsonl or .csv file with a "
                              f"'{label_field}' field")
         records = [(f"{path}:{n}", {text_field: line})
-                   for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-                   if line.strip()]
+                   for n, line in enumerate(content.splitlines(), 1) if line.strip()]
+    labels = _LabelType(label_field)
     examples = []
     for where, record in records:
-        text = record.get(text_field)
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError(f"{where}: no text in field '{text_field}' (fields: "
-                             f"{', '.join(map(str, record)) or 'none'}); set --text-field")
+        text = _text(record, text_field, where, "--text-field")
         pair = record.get(pair_field)
-        if pair is not None and (not isinstance(pair, str) or not pair.strip()):
-            pair = None
-        label = record.get(label_field)
-        if label is None or str(label).strip() == "":
-            if require_labels:
-                raise ValueError(f"{where}: no label in field '{label_field}'; set --label-field")
-            label = None
-        examples.append(Example(text, pair, None if label is None else str(label).strip(), where))
+        if pair is not None and not isinstance(pair, str):
+            raise ValueError(f"{where}: field '{pair_field}' is {_json_type(pair)}, not text; "
+                             "give the second text as a string (or set --pair-field)")
+        label = labels.read(record.get(label_field), where)
+        if label is None and require_labels:
+            raise ValueError(f"{where}: no label in field '{label_field}' (fields: "
+                             f"{_fields(record)}); set --label-field")
+        examples.append(Example(text, pair if pair and pair.strip() else None, label, where))
     if not examples:
-        raise ValueError(f"{path} holds no examples")
+        raise ValueError(f"{what} {path} holds no examples; give one example per line")
+    _all_or_none_labelled(examples, label_field)
     return examples
 
 
-def _json_lines(path: Path) -> list[tuple[str, dict]]:
+def _text(record: dict, field: str, where: str, option: str) -> str:
+    text = record.get(field)
+    if text is not None and not isinstance(text, str):
+        raise ValueError(f"{where}: field '{field}' is {_json_type(text)}, not text; give the "
+                         f"text as a string (or set {option})")
+    if text is None or not text.strip():
+        raise ValueError(f"{where}: no text in field '{field}' (fields: {_fields(record)}); "
+                         f"set {option}")
+    return text
+
+
+def _fields(record: dict) -> str:
+    return ", ".join(str(k) for k in record if k is not None) or "none"
+
+
+def _json_type(value: object) -> str:
+    """How a JSON value is named in messages: "a float (0.5)", "a list", ..."""
+    if isinstance(value, bool):
+        return f"a boolean ({json.dumps(value)})"
+    if isinstance(value, (int, float)):
+        return f"{'an integer' if isinstance(value, int) else 'a float'} ({value!r})"
+    if isinstance(value, str):
+        return "a string"
+    return {list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+class _LabelType:
+    """Checks each label of one file: a string or an integer, the same type throughout."""
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+        self.first: tuple[type, str] | None = None  # the type of the first label, and where
+
+    def read(self, value: object, where: str) -> str | None:
+        """The label's name, or None if the record has none (missing, null or blank)."""
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            fix = (f"write {int(value)} or \"{value}\"" if isinstance(value, float)
+                   and value.is_integer() else 'e.g. "positive" or 1')
+            raise ValueError(f"{where}: the label in field '{self.field}' is "
+                             f"{_json_type(value)}; labels are strings or integers ({fix})")
+        kind = type(value)
+        if self.first is None:
+            self.first = (kind, where)
+        elif kind is not self.first[0]:
+            names = {str: "a string", int: "an integer"}
+            raise ValueError(f"{where}: the label {value!r} is {names[kind]} but the label at "
+                             f"{self.first[1]} is {names[self.first[0]]}; use one type of label "
+                             "per file (all strings or all integers)")
+        return value.strip() if isinstance(value, str) else str(value)
+
+
+def _all_or_none_labelled(examples: Sequence[Example], field: str) -> None:
+    labelled = next((e for e in examples if e.label is not None), None)
+    unlabelled = next((e for e in examples if e.label is None), None)
+    if labelled is not None and unlabelled is not None:
+        raise ValueError(f"{unlabelled.where}: no label in field '{field}', though "
+                         f"{labelled.where} has one; label every example or none")
+
+
+def _json_lines(path: Path, content: str) -> list[tuple[str, dict]]:
     out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(content.splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -87,15 +153,29 @@ def _json_lines(path: Path) -> list[tuple[str, dict]]:
     return out
 
 
-def _csv_rows(path: Path) -> list[tuple[str, dict]]:
-    with path.open(newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
+def _csv_rows(path: Path, content: str) -> list[tuple[str, dict]]:
+    reader = csv.DictReader(io.StringIO(content.removeprefix("\ufeff"), newline=""))  # Excel's BOM
+    try:
         return [(f"{path}:{reader.line_num}", row) for row in reader]
+    except csv.Error as err:
+        raise ValueError(f"{path}:{reader.line_num} is not a CSV row: {err}") from err
 
 
 def label_names(examples: Sequence[Example]) -> tuple[str, ...]:
-    """The labels of `examples`, sorted: label id i is the i-th."""
-    return tuple(sorted({e.label for e in examples if e.label is not None}))
+    """The labels of `examples`, sorted (integer labels by value: 2 before 10): label id i is the
+    i-th."""
+    names = {e.label for e in examples if e.label is not None}
+    if all(_is_integer(n) for n in names):
+        return tuple(sorted(names, key=int))
+    return tuple(sorted(names))
+
+
+def _is_integer(name: str) -> bool:
+    """Whether `name` is an integer's own spelling ("7", "-1"; not "07" or "1.0")."""
+    try:
+        return str(int(name)) == name
+    except ValueError:
+        return False
 
 
 def check_labels(examples: Sequence[Example], labels: Sequence[str], what: str) -> None:

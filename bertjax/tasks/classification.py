@@ -13,7 +13,8 @@ from flax import nnx
 
 from bertjax.data.labelled import Example
 from bertjax.data.tokenizer import WordPieceTokenizer
-from bertjax.use.encode import encode
+from bertjax.use.encode import encode, model_max_length
+from bertjax.use.truncation import warn_cut
 
 
 def predict(
@@ -24,11 +25,17 @@ def predict(
     batch_size: int = 64,
     max_length: int = 128,
     warn: bool = True,
+    option: str = "max_length",
 ) -> np.ndarray:
     """(N, num_labels) float32 probabilities, in the order of `examples`. Batches are formed from
     examples of similar length (sorted), so short texts are not padded to the longest. Text
-    longer than `max_length` tokens is cut, with a warning naming it unless `warn=False`."""
-    max_length = min(max_length, model.config.max_position_embeddings)
+    longer than `max_length` tokens is cut, with a warning naming it (its `where`) and what
+    raises the limit (`option`) unless `warn=False`; a `max_length` past the model's positions
+    is a ValueError."""
+    limit = model_max_length(model)
+    if max_length > limit:
+        raise ValueError(f"{option} {max_length} is longer than the model's {limit} positions; "
+                         f"use {limit} or less")
     lengths = [len(e.text) + len(e.text_pair or "") for e in examples]
     order = np.argsort(lengths, kind="stable")
     probs = np.zeros((len(examples), model.config.num_labels), np.float32)
@@ -37,7 +44,9 @@ def predict(
         chunk = [examples[i] for i in rows]
         pairs = [e.text_pair or None for e in chunk]  # a row without a pair: [CLS] A [SEP]
         batch = encode(tokenizer, [e.text for e in chunk], pairs, max_length=max_length,
-                       names=[e.where for e in chunk], warn=warn)
+                       warn=False)
+        if warn:
+            warn_cut(batch, [e.where for e in chunk], max_length, limit, option)
         probs[rows] = np.asarray(_probabilities(model, batch.arrays(model.config)))
     return probs
 

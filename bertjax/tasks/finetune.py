@@ -27,7 +27,7 @@ from tqdm import tqdm
 from bertjax.config import BertConfig
 from bertjax.data.labelled import Example, check_labels, majority_baseline
 from bertjax.data.tokenizer import WordPieceTokenizer
-from bertjax.files import write_json_atomic
+from bertjax.files import atomic_directory, check_output_directory, write_json_atomic
 from bertjax.io.models import save_model
 from bertjax.model import BertForSequenceClassification
 from bertjax.tasks.classification import Scores, label_ids, predict, score
@@ -41,7 +41,8 @@ from bertjax.train.step import Batch, Metrics, TrainState
 from bertjax.use.encode import encode
 from bertjax.viz.curves import plot_confusion
 
-__all__ = ["LOG_EVERY", "FinetuneConfig", "FinetuneResult", "finetune", "length_grouped_batches"]
+__all__ = ["LOG_EVERY", "FinetuneConfig", "FinetuneResult", "check_inputs", "check_output_dir",
+           "finetune", "length_grouped_batches"]
 
 LOG_EVERY = 10  # optimizer steps between train records
 
@@ -74,11 +75,52 @@ def finetune(
     log: Callable[[str], None] | None = None,
 ) -> FinetuneResult:
     """Fine-tune `model` (a `BertForSequenceClassification` whose `config.id2label` are the labels)
-    on `train`; returns the scores of the best epoch on `validation` (and `test`)."""
+    on `train`; returns the scores of the best epoch on `validation` (and `test`).
+
+    `output_dir` must be new or empty; everything is checked before it is made, and it is written
+    aside and renamed into place at the end, so a failed or interrupted run leaves nothing there.
+    """
     started = time.perf_counter()
     say = log or _stderr
-    run, state = _set_up(model, tokenizer, train, validation, test, output_dir, config, say)
-    out, y_val = run.out, label_ids(validation, run.labels)
+    out = Path(output_dir)
+    check_output_dir(out)
+    check_inputs(model.config, train, validation, test, config)
+    with atomic_directory(out, replace=out.exists()) as work:
+        run, state = _set_up(model, tokenizer, train, validation, test, work, config, say)
+        best = _train(run, state, validation, progress, say)
+        return _finish(run, best, test, say, started, out)
+
+
+def check_output_dir(path: Path, what: str = "output directory") -> None:
+    """Refuse an output directory that is a file, holds anything, or cannot be made."""
+    check_output_directory(path, is_ours=lambda p: (p / "summary.json").is_file(),
+                           made_by="bertjax finetune", what=what,
+                           replace_hint="remove it to fine-tune again there")
+
+
+def check_inputs(model_config: BertConfig, train: Sequence[Example],
+                 validation: Sequence[Example], test: Sequence[Example] | None,
+                 config: FinetuneConfig) -> None:
+    """Everything that can be checked before a run starts: labels, batch size, length."""
+    for what, examples in (("the training data", train), ("the validation data", validation),
+                           ("the test data", test or [])):
+        check_labels(examples, model_config.id2label, what)
+    limit = model_config.max_position_embeddings
+    if config.max_length > limit:
+        raise ValueError(f"--max-length {config.max_length} is longer than the model's {limit} "
+                         f"positions; pass --max-length {limit} or less")
+    if len(train) < config.batch_size:
+        raise ValueError(f"{len(train)} training examples make no batch of {config.batch_size}; "
+                         f"lower --batch-size to {len(train)} or less")
+    if any(e.text_pair for e in (*train, *validation, *(test or []))) and config.max_length < 5:
+        raise ValueError(f"--max-length {config.max_length} leaves no room for text pairs "
+                         "([CLS] A [SEP] B [SEP]); pass --max-length 5 or more")
+
+
+def _train(run: _Run, state: TrainState, validation: Sequence[Example], progress: bool,
+           say: Callable[[str], None]) -> _BestEpoch:
+    """Every epoch, then the validation scores; the best epoch is exported to model/."""
+    config, out, y_val = run.config, run.out, label_ids(validation, run.labels)
     writer = MetricsWriter(out / "metrics.jsonl", tensorboard_dir=out / "tensorboard")
     rng = np.random.default_rng(config.seed)
     best: _BestEpoch | None = None
@@ -88,19 +130,19 @@ def finetune(
         for epoch in range(1, config.epochs + 1):
             state, step = _train_epoch(run, state, epoch, rng, writer, bar)
             current = nnx.merge(run.graphdef, state.params)
-            scores = score(predict(current, tokenizer, validation, max_length=config.max_length,
-                                   warn=False), y_val)
+            scores = score(predict(current, run.tokenizer, validation,
+                                   max_length=config.max_length, warn=False), y_val)
             writer.log("eval", step, {"epoch": epoch, **scores.as_dict()}, flush=True)
             say(f"epoch {epoch}: validation accuracy {scores.accuracy:.4f}, macro-F1 "
                 f"{scores.macro_f1:.4f}, loss {scores.loss:.4f}")
             if best is None or best.beaten_by(scores):
                 best = _BestEpoch(epoch, scores, jax.device_get(state.params))
-                save_model(current, out / "model", tokenizer=tokenizer)
+                save_model(current, out / "model", tokenizer=run.tokenizer)
     finally:
         bar.close()
         writer.close()
     assert best is not None  # epochs >= 1 (FinetuneConfig checks)
-    return _finish(run, best, test, say, started)
+    return best
 
 
 # --- the pieces of a run -------------------------------------------------------------------------
@@ -145,17 +187,10 @@ def _set_up(model: BertForSequenceClassification, tokenizer: WordPieceTokenizer,
             train: Sequence[Example], validation: Sequence[Example],
             test: Sequence[Example] | None, output_dir: str | Path, config: FinetuneConfig,
             say: Callable[[str], None]) -> tuple[_Run, TrainState]:
-    """Check the data, make the output directory, assemble the training; the placed state."""
+    """Assemble the training (the inputs are checked, `output_dir` exists); the placed state."""
     labels = model.config.id2label
-    for what, examples in (("the training data", train), ("the validation data", validation),
-                           ("the test data", test or [])):
-        check_labels(examples, labels, what)
     steps_per_epoch = len(train) // config.batch_size
-    if steps_per_epoch == 0:
-        raise ValueError(f"{len(train)} training examples make no batch of {config.batch_size}; "
-                         "lower --batch-size")
     out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     total = steps_per_epoch * config.epochs
     optim = OptimConfig(learning_rate=config.learning_rate, total_steps=total,
                         warmup_steps=round(config.warmup_fraction * total),
@@ -196,8 +231,9 @@ def _train_epoch(run: _Run, state: TrainState, epoch: int, rng: np.random.Genera
 
 
 def _finish(run: _Run, best: _BestEpoch, test: Sequence[Example] | None,
-            say: Callable[[str], None], started: float) -> FinetuneResult:
-    """The best epoch's confusion matrices and test scores; summary.json written."""
+            say: Callable[[str], None], started: float, final: Path) -> FinetuneResult:
+    """The best epoch's confusion matrices and test scores; summary.json written (in `run.out`,
+    which becomes `final`)."""
     out, labels = run.out, run.labels
     plot_confusion(best.scores.confusion, labels, out / "confusion_validation.png",
                    title=f"validation, epoch {best.epoch}")
@@ -210,7 +246,7 @@ def _finish(run: _Run, best: _BestEpoch, test: Sequence[Example] | None,
         say(f"test (epoch {best.epoch}): accuracy {test_scores.accuracy:.4f}, macro-F1 "
             f"{test_scores.macro_f1:.4f} (majority baseline {run.baseline_accuracy:.4f})")
     result = FinetuneResult(
-        output_dir=str(out), labels=list(labels), train_examples=len(run.train),
+        output_dir=str(final), labels=list(labels), train_examples=len(run.train),
         best_epoch=best.epoch, validation=best.scores.as_dict(),
         test=None if test_scores is None else test_scores.as_dict(),
         baseline_label=run.baseline_label, baseline_accuracy=run.baseline_accuracy,

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from bertjax.use.encode import encode, jitted_forward, model_max_length
+from bertjax.use.truncation import warn_cut
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,11 +52,13 @@ def attention_maps(
     *,
     max_length: int | None = None,
     name: str | None = None,
+    text_name: str | None = None,
 ) -> AttentionMaps:
     """One inference forward of [CLS] A [SEP] (B [SEP]) with `output_attentions=True`.
 
     `max_length` (default: the model's positions) cuts longer text, with a `TruncationWarning`
-    naming the sentence(s). `name` labels the pictures (default: the model's class name).
+    naming the sentence(s) (or `text_name`, e.g. "--file speech.txt"). `name` labels the
+    pictures (default: the model's class name).
     Raises ValueError for an empty sentence or one that has no tokens.
     """
     if not sentence_a.strip():
@@ -67,8 +70,9 @@ def attention_maps(
     if max_length > limit:
         raise ValueError(f"max_length {max_length} is longer than the model's {limit} positions")
     pairs = None if sentence_b is None else [sentence_b]
-    label = "sentence A" if sentence_b is None else "sentences A and B together"
-    batch = encode(tokenizer, [sentence_a], pairs, max_length=max_length, names=[label])
+    label = text_name or ("sentence A" if sentence_b is None else "sentences A and B together")
+    batch = encode(tokenizer, [sentence_a], pairs, max_length=max_length, warn=False)
+    warn_cut(batch, [label], max_length, limit)
     tokens = batch.tokens[0]
     n = len(tokens)
     types = batch.token_type_ids[0, :n]  # (S,) 0 on [CLS] A [SEP], 1 on B [SEP]

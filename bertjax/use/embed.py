@@ -26,24 +26,21 @@ from flax import nnx
 from tqdm.auto import tqdm
 
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.files import read_text
 from bertjax.use.encode import Encoded, encode, model_max_length
+from bertjax.use.truncation import warn_cut
 
 POOLINGS = ("mean", "cls")
 
 
-def read_lines(path: str | os.PathLike) -> list[str]:
+def read_lines(path: str | os.PathLike, what: str = "file") -> list[str]:
     """The lines of a UTF-8 file (a trailing newline ends the last line, it adds none); raises a
-    ValueError naming a missing, unreadable or empty file or a blank line."""
+    ValueError naming (as `what`, e.g. "--file") a missing, binary, non-UTF-8 or empty file, or
+    the file and a blank line."""
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"file {path} does not exist" if not path.exists()
-                         else f"{path} is not a file; pass a text file, one line per text")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise ValueError(f"cannot read {path} as UTF-8 text: {err}") from err
+    text = read_text(path, what)
     if not text.strip():
-        raise ValueError(f"file {path} is empty; it should hold one text per line")
+        raise ValueError(f"{what} {path} is empty; it should hold one text per line")
     lines = [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")]
     try:
         check_lines(lines)
@@ -71,11 +68,12 @@ def sorted_batches(
     *,
     batch_size: int,
     max_length: int,
+    warn: bool = True,
 ) -> Iterator[tuple[np.ndarray, Encoded]]:
     """(indices into `lines`, padded batch) from the shortest lines to the longest.
 
     Lengths are counted in tokens (one tokenizer pass); ties keep the input order. Truncation
-    warnings name the original line numbers.
+    warnings name the original line numbers (`warn=False`: none, see `Encoded.cut`).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
@@ -84,7 +82,7 @@ def sorted_batches(
     for start in range(0, len(order), batch_size):
         index = order[start:start + batch_size]  # (b,)
         yield index, encode(tokenizer, [lines[i] for i in index], max_length=max_length,
-                            names=[f"line {i + 1}" for i in index])
+                            names=[f"line {i + 1}" for i in index], warn=warn)
 
 
 def embed(
@@ -97,14 +95,17 @@ def embed(
     batch_size: int = 64,
     max_length: int | None = None,
     progress: bool = False,
+    names: Sequence[str] | None = None,
+    option: str = "max_length",
 ) -> np.ndarray:
     """(N, H) float32 sentence vectors of `lines`, in their order.
 
     `model` is a `BertModel` (or a model holding one as `.bert`, whose heads are not run).
     `pooling`: "mean" (attention-masked mean of the last hidden state) or "cls" (its [CLS] row);
     `normalize`: divide each vector by its L2 norm. `max_length` (default: the model's positions)
-    cuts longer lines, with a warning naming each. An empty or whitespace-only line is a
-    ValueError naming it; no lines give a (0, H) array.
+    cuts longer lines, with a warning naming each (`names`, default "line 1", ...) and what
+    raises the limit (`option`). An empty or whitespace-only line is a ValueError naming it; no
+    lines give a (0, H) array.
     """
     if pooling not in POOLINGS:
         raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
@@ -117,12 +118,17 @@ def embed(
     if max_length is not None and not 3 <= max_length <= limit:
         raise ValueError(f"max_length must be between 3 and the model's {limit} positions, "
                          f"got {max_length}")
+    if names is not None and len(names) != len(lines):
+        raise ValueError(f"got {len(names)} names for {len(lines)} lines")
+    names = list(names or [f"line {i + 1}" for i in range(len(lines))])
+    max_length = max_length or limit
     graphdef, state = nnx.split(encoder)
     forward = _pooled_forward()
     with tqdm(total=len(lines), unit="line", desc="embed", disable=not progress) as bar:
         pending: tuple[np.ndarray, Any] | None = None
         for index, batch in sorted_batches(tokenizer, lines, batch_size=batch_size,
-                                           max_length=max_length or limit):
+                                           max_length=max_length, warn=False):
+            warn_cut(batch, [names[i] for i in index], max_length, limit, option)
             # dispatched asynchronously: the next batch is tokenised while this one runs
             result = forward(graphdef, state, batch.arrays(encoder.config), pooling=pooling,
                              normalize=normalize)

@@ -14,6 +14,7 @@ from flax import nnx
 
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.use.encode import encode, model_max_length
+from bertjax.use.truncation import warn_cut
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +53,8 @@ def fill_mask(
             raise ValueError(f"{name} has no [MASK] token: write [MASK] where a word should be "
                              "predicted")
     max_length = model_max_length(model)
-    batch = encode(tokenizer, texts, max_length=max_length, names=names)
+    batch = encode(tokenizer, texts, max_length=max_length, warn=False)
+    warn_cut(batch, names, max_length, max_length)
     where = [np.flatnonzero(row == mask_id) for row in batch.input_ids]
     for name, n, positions in zip(names, wanted, where, strict=True):
         if len(positions) < n:

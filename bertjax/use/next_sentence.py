@@ -12,23 +12,33 @@ from flax import nnx
 
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.use.encode import encode, model_max_length
+from bertjax.use.truncation import warn_cut
 
 
 def next_sentence_probability(
-    model: Any, tokenizer: WordPieceTokenizer, first: Sequence[str], second: Sequence[str]
+    model: Any,
+    tokenizer: WordPieceTokenizer,
+    first: Sequence[str],
+    second: Sequence[str],
+    *,
+    names: Sequence[str] | None = None,
 ) -> np.ndarray:
     """(N,) float32: P(IsNext) of each pair `(first[i], second[i])`; `model` is a
-    `BertForPreTraining`. An empty sentence is a ValueError naming it."""
+    `BertForPreTraining`. An empty sentence is a ValueError naming it; a pair longer than the
+    model allows is cut (the longer sentence first) with a warning naming it (`names`, default
+    "pair 1", ...)."""
     if len(first) != len(second):
         raise ValueError(f"got {len(first)} first sentences but {len(second)} second sentences")
-    for i, (a, b) in enumerate(zip(first, second, strict=True)):
+    names = list(names or [f"pair {i + 1}" for i in range(len(first))])
+    for name, a, b in zip(names, first, second, strict=True):
         for which, text in (("A", a), ("B", b)):
             if not text.strip():
-                raise ValueError(f"sentence {which} of pair {i + 1} is empty")
+                raise ValueError(f"sentence {which} of {name} is empty")
     if not first:
         return np.zeros((0,), np.float32)
-    batch = encode(tokenizer, first, second, max_length=model_max_length(model),
-                   names=[f"pair {i + 1}" for i in range(len(first))])
+    limit = model_max_length(model)
+    batch = encode(tokenizer, first, second, max_length=limit, warn=False)
+    warn_cut(batch, names, limit, limit)
     return np.asarray(_is_next(model, batch.arrays(model.config)), np.float32)
 
 

@@ -5,6 +5,12 @@ the attention weight, plus a heat-map view). The page is `head_view.html` beside
 Layers and heads are numbered from 1 in everything a person reads (file names, titles, the
 `layer` argument of `plot_layer`, the command line); array indices are 0-based as usual.
 Matplotlib is used through its Agg canvas directly (no pyplot, no global backend switch).
+
+The page carries every weight (L x A x S x S) as text, about 13 bytes each: all-MiniLM-L6-v2 (6
+layers, 12 heads) at its 512 tokens made a 250 MB page in 34 s (measured), which no browser
+opens comfortably. So the page takes at most `HTML_MAX_WEIGHTS` (2.4 million, about 32 MB):
+`html_token_limit` tokens, 182 for that model, 129 for BERT-base (12 x 12); the PNGs have no
+such limit.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ MAX_FIGURE_INCHES = 32.0  # long inputs shrink their panels rather than grow pas
 LABEL_CHARS = 14  # longer token labels are cut (with an ellipsis) in the PNGs
 CMAP = "Blues"  # heat maps: white = no attention, dark blue = the layer's largest weight
 BOUNDARY_COLOR = "#d62728"  # the line between sentence A and sentence B
+HTML_MAX_WEIGHTS = 2_400_000  # attention weights the HTML page holds at most (about 32 MB)
+HTML_BYTES_PER_WEIGHT = 13.3  # measured: all-MiniLM-L6-v2, 512 tokens, 250.5 MB / 18.9 M weights
 # one colour per head, shared by the PNG titles and the HTML page (bertviz uses d3's category10)
 _PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
             "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#ad494a"]
@@ -170,9 +178,29 @@ def page_data(maps: AttentionMaps) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+def html_token_limit(num_layers: int, num_heads: int) -> int:
+    """The most tokens the HTML page shows for a model of this shape (`HTML_MAX_WEIGHTS`)."""
+    return math.isqrt(HTML_MAX_WEIGHTS // (num_layers * num_heads))
+
+
+def html_too_large(maps: AttentionMaps) -> str | None:
+    """Why `maps` are too large for the HTML page (one line), or None if they fit."""
+    limit = html_token_limit(maps.num_layers, maps.num_heads)
+    if maps.num_tokens <= limit:
+        return None
+    megabytes = maps.attentions.size * HTML_BYTES_PER_WEIGHT / 1e6
+    return (f"{maps.num_tokens} tokens would make an HTML page of about {megabytes:.0f} MB; it "
+            f"shows at most {limit} tokens of a model with {maps.num_layers} layers x "
+            f"{maps.num_heads} heads (about {HTML_MAX_WEIGHTS * HTML_BYTES_PER_WEIGHT / 1e6:.0f} MB)")
+
+
 def write_html(maps: AttentionMaps, path: str | os.PathLike) -> Path:
     """One self-contained page (inline CSS, JS and data; nothing fetched) to browse every layer
-    and head: bertviz's head view (lines) and a heat-map view."""
+    and head: bertviz's head view (lines) and a heat-map view. Maps of more tokens than
+    `html_token_limit` are a ValueError (`html_too_large` says why)."""
+    too_large = html_too_large(maps)
+    if too_large:
+        raise ValueError(f"{too_large}; shorten the text")
     split = ("one sentence" if maps.boundary is None else
              f"sentence A: tokens 1&ndash;{maps.boundary}, sentence B: tokens "
              f"{maps.boundary + 1}&ndash;{maps.num_tokens}")
