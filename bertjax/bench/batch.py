@@ -15,6 +15,7 @@ import numpy as np
 from bertjax.config import BertConfig
 
 MASK_RATE = 0.15  # BERT's share of masked tokens
+MIN_SEQ_LEN = 2  # the shortest row: [CLS] and one token to mask
 
 
 def default_predictions(seq_len: int) -> int:
@@ -26,6 +27,8 @@ def pretraining_batch(
     config: BertConfig, batch_size: int, seq_len: int, predictions: int, seed: int = 0
 ) -> dict[str, np.ndarray]:
     """A random pre-training batch (int32 arrays, float32 weights) and transformers' `labels`."""
+    if seq_len < MIN_SEQ_LEN:
+        raise ValueError(f"seq_len must be at least {MIN_SEQ_LEN} ([CLS] and a token to mask)")
     if not 1 <= predictions <= seq_len:
         raise ValueError(f"predictions must be in [1, seq_len={seq_len}], got {predictions}")
     rng = np.random.default_rng(seed)

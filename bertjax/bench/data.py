@@ -32,6 +32,9 @@ def one_core(cpu: int | None = None) -> Iterator[int | None]:
         if saved is None:
             yield None
         else:
+            if cpu is not None and cpu not in saved:
+                raise ValueError(f"--cpu {cpu} is not a core this process may use; choose one of "
+                                 f"{', '.join(map(str, sorted(saved)))}")
             cpu = min(saved) if cpu is None else cpu
             os.sched_setaffinity(0, {cpu})
             yield cpu

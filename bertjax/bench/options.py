@@ -19,7 +19,7 @@ import dataclasses
 import os
 from typing import Any
 
-from bertjax.bench.batch import default_predictions
+from bertjax.bench.batch import MIN_SEQ_LEN, default_predictions
 from bertjax.config import COMPUTE_DTYPES, PRESETS, BertConfig
 from bertjax.train.choices import PRNG_IMPLS
 
@@ -132,6 +132,9 @@ class BenchSettings:
     def validate(self) -> None:
         """Raise BenchError for options that do not fit together (after `resolve`)."""
         config = self.bert_config()
+        if self.seq < MIN_SEQ_LEN:
+            raise BenchError(f"--seq {self.seq} is too short; a row needs at least {MIN_SEQ_LEN} "
+                             "tokens ([CLS] and one to mask)")
         if self.seq > config.max_position_embeddings:
             raise BenchError(
                 f"--seq {self.seq} is longer than max_position_embeddings="

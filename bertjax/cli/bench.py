@@ -13,13 +13,12 @@ import argparse
 import functools
 import inspect
 import json
-import sys
 from typing import Any
 
 from bertjax.bench import options as bench_options
-from bertjax.bench.options import BenchError, BenchSettings
+from bertjax.bench.options import BenchSettings
 from bertjax.bench.run import run_benchmark
-from bertjax.cli.argtypes import positive_int
+from bertjax.cli.argtypes import int_range, non_negative_int, positive_int
 from bertjax.cli.corpus_options import add_corpus_arguments
 from bertjax.cli.fields import add_field_arguments, device_defaults_table, settings_from_args
 from bertjax.config import BertConfig
@@ -40,17 +39,25 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
     add_corpus_arguments(parser)
     parser.add_argument("--vocab", default=None, metavar="PATH",
                         help="vocabulary to use (default: train one of --vocab-size first)")
-    for flag, help_text in (("vocab-size", "size of the vocabulary trained when --vocab is not "
-                             "given"), ("seq-len", "tokens per sequence"),
-                            ("batch-size", "sequences per batch"),
-                            ("max-predictions", "masked positions per sequence"),
-                            ("steps", "batches per timed repeat"), ("repeats", "timed repeats"),
-                            ("warmup", "untimed repeats first")):
+    from bertjax.data.pairs import MIN_SEQ_LEN
+    from bertjax.data.tokenizer import MIN_VOCAB_SIZE
+
+    for flag, kind, help_text in (
+        ("vocab-size", int_range(MIN_VOCAB_SIZE), "size of the vocabulary trained when --vocab is "
+         "not given"),
+        ("seq-len", int_range(MIN_SEQ_LEN), "tokens per sequence"),
+        ("batch-size", positive_int, "sequences per batch"),
+        ("max-predictions", positive_int, "masked positions per sequence"),
+        ("steps", positive_int, "batches per timed repeat"),
+        ("repeats", positive_int, "timed repeats"),
+        ("warmup", non_negative_int, "untimed repeats first"),
+    ):
         name = flag.replace("-", "_")
-        parser.add_argument(f"--{flag}", type=int, default=default[name],
+        parser.add_argument(f"--{flag}", type=kind, default=default[name],
                             help=f"{help_text} (default: {default[name]})")
     parser.add_argument("--whole-word-mask", action="store_true")
-    parser.add_argument("--cpu", type=int, default=None, help="core to pin to (default: first)")
+    parser.add_argument("--cpu", type=non_negative_int, default=None,
+                        help="core to pin to, one this process may use (default: the first)")
     parser.add_argument("--json", action="store_true", help="also print the numbers as JSON")
 
 
@@ -109,12 +116,9 @@ def _add_mode_arguments(parser: argparse.ArgumentParser, mode: str) -> None:
 
 
 def _run_mode(args: argparse.Namespace, mode: str) -> int:
-    """0 when every row ran or was skipped, 1 when one failed, 2 for options that do not fit."""
-    try:
-        report = run_benchmark(settings_from_args(BenchSettings, args, mode=mode))
-    except BenchError as err:
-        print(f"bertjax bench {mode}: error: {err}", file=sys.stderr)
-        return 2
+    """0 when every row ran or was skipped, 1 when one failed (options that do not fit raise
+    BenchError: exit status 2 from `bertjax.cli.main`)."""
+    report = run_benchmark(settings_from_args(BenchSettings, args, mode=mode))
     return 1 if report["failed"] else 0
 
 
@@ -127,7 +131,8 @@ def _add_embed_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--file", default=None, metavar="FILE",
                         help="embed the lines of this UTF-8 file instead (the first --lines)")
     parser.add_argument("--model", default=None, metavar="DIR",
-                        help="Hugging Face BERT directory (default: all-MiniLM-L6-v2)")
+                        help="Hugging Face BERT directory or `bertjax pretrain` run directory "
+                             "(default: all-MiniLM-L6-v2)")
     parser.add_argument("--batch-size", type=positive_int, default=64, metavar="N",
                         help="lines per batch (default: 64)")
     parser.add_argument("--repeats", type=positive_int, default=3, help="timed repeats (default: 3)")
@@ -137,22 +142,18 @@ def _add_embed_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_embed(args: argparse.Namespace) -> int:
-    """`bertjax bench embed`; exit status 2 on bad input."""
+    """`bertjax bench embed` (bad input raises: exit status 2 from `bertjax.cli.main`)."""
     # JAX, torch and transformers: imported when this benchmark runs, not for `--help`
     from bertjax.bench.embed import run_embed_benchmark, shakespeare_lines
     from bertjax.files import write_json_atomic
     from bertjax.use.embed import read_lines
 
-    try:
-        if args.file is not None:
-            lines = read_lines(args.file)[:args.lines]
-        else:
-            lines = shakespeare_lines(args.lines)
-        result = run_embed_benchmark(lines, batch_size=args.batch_size, repeats=args.repeats,
-                                     model=args.model, attn_implementation=args.attn_implementation)
-    except (OSError, ValueError) as err:
-        print(f"bertjax bench embed: error: {err}", file=sys.stderr)
-        return 2
+    if args.file is not None:
+        lines = read_lines(args.file)[:args.lines]
+    else:
+        lines = shakespeare_lines(args.lines)
+    result = run_embed_benchmark(lines, batch_size=args.batch_size, repeats=args.repeats,
+                                 model=args.model, attn_implementation=args.attn_implementation)
     if args.json:
         write_json_atomic(args.json, result)
     return 0
@@ -176,10 +177,10 @@ BENCHMARKS = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="benchmark", required=True)
+    sub = parser.add_subparsers(dest="subcommand", metavar="WHAT", required=True)
     for name, (help_text, add, _) in BENCHMARKS.items():
         add(sub.add_parser(name, help=help_text, description=help_text))
 
 
 def run(args: argparse.Namespace) -> int:
-    return BENCHMARKS[args.benchmark][2](args)
+    return BENCHMARKS[args.subcommand][2](args)

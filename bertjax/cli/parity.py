@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from bertjax.cli.argtypes import int_range, non_negative_int, positive_float, positive_int
+from bertjax.cli.errors import CommandError
 from bertjax.config import PRESETS
+from bertjax.data.pairs import MIN_SEQ_LEN as PAIR_MIN_SEQ_LEN
+
+MIN_SEQ_LEN = 2  # [CLS] and one more token: the rows of random_batch are at least this long
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -13,18 +18,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hf", metavar="DIR", default=None,
                         help="compare a Hugging Face BERT checkpoint directory instead of a preset")
     parser.add_argument("--seed", type=int, default=0, help="parameter and batch seed")
-    parser.add_argument("--batch-size", type=int, default=2, help="rows in the test batch")
-    parser.add_argument("--seq-len", type=int, default=32, help="sequence length (rows vary)")
-    parser.add_argument("--num-predictions", type=int, default=8, help="masked positions per row")
-    parser.add_argument("--tolerance", type=float, default=1e-5,
+    parser.add_argument("--batch-size", type=positive_int, default=2, help="rows in the test batch")
+    parser.add_argument("--seq-len", type=int_range(MIN_SEQ_LEN), default=32,
+                        help="sequence length (rows vary), at most the model's maximum")
+    parser.add_argument("--num-predictions", type=positive_int, default=8, help="masked positions per row")
+    parser.add_argument("--tolerance", type=positive_float, default=1e-5,
                         help="max abs diff allowed for outputs, max relative diff for gradients")
     parser.add_argument("--no-masked-positions", action="store_true",
                         help="run the MLM head at every position (no gradients then)")
-    parser.add_argument("--train-steps", type=int, default=0, metavar="N",
+    parser.add_argument("--train-steps", type=non_negative_int, default=0, metavar="N",
                         help="also run N AdamW updates in Optax and PyTorch on Shakespeare "
                              "batches (warm-up N/4, linear decay, clip 1.0) and compare losses "
                              "and parameters")
-    parser.add_argument("--learning-rate", type=float, default=1e-4,
+    parser.add_argument("--learning-rate", type=positive_float, default=1e-4,
                         help="peak learning rate of --train-steps (default: BERT's 1e-4)")
 
 
@@ -46,7 +52,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         model = BertForPreTraining(BertConfig.from_preset(args.preset), rngs=nnx.Rngs(args.seed))
         source = f"preset {args.preset!r}, random init (seed {args.seed})"
-    seq_len = min(args.seq_len, model.config.max_position_embeddings)
+    seq_len, limit = args.seq_len, model.config.max_position_embeddings
+    if seq_len > limit:
+        raise CommandError(f"--seq-len {seq_len} is longer than the model's "
+                           f"max_position_embeddings {limit}; pass --seq-len {limit} or less")
+    if args.train_steps and seq_len < PAIR_MIN_SEQ_LEN:
+        raise CommandError(f"--train-steps trains on sentence pairs, which need --seq-len "
+                           f"{PAIR_MIN_SEQ_LEN} or more ([CLS] a [SEP] b [SEP]); got {seq_len}")
     batch = random_batch(model.config, batch_size=args.batch_size, seq_len=seq_len,
                          num_predictions=args.num_predictions, seed=args.seed)
     report = compare(model, batch, masked=not args.no_masked_positions,
