@@ -4,7 +4,9 @@ what every `bertjax` command that takes a MODEL argument calls; `load_hf`, `save
 `save_pretrained` read and write Hugging Face directories.
 
 The public API, above the jobs: the formats underneath (`bertjax.io`) take the model class as an
-argument; the default class, `BertForPreTraining`, and the reading of run directories live here.
+argument; the default class, `BertForPreTraining`, lives here. Run directories are read by
+`bertjax.train.checkpoint.load_run_model` (read-only; a damaged checkpoint is skipped with a
+warning naming it).
 """
 
 from __future__ import annotations
@@ -16,10 +18,8 @@ from flax import nnx
 
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.io.models import load_model, save_model
-from bertjax.io.weights import build_model, saved_params_to_numpy
 from bertjax.model import BertForPreTraining
-from bertjax.train import run_config as rc
-from bertjax.train.checkpoint import Checkpointer, read_state
+from bertjax.train.checkpoint import load_run_model
 from bertjax.train.rundir import RunDir
 
 # The class `from_pretrained` and `load_hf` build unless told otherwise.
@@ -39,10 +39,12 @@ def from_pretrained(
 
     `path` is a Hugging Face BERT directory (`config.json`, `model.safetensors` or
     `pytorch_model.bin`, and `tokenizer.json` or `vocab.txt`) or a `bertjax pretrain` run
-    directory: its best checkpoint by held-out MLM loss (the newest if none was evaluated), or
-    checkpoint `step`. `model_cls` is `BertForPreTraining` (default), `BertModel` or
-    `BertForSequenceClassification`; heads the weights lack are initialised from `seed` (with a
-    warning; `missing_heads="error"` refuses instead), heads of other tasks are left out.
+    directory: its best checkpoint by held-out MLM loss (the newest if none was evaluated; a
+    damaged one is skipped, with a warning, for the newest readable one), or checkpoint `step`
+    (damaged: an error naming the readable steps). `model_cls` is `BertForPreTraining`
+    (default), `BertModel` or `BertForSequenceClassification`; heads the weights lack are
+    initialised from `seed` (with a warning; `missing_heads="error"` refuses instead), heads of
+    other tasks are left out.
     `config_overrides` change `BertConfig` fields that do not change the weights' shapes (e.g.
     `dtype="bfloat16"`, dropout).
     """
@@ -53,9 +55,9 @@ def from_pretrained(
             "model.safetensors + tokenizer.json/vocab.txt) or a `bertjax pretrain` run directory")
     if not path.is_dir():
         raise NotADirectoryError(f"model {path} is a file; pass the directory that holds it")
-    run = RunDir(path)
-    if run.config.is_file():
-        return _from_run(run, step, model_cls, seed, missing_heads, config_overrides)
+    if RunDir(path).config.is_file():
+        return load_run_model(path, step=step, model_cls=model_cls, seed=seed,
+                              missing_heads=missing_heads, **config_overrides)
     if step is not None:
         raise ValueError(f"{path} is not a `bertjax pretrain` run directory: step={step} only "
                          "chooses a checkpoint of a run")
@@ -65,7 +67,13 @@ def from_pretrained(
             "`bertjax pretrain` run); pass a directory that holds one")
     model = load_hf(path, model_cls=model_cls, seed=seed, missing_heads=missing_heads,
                     **config_overrides)
-    return model, WordPieceTokenizer.load(path)
+    tokenizer = WordPieceTokenizer.load(path)
+    if tokenizer.vocab_size > model.config.vocab_size:  # its ids past the embeddings: not ours
+        raise ValueError(
+            f"{tokenizer.source} has {tokenizer.vocab_size} tokens but {path / 'config.json'} has "
+            f"vocab_size {model.config.vocab_size}: the tokenizer is not the one these weights "
+            "were trained with; put the model's own tokenizer.json / vocab.txt beside them")
+    return model, tokenizer
 
 
 def load_hf(
@@ -88,7 +96,7 @@ def load_hf(
 def save_hf(model: nnx.Module, path: str | Path, *, tokenizer: Any = None) -> Path:
     """Write `model` as a directory that transformers loads as its class (`config.json` +
     `model.safetensors`, plus a `WordPieceTokenizer`'s files if given): atomically, replacing
-    `path` only if it holds nothing but checkpoint files."""
+    `path` only if it is empty or an earlier export."""
     return save_model(model, path, tokenizer=tokenizer)
 
 
@@ -96,34 +104,3 @@ def save_pretrained(model: nnx.Module, directory: str | Path, tokenizer: Any = N
     """The inverse of `from_pretrained`: `model` (+ its tokenizer) as a Hugging Face directory
     that transformers, `AutoTokenizer` and `from_pretrained` load; returns its path."""
     return save_model(model, directory, tokenizer=tokenizer)
-
-
-def _from_run(run: RunDir, step: int | None, model_cls: type[nnx.Module], seed: int,
-              missing_heads: str, config_overrides: dict[str, Any]) -> tuple[Any, WordPieceTokenizer]:
-    config = rc.RunConfig.from_dict(run.saved_config(), source=str(run.config))
-    tokenizer = WordPieceTokenizer.load(run.tokenizer)
-    step = _run_step(run, step, config.train.keep_checkpoints)
-    _, state = read_state(run.checkpoints, step)
-    bert_config = config.bert_config(tokenizer.vocab_size).replace(
-        **{"pad_token_id": tokenizer.special.pad, **config_overrides})
-    arrays = saved_params_to_numpy(state["params"])
-    model = build_model(arrays, bert_config, model_cls, seed=seed, source=f"{run} step {step}",
-                        missing_heads=missing_heads)
-    return model, tokenizer
-
-
-def _run_step(run: RunDir, step: int | None, keep_last: int) -> int:
-    """`step` if the run has that checkpoint; by default its best (the newest if none scored)."""
-    checkpointer = Checkpointer(run.checkpoints, keep_last=keep_last, keep_best=1)
-    try:
-        steps = checkpointer.steps()
-        if not steps:
-            raise FileNotFoundError(f"{run} has no checkpoint yet; train it (bertjax pretrain "
-                                    f"--resume --output-dir {run}) or pass another model")
-        if step is None:
-            return checkpointer.best_step() or steps[-1]
-        if step not in steps:
-            raise ValueError(f"{run} has no checkpoint step {step}; it has steps {steps}")
-        return step
-    finally:
-        checkpointer.close()

@@ -14,7 +14,12 @@ import pytest
 from bertjax.train.checkpoint import (
     CheckpointCorruptWarning,
     Checkpointer,
+    CheckpointReadError,
     abstract_like,
+    best_saved_step,
+    quiet_orbax_logs,
+    read_params,
+    saved_steps,
     state_digest,
 )
 
@@ -128,3 +133,42 @@ def test_unfinished_tmp_dir_is_not_a_step(tmp_path: Path) -> None:
     again = Checkpointer(tmp_path / "ck")
     assert again.steps() == [1]
     assert again.restore_latest(abstract_like(_state(0))).step == 1
+
+
+def test_read_only_helpers_agree_with_the_manager_and_touch_nothing(tmp_path: Path) -> None:
+    ck = Checkpointer(tmp_path / "ck", keep_last=3)
+    for step, loss in ((1, 4.0), (2, 3.0), (3, None)):
+        ck.save(step, _state(step), [{}], {}, eval_loss=loss)
+    shutil.copytree(tmp_path / "ck" / "3", tmp_path / "ck" / "4.orbax-checkpoint-tmp-9")  # a save
+    before = sorted(str(p) for p in tmp_path.rglob("*"))  # in progress, by a run still training
+    assert saved_steps(tmp_path / "ck") == ck.steps() == [1, 2, 3]
+    assert best_saved_step(tmp_path / "ck") == ck.best_step() == 2
+    assert _equal(read_params(tmp_path / "ck", 2), _state(2)["params"])
+    _damage(tmp_path / "ck" / "3", "truncate")
+    with pytest.raises(CheckpointReadError, match=r"checkpoint step 3 is damaged \(.+\)"):
+        read_params(tmp_path / "ck", 3)
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before  # nothing moved, made, removed
+    assert saved_steps(tmp_path / "none") == [] and not (tmp_path / "none").exists()
+
+
+def test_quiet_orbax_logs_drops_absl_records_and_stray_stderr(capsys, monkeypatch) -> None:
+    """What Orbax logs and TensorStore's threads print around a damaged step never reaches the
+    user's terminal, not even the reports of reads that finish after the failed restore."""
+    import logging
+    import sys
+    import threading
+    from types import SimpleNamespace
+
+    seen: list = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+    with pytest.raises(ValueError, match="damaged"), quiet_orbax_logs():
+        logging.getLogger("absl").error("Orbax: failed to read")
+        worker = threading.Thread(target=lambda: print("Traceback (...)", file=sys.stderr))
+        worker.start()
+        worker.join()
+        raise ValueError("damaged")
+    assert not logging.getLogger("absl").disabled
+    assert capsys.readouterr().err == ""
+    for message in ("Event loop is closed", "something else"):  # later, from another thread
+        sys.unraisablehook(SimpleNamespace(exc_value=RuntimeError(message)))
+    assert [str(u.exc_value) for u in seen] == ["something else"]

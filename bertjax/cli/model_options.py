@@ -7,7 +7,8 @@ import sys
 import warnings
 from typing import Any
 
-from bertjax.cli.errors import CommandError
+from bertjax.cli.argtypes import non_negative_int
+from bertjax.cli.errors import CommandError, describe
 
 MODEL_HELP = ("a Hugging Face BERT directory (config.json, model.safetensors, tokenizer.json or "
               "vocab.txt) or a `bertjax pretrain` run directory (its best checkpoint)")
@@ -15,18 +16,30 @@ MODEL_HELP = ("a Hugging Face BERT directory (config.json, model.safetensors, to
 
 def add_model_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="MODEL", help=MODEL_HELP)
-    parser.add_argument("--step", type=int, default=None,
+    parser.add_argument("--step", type=non_negative_int, default=None, metavar="N",
                         help="with a run directory: this checkpoint step instead of the best")
 
 
 def load_model(args: argparse.Namespace, **kwargs: Any) -> tuple[Any, Any]:
-    """(model, tokenizer) of `args.model`; a missing or unusable directory is a CommandError."""
+    """(model, tokenizer) of `args.model`; a missing, damaged or unusable directory is a
+    CommandError of one line."""
     from bertjax.pretrained import from_pretrained
 
     try:
         return from_pretrained(args.model, step=args.step, **kwargs)
     except (OSError, ValueError) as err:
-        raise CommandError(str(err)) from err
+        raise CommandError(one_line(describe(err))) from err
+
+
+def one_line(message: str, shown: int = 3) -> str:
+    """A message listing problems one per indented line (a weights/config mismatch) as one line:
+    its first line, the first `shown` problems, how many more, and any closing hint."""
+    first, *rest = [line.strip() for line in message.strip().splitlines() if line.strip()] or [""]
+    if not rest:
+        return first
+    hint = [] if message.splitlines()[-1].startswith(" ") else [rest.pop()]
+    more = [f"and {len(rest) - shown} more"] if len(rest) > shown else []
+    return "; ".join([first.rstrip(":"), *rest[:shown], *more, *hint])
 
 
 def run_command(name: str, body: Any, args: argparse.Namespace) -> int:

@@ -25,7 +25,7 @@ from safetensors import SafetensorError
 
 from bertjax.config import BertConfig
 from bertjax.data.tokenizer import SPECIAL_TOKENS
-from bertjax.files import atomic_directory
+from bertjax.files import atomic_directory, check_output_directory
 from bertjax.io.names import (
     BASE_PREFIX,
     HF_DERIVED_KEYS,
@@ -41,10 +41,12 @@ SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 PYTORCH_BIN = "pytorch_model.bin"
 CONFIG = "config.json"
-# What a Hugging Face model directory may hold; `write_hf` replaces a directory holding only these.
-CHECKPOINT_FILES = frozenset({
-    CONFIG, SAFETENSORS, SAFETENSORS_INDEX, PYTORCH_BIN, "tokenizer.json", "vocab.txt",
-    "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+# What `write_hf` writes; it replaces only a directory holding these alone (config and weights
+# included): an earlier export. Anything else (a download with pytorch_model.bin, a `bertjax vocab`
+# directory, a user's notes) is never replaced.
+EXPORT_FILES = frozenset({
+    CONFIG, SAFETENSORS, "tokenizer.json", "vocab.txt", "tokenizer_config.json",
+    "special_tokens_map.json",
 })
 
 
@@ -54,9 +56,7 @@ def read_hf_tensors(path: str | Path) -> dict[str, np.ndarray]:
     if (path / SAFETENSORS).is_file():
         return _read_safetensors([path / SAFETENSORS])
     if (path / SAFETENSORS_INDEX).is_file():
-        index = json.loads((path / SAFETENSORS_INDEX).read_text())
-        files = sorted({path / f for f in index["weight_map"].values()})
-        return _read_safetensors(files)
+        return _read_safetensors(_index_files(path / SAFETENSORS_INDEX))
     if (path / PYTORCH_BIN).is_file():
         return _read_pytorch_bin(path / PYTORCH_BIN)
     raise FileNotFoundError(
@@ -65,14 +65,33 @@ def read_hf_tensors(path: str | Path) -> dict[str, np.ndarray]:
     )
 
 
+def _index_files(index_file: Path) -> list[Path]:
+    """The shard files a `model.safetensors.index.json` names (each must exist)."""
+    weight_map = _read_json(index_file).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"{index_file} has no weight_map of tensor names to shard files; restore "
+                         "it (or download the model again)")
+    files = sorted({index_file.parent / str(f) for f in weight_map.values()})
+    missing = [f.name for f in files if not f.is_file()]
+    if missing:
+        raise FileNotFoundError(f"{index_file} names shard files that are missing: "
+                                f"{', '.join(missing)}; download them (or the model) again")
+    return files
+
+
 def _read_safetensors(files: list[Path]) -> dict[str, np.ndarray]:
     tensors: dict[str, np.ndarray] = {}
     for file in files:
         try:
             tensors.update(safetensors.numpy.load_file(file))
-        except (SafetensorError, OSError, ValueError) as err:
-            raise ValueError(f"{file} is not a readable safetensors file: {err}") from err
+        except (SafetensorError, OSError, ValueError, TypeError) as err:  # TypeError: a dtype
+            raise ValueError(f"{file} is not a readable safetensors file ({_one_line(err)}); "
+                             "it is damaged or incomplete: download (or export) it again") from err
     return tensors
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())[:300] or type(err).__name__
 
 
 def _read_pytorch_bin(file: Path) -> dict[str, np.ndarray]:
@@ -87,10 +106,17 @@ def _read_pytorch_bin(file: Path) -> dict[str, np.ndarray]:
         state = torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         raise ValueError(
-            f"refusing to load {file}: it is not a plain tensor checkpoint "
-            f"(weights_only=True rejected it: {str(err).splitlines()[0]}). Convert it to "
-            "safetensors from a trusted environment instead."
+            f"refusing to load {file}: it is damaged or not a plain tensor checkpoint (torch.load "
+            "with weights_only=True rejected it); download it again, or convert it to "
+            "safetensors in a trusted environment"
         ) from err
+    except Exception as err:  # noqa: BLE001 - torch raises RuntimeError, EOFError, ... on damage
+        raise ValueError(f"{file} is not a readable PyTorch checkpoint ({_one_line(err)}); it is "
+                         "damaged or incomplete: download it again") from err
+    if not isinstance(state, dict) or not all(hasattr(v, "is_floating_point")
+                                              for v in state.values()):
+        raise ValueError(f"{file} is not a state dict of tensors; pass a Hugging Face BERT "
+                         "checkpoint directory")
     return {k: v.detach().float().numpy() if v.is_floating_point() else v.numpy()
             for k, v in state.items()}
 
@@ -105,9 +131,14 @@ def read_hf(path: str | Path, **config_overrides: Any) -> tuple[BertConfig, dict
     """
     path = Path(path)
     if not path.is_dir():
-        raise FileNotFoundError(f"{path} is not a directory; load_hf wants a checkpoint directory")
+        raise FileNotFoundError(f"{path} is not a directory; pass a Hugging Face BERT checkpoint "
+                                "directory (config.json + model.safetensors)")
     data = _read_config_json(path)
-    config = BertConfig.from_hf_dict(data, **config_overrides)
+    try:
+        config = BertConfig.from_hf_dict(data, **config_overrides)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{path / CONFIG}: {_one_line(err)}; fix it, or pass a directory whose "
+                         "config.json describes a BERT") from err
     tensors = {normalise_hf_key(k): v for k, v in read_hf_tensors(path).items()}
     _check_tied(tensors)
     arrays = {from_hf_name(k): v for k, v in tensors.items()
@@ -124,10 +155,21 @@ def _read_config_json(path: Path) -> dict[str, Any]:
     file = path / CONFIG
     if not file.is_file():
         raise FileNotFoundError(f"no {CONFIG} in {path}; a Hugging Face model directory has one")
+    return _read_json(file)
+
+
+def _read_json(file: Path) -> dict[str, Any]:
+    """A JSON object from `file`; damage (not UTF-8, not JSON, not an object) is a ValueError
+    naming it."""
     try:
-        return json.loads(file.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{file} is not valid JSON: {err}") from err
+        data = json.loads(file.read_bytes())
+    except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
+        raise ValueError(f"{file} is not valid JSON ({_one_line(err)}); it is damaged: restore "
+                         "it (or download the model again)") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{file} holds a JSON {type(data).__name__}, not an object; it is "
+                         "damaged: restore it (or download the model again)")
+    return data
 
 
 def _check_tied(tensors: dict[str, np.ndarray]) -> None:
@@ -156,12 +198,12 @@ def write_hf(
     `AutoTokenizer` reads.
 
     The decoder weight is tied to the word embeddings, so (as transformers itself does) it is not
-    written. The directory is written aside and renamed into place, so a crash leaves either the
-    old directory or the new one, never a mixture. An existing `path` is replaced only if it
-    holds nothing but checkpoint files (`CHECKPOINT_FILES`).
+    written. The directory is written aside and renamed into place, so a crash or Ctrl-C leaves
+    either the old directory or the new one, never a mixture. An existing `path` is replaced only
+    if it is empty or an earlier export (`check_export_directory`).
     """
     path = Path(path)
-    _check_replaceable(path)
+    check_export_directory(path)
     tensors = {hf_name(name, model_cls.base_model_prefix): np.ascontiguousarray(value)
                for name, value in arrays.items()}
     with atomic_directory(path, replace=True) as tmp:
@@ -182,15 +224,14 @@ def _save_tokenizer(tokenizer: Any, directory: Path, max_length: int) -> None:
     (directory / "tokenizer_config.json").write_text(json.dumps(settings, indent=2) + "\n")
 
 
-def _check_replaceable(path: Path) -> None:
-    if not path.exists():
-        return
-    if not path.is_dir():
-        raise FileExistsError(f"{path} exists and is not a directory; choose another output path")
-    foreign = sorted(p.name for p in path.iterdir() if p.name not in CHECKPOINT_FILES)
-    if foreign:
-        raise FileExistsError(
-            f"{path} already holds files that are not part of a checkpoint ({', '.join(foreign[:5])}"
-            f"{', ...' if len(foreign) > 5 else ''}); refusing to replace it: choose an empty or "
-            "new directory"
-        )
+def is_export(path: Path) -> bool:
+    """Whether directory `path` holds what `write_hf` writes and nothing else."""
+    names = {p.name for p in path.iterdir()}
+    return {CONFIG, SAFETENSORS} <= names <= EXPORT_FILES
+
+
+def check_export_directory(path: str | Path, what: str = "output directory") -> None:
+    """Raise an OSError naming `what`, `path` and the fix unless `write_hf` may write `path`: a
+    new or empty directory, or an earlier export (replaced). Call it before any work."""
+    check_output_directory(path, is_ours=is_export, made_by="`bertjax export`", replace=True,
+                           what=what)

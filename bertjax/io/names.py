@@ -59,6 +59,20 @@ HF_DERIVED_KEYS = (
 HEAD_PREFIXES = ("bert.pooler.", "mlm_head.", "nsp_head.", "classifier.")
 # Hugging Face heads bertjax has no class for (BertForQuestionAnswering): left out on import.
 HF_FOREIGN_HEAD_PREFIXES = ("qa_outputs.",)
+# How to get a checkpoint of a class with all its heads, by class name: the fix named when a
+# checkpoint lacks a head the class needs (`missing_heads="error"`); other classes get DEFAULT.
+MADE_BY: dict[str, str] = {
+    "BertForSequenceClassification": (
+        "fine-tune one first: `bertjax finetune MODEL --output-dir DIR ...` writes a "
+        "BertForSequenceClassification to DIR/model; pass that"),
+    "BertForPreTraining": (
+        "pre-train one with `bertjax pretrain` (pass its run directory) or pass a Hugging Face "
+        "BertForPreTraining checkpoint"),
+    "BertModel": (
+        "pass a `bertjax pretrain` run directory or a Hugging Face BertModel / "
+        "BertForPreTraining checkpoint that has them"),
+}
+MADE_BY_DEFAULT = "pass a checkpoint of a {cls} that has them"
 # Classes whose checkpoints hold the sequence classifier; another class's `classifier.*`
 # (BertForTokenClassification, BertForMultipleChoice) is a different head under the same name.
 HF_SEQUENCE_CLASSIFIERS = ("BertForSequenceClassification",)

@@ -13,6 +13,7 @@ the layout checkpoints share (the encoder under `bert.`, heads beside it) into a
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -22,7 +23,14 @@ import numpy as np
 from flax import nnx
 
 from bertjax.config import BertConfig
-from bertjax.io.names import HEAD_PREFIXES, checkpoint_name, stacked_at, torch_name
+from bertjax.io.names import (
+    HEAD_PREFIXES,
+    MADE_BY,
+    MADE_BY_DEFAULT,
+    checkpoint_name,
+    stacked_at,
+    torch_name,
+)
 
 
 def _layer_paths(path: tuple[Any, ...], shape: tuple[int, ...]) -> list[tuple[int | None, tuple]]:
@@ -113,9 +121,12 @@ def check_state_dict(
         )
 
 
+_LAYER_INDEX = re.compile(r"(?:.+\.)?layers\.(\d+)\.")
+
+
 def _layer_hint(state_dict: Mapping[str, Any], expected: Mapping[str, Any]) -> str:
     def layers(keys: Any) -> int:
-        idx = {int(k.split(".")[2]) for k in keys if k.startswith("bert.layers.")}
+        idx = {int(m[1]) for k in keys if (m := _LAYER_INDEX.match(k))}  # any encoder prefix
         return max(idx) + 1 if idx else 0
 
     found, want = layers(state_dict), layers(expected)
@@ -246,10 +257,9 @@ def _fresh_heads(
     lacking = ", ".join(sorted({h.removesuffix(".") for h in heads
                                 if any(n.startswith(h) for n in names)}))
     if missing_heads == "error":
-        raise ValueError(
-            f"{source} has no weights for {lacking}, which {model_cls.__name__} needs here: use a "
-            "model pre-trained with that head (e.g. a `bertjax pretrain` run or a "
-            "BertForPreTraining checkpoint)")
+        name = model_cls.__name__
+        fix = MADE_BY.get(name, MADE_BY_DEFAULT.format(cls=name))
+        raise ValueError(f"{source} has no weights for {lacking}, which {name} needs here: {fix}")
     fresh = model_to_numpy(model_cls(config, rngs=nnx.Rngs(seed)))
     warnings.warn(
         f"{source} has no weights for {lacking}: freshly initialised (seed {seed}). "

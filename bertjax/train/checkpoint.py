@@ -12,15 +12,25 @@ writer leaves no half step behind. Retention keeps the newest `keep_last` steps 
 `keep_best` with the lowest held-out loss (steps saved with an evaluation carry that loss).
 `restore_latest` walks back from the newest step and skips, with a warning naming it, any step
 that fails to read or whose digest disagrees.
+
+Reading a run's model (`load_run_model`, for `bertjax.from_pretrained` and `bertjax bench embed`)
+uses no `CheckpointManager`: it lists, reads and moves nothing but what it loads, so a command
+never creates, cleans up or quarantines anything in a run directory (that may still be training).
+It skips a damaged step the same way, with a warning naming it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
+import json
 import logging
 import os
+import sys
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +39,11 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.io.weights import build_model, saved_params_to_numpy
+from bertjax.train import run_config as rc
 from bertjax.train.distributed import barrier
+from bertjax.train.rundir import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -154,15 +168,17 @@ class Checkpointer:
         return None if best is None else best[0]
 
     def restore(self, step: int, abstract_state: Any) -> Restored:
-        """Restore one step and check its digest; raises on any damage."""
-        restored = self.manager.restore(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract_state),
-                data=ocp.args.JsonRestore(),
-                config=ocp.args.JsonRestore(),
-            ),
-        )
+        """Restore one step and check its digest; raises on any damage (Orbax's own logging of
+        it is dropped: `restore_latest` reports it)."""
+        with quiet_orbax_logs():
+            restored = self.manager.restore(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore(abstract_state),
+                    data=ocp.args.JsonRestore(),
+                    config=ocp.args.JsonRestore(),
+                ),
+            )
         data = restored["data"]
         if data is None or "digest" not in data:
             raise ValueError("the data item is missing or incomplete")
@@ -187,7 +203,7 @@ class Checkpointer:
                 path = self.directory / str(step)
                 message = (
                     f"checkpoint step {step} at {path} is corrupt or incomplete and was skipped "
-                    f"({type(err).__name__}: {_first_line(err)}); falling back to an earlier step"
+                    f"({type(err).__name__}: {_reason(err)}); falling back to an earlier step"
                 )
                 warnings.warn(message, CheckpointCorruptWarning, stacklevel=2)
                 log.warning(message)
@@ -223,11 +239,6 @@ class Checkpointer:
         self.manager.close()
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return text[0][:300] if text else ""
-
-
 def abstract_like(tree: Any) -> Any:
     """Shape/dtype/sharding targets for `restore` from an example state (no data copied)."""
     return jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
@@ -239,8 +250,186 @@ def read_state(directory: str | Path, step: int | None = None) -> tuple[int, Any
     For inspection and comparisons; training restores through `Checkpointer.restore_latest`.
     """
     directory = Path(directory).absolute()
-    steps = sorted(int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit())
+    steps = saved_steps(directory)
     if not steps:
         raise FileNotFoundError(f"no checkpoint steps in {directory}")
     step = steps[-1] if step is None else step
-    return step, ocp.StandardCheckpointer().restore(directory / str(step) / "state")
+    return step, _read_state_item(directory, step)
+
+
+# --- reading a run's model: read-only, no CheckpointManager ----------------------------------------
+
+
+class CheckpointReadError(ValueError):
+    """A checkpoint step that cannot be read: damaged or incomplete."""
+
+    def __init__(self, step: int, reason: str):
+        super().__init__(f"checkpoint step {step} is damaged ({reason})")
+        self.step, self.reason = step, reason
+
+
+@contextlib.contextmanager
+def quiet_orbax_logs() -> Iterator[None]:
+    """Drop what Orbax, absl and TensorStore print while a step is read (a damaged step is
+    reported once, by us): absl's log records and anything written to stderr. After a failed
+    read, the reads still in flight report "Event loop is closed" from TensorStore's threads
+    (Orbax closed its loop on the first error): they are given a moment to finish here, and any
+    later such report is dropped too."""
+    logger = logging.getLogger("absl")
+    was, hook = logger.disabled, sys.unraisablehook
+    logger.disabled, failed = True, False
+    sys.unraisablehook = lambda unraisable: None
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            try:
+                yield
+            except Exception:
+                failed = True
+                time.sleep(0.2)
+                raise
+    finally:
+        logger.disabled = was
+        sys.unraisablehook = _without_closed_loop_reports(hook) if failed else hook
+
+
+def _without_closed_loop_reports(hook: Any) -> Any:
+    """`hook` (a `sys.unraisablehook`) minus the "Event loop is closed" errors of callbacks into
+    an event loop that is gone."""
+    if getattr(hook, "drops_closed_loop_reports", False):
+        return hook
+
+    def filtered(unraisable: Any) -> None:
+        error = unraisable.exc_value
+        if not (isinstance(error, RuntimeError) and str(error) == "Event loop is closed"):
+            hook(unraisable)
+
+    filtered.drops_closed_loop_reports = True  # type: ignore[attr-defined]
+    return filtered
+
+
+def saved_steps(directory: str | Path) -> list[int]:
+    """The finished steps under `directory`, oldest first (Orbax's unfinished `<step>.orbax-
+    checkpoint-tmp-*` directories are not steps); [] if there is no such directory."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit() and p.is_dir())
+
+
+def saved_eval_loss(directory: str | Path, step: int) -> float | None:
+    """The held-out loss step `step` was saved with (Orbax keeps it in `<step>/metrics/metrics`);
+    None if it has none or it cannot be read."""
+    try:
+        return float(json.loads((Path(directory) / str(step) / "metrics" / "metrics").read_bytes())[
+            EVAL_LOSS_KEY])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def best_saved_step(directory: str | Path) -> int | None:
+    """The step with the lowest held-out loss (the oldest of equals), None if none has one."""
+    scored = [(loss, step) for step in saved_steps(directory)
+              if (loss := saved_eval_loss(directory, step)) is not None]
+    return min(scored)[1] if scored else None
+
+
+def _read_state_item(directory: Path, step: int) -> Any:
+    """Step `step`'s state item as nested dicts; any failure is a CheckpointReadError."""
+    try:
+        with quiet_orbax_logs(), ocp.StandardCheckpointer() as reader:
+            return reader.restore(directory.absolute() / str(step) / "state")
+    except Exception as err:  # noqa: BLE001 - any read error means this step is unusable
+        raise CheckpointReadError(step, _reason(err)) from err
+
+
+def read_params(directory: str | Path, step: int) -> Any:
+    """The parameters saved at `step` (the state's `params`); a CheckpointReadError if the step
+    cannot be read."""
+    state = _read_state_item(Path(directory), step)
+    if not isinstance(state, dict) or "params" not in state:
+        raise CheckpointReadError(step, "its state holds no params")
+    return state["params"]
+
+
+def _reason(err: BaseException) -> str:
+    """An error of a failed read in a few words: its first line, without TensorStore's spec."""
+    lines = str(err).strip().splitlines()
+    text = (lines[0] if lines else "").split(" [tensorstore_spec")[0] or type(err).__name__
+    return text if len(text) <= 160 else f"{text[:40]} ... {text[-110:]}"
+
+
+def _readable(directory: Path, step: int) -> bool:
+    try:
+        read_params(directory, step)
+    except CheckpointReadError:
+        return False
+    return True
+
+
+def read_run_params(run: RunDir, step: int | None = None) -> tuple[int, Any]:
+    """(step, params) of a run: checkpoint `step`, or by default its best by held-out loss (the
+    newest if none was scored). A damaged default step is skipped with a CheckpointCorruptWarning
+    naming it, for the newest readable one; a damaged or missing `step` is an error naming the
+    steps to choose from."""
+    steps = saved_steps(run.checkpoints)
+    if not steps:
+        moved = run.corrupt_checkpoints.is_dir() and any(run.corrupt_checkpoints.iterdir())
+        raise FileNotFoundError(
+            f"{run} has no checkpoint yet ({run.checkpoints} holds no step"
+            f"{'; damaged ones were moved to ' + str(run.corrupt_checkpoints) if moved else ''}); "
+            f"train it (bertjax pretrain --resume --output-dir {run}) or pass another model")
+    if step is not None:
+        return step, _read_chosen_step(run, step, steps)
+    best = best_saved_step(run.checkpoints)
+    order = [best] * (best is not None) + [s for s in reversed(steps) if s != best]
+    damaged: list[CheckpointReadError] = []
+    for candidate in order:
+        try:
+            params = read_params(run.checkpoints, candidate)
+        except CheckpointReadError as err:
+            damaged.append(err)
+            continue
+        if damaged:
+            warnings.warn(
+                f"in {run}, {'; '.join(str(e) for e in damaged)}: skipped, loaded step "
+                f"{candidate} instead (the newest readable step)",
+                CheckpointCorruptWarning, stacklevel=3)
+        return candidate, params
+    raise ValueError(
+        f"no checkpoint of {run} can be read: steps {steps} are all damaged ({damaged[0]}); "
+        "pre-train again (bertjax pretrain --output-dir NEW_DIR) or pass another model")
+
+
+def _read_chosen_step(run: RunDir, step: int, steps: list[int]) -> Any:
+    """The params of the step a user chose (`--step`), or an error naming the steps there."""
+    if step not in steps:
+        raise ValueError(f"{run} has no checkpoint step {step}; it has steps {steps}: pass one "
+                         "of them with --step")
+    try:
+        return read_params(run.checkpoints, step)
+    except CheckpointReadError as err:
+        good = [s for s in steps if s != step and _readable(run.checkpoints, s)]
+        fix = (f"choose a readable step: --step {good[-1]} (readable: {good})" if good else
+               f"no other step of {run} is readable either ({steps}): pre-train again")
+        raise ValueError(f"in {run}, {err}; {fix}") from None
+
+
+def load_run_model(
+    root: str | Path, *, model_cls: type, step: int | None = None, seed: int = 0,
+    missing_heads: str = "init", **config_overrides: Any,
+) -> tuple[Any, WordPieceTokenizer]:
+    """(model, tokenizer) of a `bertjax pretrain` run directory: its checkpoint `step`, by default
+    the best (`read_run_params`), as a `model_cls` (`bertjax.io.weights.build_model`)."""
+    run = RunDir(root)
+    saved = run.saved_config()  # damaged: a ValueError naming the file and how to restore it
+    if not isinstance(saved, dict):
+        raise ValueError(f"{run.config} is missing or not a JSON object; pass a `bertjax "
+                         "pretrain` run directory or a Hugging Face model")
+    config = rc.RunConfig.from_dict(saved, source=str(run.config))
+    tokenizer = WordPieceTokenizer.load(run.tokenizer)
+    step, params = read_run_params(run, step)
+    bert_config = config.bert_config(tokenizer.vocab_size).replace(
+        **{"pad_token_id": tokenizer.special.pad, **config_overrides})
+    model = build_model(saved_params_to_numpy(params), bert_config, model_cls, seed=seed,
+                        source=f"{run} step {step}", missing_heads=missing_heads)
+    return model, tokenizer
