@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from typing import Any
 
+from bertjax.cli.argtypes import non_negative_int, positive_float, positive_int
+from bertjax.cli.errors import EXIT_INTERRUPTED, CommandError
 from bertjax.train import run_config as rc
+from bertjax.train.interrupt import CtrlC, PretrainInterrupted
 from bertjax.train.rundir import RunDir, describe
 
 DEFAULT_OUTPUT_DIR = "runs/pretrain"
@@ -28,7 +32,15 @@ configuration:
 outputs (in --output-dir):
 {describe("  ")}
 
-exit status: 0 done, 1 NaN/Inf loss (last good checkpoint kept), 2 bad options or run directory.
+--output-dir must be new, empty or a run directory (nothing but the outputs below). A run that
+  stopped before its first checkpoint has not started: it may be started again with other options.
+  --resume of a finished run changes nothing and prints its summary.
+
+Ctrl-C stops at the end of the current step with a checkpoint and prints the command that resumes
+  it; a second Ctrl-C stops at once (after a checkpoint being written).
+
+exit status: 0 done, 1 NaN/Inf loss (last good checkpoint kept), 2 bad options or run directory,
+  130 interrupted (Ctrl-C).
 
 multi-host: start one process per host with the same --coordinator-address and --num-processes
   and its own --process-id (or BERTJAX_COORDINATOR_ADDRESS, BERTJAX_NUM_PROCESSES,
@@ -51,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"run directory (default: {DEFAULT_OUTPUT_DIR})")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --output-dir from its newest good checkpoint")
-    parser.add_argument("--time-limit", metavar="MINUTES", type=float, default=None,
+    parser.add_argument("--time-limit", metavar="MINUTES", type=positive_float, default=None,
                         help="stop cleanly (evaluate + checkpoint) after this much wall time; "
                              "the run can be continued with --resume")
     parser.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
@@ -61,10 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--coordinator-address", metavar="HOST:PORT",
                        default=os.environ.get("BERTJAX_COORDINATOR_ADDRESS"),
                        help="address of process 0's coordinator (env BERTJAX_COORDINATOR_ADDRESS)")
-    group.add_argument("--num-processes", type=int,
-                       default=_env_int("BERTJAX_NUM_PROCESSES"),
+    group.add_argument("--num-processes", type=positive_int, default=None,
                        help="total processes (env BERTJAX_NUM_PROCESSES)")
-    group.add_argument("--process-id", type=int, default=_env_int("BERTJAX_PROCESS_ID"),
+    group.add_argument("--process-id", type=non_negative_int, default=None,
                        help="this process's index, 0-based (env BERTJAX_PROCESS_ID)")
 
     for section, klass in rc.SECTIONS.items():
@@ -88,9 +99,19 @@ def explain_unknown(arguments: list[str]) -> str:
     return f"unrecognized arguments: {' '.join(arguments)}"
 
 
-def _env_int(name: str) -> int | None:
-    value = os.environ.get(name)
-    return int(value) if value not in (None, "") else None
+def _env_int(name: str, option: str) -> int | None:
+    """The integer in environment variable `name` (the default of `option`), if set."""
+    value = os.environ.get(name, "")
+    if value == "":
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < (1 if option == "--num-processes" else 0):
+        raise CommandError(f"{name}={value!r} (the default of {option}) is not a valid "
+                           f"{option[2:].replace('-', ' ')}; fix or unset it, or pass {option}")
+    return number
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -113,40 +134,45 @@ def resolve_config(args: argparse.Namespace) -> rc.RunConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        config = resolve_config(args)
-    except (ValueError, FileNotFoundError) as err:
-        print(f"bertjax pretrain: error: {err}", file=sys.stderr)
-        return 2
+    config = resolve_config(args)  # a bad option or --config file: ValueError, one line
     if args.print_config:
         print(rc.to_toml(config), end="")
         return 0
+    # Ctrl-C is handled from here on, before JAX is imported (see CtrlC)
+    with CtrlC() as ctrl_c:
+        try:
+            return _pretrain(args, config, ctrl_c)
+        except PretrainInterrupted as err:  # Ctrl-C in the job: one line saying how to resume
+            print(f"bertjax pretrain: {err}", file=sys.stderr)
+        except KeyboardInterrupt:  # before the job began: nothing was written
+            run = RunDir(args.output_dir)
+            again = (f"resume with: bertjax pretrain --resume --output-dir {shlex.quote(str(run))}"
+                     if run.config.is_file() or run.checkpoint_steps() else
+                     "start it again with the same command")
+            print(f"bertjax pretrain: interrupted (Ctrl-C) before the run began; nothing was "
+                  f"written; {again}", file=sys.stderr)
+    return EXIT_INTERRUPTED
 
-    if args.coordinator_address or args.num_processes or args.process_id is not None:
-        missing = [name for name, v in (("--coordinator-address", args.coordinator_address),
-                                        ("--num-processes", args.num_processes),
-                                        ("--process-id", args.process_id)) if v is None]
-        if missing:
-            print(f"bertjax pretrain: error: multi-host needs {', '.join(missing)} too",
-                  file=sys.stderr)
-            return 2
-        from bertjax.train.distributed import initialize
 
-        initialize(args.coordinator_address, args.num_processes, args.process_id)
-
+def _pretrain(args: argparse.Namespace, config: rc.RunConfig, ctrl_c: CtrlC) -> int:
+    _start_processes(args)
     from bertjax.train.pretrain import NonFiniteLossError, PretrainError, pretrain
 
+    ctrl_c.poll()  # a Ctrl-C during the imports that was not raised
     try:
         result = pretrain(
             config, args.output_dir, resume=args.resume, progress=not args.no_progress,
             time_limit_s=None if args.time_limit is None else 60.0 * args.time_limit,
+            ctrl_c=ctrl_c,
         )
     except NonFiniteLossError as err:
         print(f"bertjax pretrain: {err}", file=sys.stderr)
         return 1
     except PretrainError as err:
-        print(f"bertjax pretrain: error: {err}", file=sys.stderr)
-        return 2
+        raise CommandError(str(err)) from err
+    if result.already_finished:
+        print(f"the run in {result.run_dir} had already finished ({result.steps} steps); nothing "
+              "was trained or written. Its summary:")
     ev = result.eval
     print(
         f"done: {result.steps} steps in {result.wall_time_s:.0f}s "
@@ -157,3 +183,22 @@ def run(args: argparse.Namespace) -> int:
         f"NSP accuracy {ev.get('nsp_accuracy', float('nan')):.4f}; outputs in {result.run_dir}"
     )
     return 0
+
+
+def _start_processes(args: argparse.Namespace) -> None:
+    """Join a multi-host run if its options (or environment variables) are given."""
+    address = args.coordinator_address
+    processes = (args.num_processes if args.num_processes is not None
+                 else _env_int("BERTJAX_NUM_PROCESSES", "--num-processes"))
+    process_id = (args.process_id if args.process_id is not None
+                  else _env_int("BERTJAX_PROCESS_ID", "--process-id"))
+    if address or processes or process_id is not None:
+        missing = [name for name, v in (("--coordinator-address", address),
+                                        ("--num-processes", processes),
+                                        ("--process-id", process_id)) if v is None]
+        if missing:
+            raise CommandError(f"multi-host needs {', '.join(missing)} too (or the BERTJAX_ "
+                               "environment variables); pass all three, or none")
+        from bertjax.train.distributed import initialize
+
+        initialize(address, processes, process_id)

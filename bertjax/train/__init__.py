@@ -16,7 +16,8 @@
     rundir.py        every path inside a run directory (no framework)
     pretrain_data.py corpus -> vocabulary -> shards -> batches for a run
     pretrain.py      the pre-training job: train, evaluate, checkpoint, resume
+    interrupt.py     Ctrl-C during a job: stop at the end of a step with a checkpoint (no framework)
 
-Importing this package imports nothing; `choices`, `schedule`, `run_config` and `rundir` import
-no framework, so the command line reads its options without loading JAX.
+Importing this package imports nothing; `choices`, `schedule`, `run_config`, `rundir` and
+`interrupt` import no framework, so the command line reads its options without loading JAX.
 """

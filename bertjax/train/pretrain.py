@@ -5,34 +5,52 @@ in `bertjax.train.rundir`. Resume is exact: the state (params, optimizer, step, 
 iterator's position and RNG are restored from the newest good checkpoint, dropout keys are derived
 from (seed, step), and the metrics log is cut back to that step, so a killed and resumed run ends
 bitwise equal to an uninterrupted one on the CPU.
+
+Nothing is written before the run directory has been checked (`check_run_dir`), and
+run_config.json only once the data is ready: a run that fails before its first checkpoint leaves
+a directory a retry accepts (a configuration without a checkpoint is a run not yet started).
+Ctrl-C stops at the end of the step with a checkpoint (`CtrlC`); `--resume` of a finished run
+keeps its summary.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import math
+import shlex
+import shutil
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
 from flax import nnx
 from tqdm import tqdm
 
-from bertjax.files import write_json_atomic
+from bertjax.files import check_creatable, listing, write_json_atomic
 from bertjax.losses import metrics_from_sums
 from bertjax.model import BertForPreTraining
 from bertjax.train import run_config as rc
 from bertjax.train.assembly import Strategy, assemble
 from bertjax.train.checkpoint import Checkpointer, abstract_like
 from bertjax.train.distributed import allgather_json, any_process, barrier
+from bertjax.train.interrupt import CtrlC, PretrainInterrupted
 from bertjax.train.metrics import MetricsWriter, read_jsonl
 from bertjax.train.parallel import make_strategy
 from bertjax.train.prefetch import Prefetch
-from bertjax.train.pretrain_data import PretrainData, accuracy_ratio, open_data
-from bertjax.train.rundir import RunDir
+from bertjax.train.pretrain_data import (
+    CACHE_OPTIONS,
+    PretrainData,
+    accuracy_ratio,
+    check_corpus,
+    open_data,
+)
+from bertjax.train.rundir import RunDir, Survey
 from bertjax.train.step import Batch, Metrics, TrainState
 from bertjax.viz.curves import plot_curves
 
@@ -66,6 +84,13 @@ class PretrainResult:
     baseline_token: str
     accuracy_ratio: float
     stopped_early: str | None = None
+    # --resume of a run that had finished: nothing was trained, this is its saved summary
+    # (not written to summary.json)
+    already_finished: bool = False
+
+    def summary(self) -> dict[str, Any]:
+        """What summary.json holds."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "already_finished"}
 
 
 def pretrain(
@@ -77,37 +102,58 @@ def pretrain(
     time_limit_s: float | None = None,
     on_step: Callable[[int, dict[str, float]], None] | None = None,
     log: Callable[[str], None] | None = None,
+    ctrl_c: CtrlC | None = None,
 ) -> PretrainResult:
     """Pre-train (or continue) the run in `run_dir`; returns its summary.
 
-    `time_limit_s` stops cleanly (with a checkpoint) once that much wall time has passed.
-    `on_step(step, metrics)` sees each step's host metrics (tests use it to inject faults).
+    The directory is checked before anything is written (PretrainError, or ValueError for a
+    damaged run_config.json). `time_limit_s` stops cleanly (with a checkpoint) once that much
+    wall time has passed. Ctrl-C stops at the end of the step with a checkpoint (see `CtrlC`)
+    and raises PretrainInterrupted saying how to resume (`ctrl_c`: a handler the caller
+    installed earlier, e.g. before importing JAX). `on_step(step, metrics)` sees each step's
+    host metrics (tests use it to inject faults).
     """
     t_start = time.perf_counter()
     run, is_main = RunDir(run_dir), jax.process_index() == 0
     say = (log or _stderr) if is_main else _quiet
-    checkpointer = _open_run_dir(run, config, resume)
-    job, state = _set_up(config, run, checkpointer, resume, say)
-    writer = MetricsWriter(run.metrics, tensorboard_dir=run.tensorboard, enabled=is_main,
-                           resume_step=job.start_step if resume else None)
-    pending = PendingMetrics(job.strategy.host_metrics, writer, checkpointer.steps, on_step)
-    clock = TrainClock(total=config.train.steps, start=job.start_step,
-                       tokens_per_step=config.data.batch_size * config.data.seq_len,
-                       progress=progress and is_main)
-    schedule = StepSchedule.of(config.train, start=job.start_step, started=t_start,
-                               time_limit_s=time_limit_s)
-    # batches are made and put on the devices one step ahead, in a background thread
-    batches = Prefetch(job.data.batches_with_state(),
-                       lambda b: (job.strategy.shard_batch(b[0]), b[1]))
-    try:
-        end = _train(job, state, batches, schedule, pending, clock, writer)
-    finally:
-        batches.close()
-        clock.close()
-        writer.close()
-        checkpointer.close()
+    start = check_run_dir(run, config, resume)
+    if start.rebuild_data:
+        check_corpus(config)
+    barrier("bertjax_pretrain_run_dir_checked")  # every process checked before process 0 writes
+    with ctrl_c or CtrlC() as ctrl_c:
+        try:
+            for note in start.notes:
+                say(note)
+            job, state = _set_up(config, run, start, ctrl_c, say)
+            try:
+                if job.start_step >= config.train.steps:
+                    return _already_finished(job, run)
+                end, clock = _run_loop(job, state, run, start, ctrl_c, progress=progress,
+                                       started=t_start, time_limit_s=time_limit_s,
+                                       on_step=on_step)
+            finally:
+                job.checkpointer.close()
+            result = _finish(job, run, end, clock, t_start)
+        except PretrainInterrupted:
+            raise
+        except KeyboardInterrupt:
+            raise _interrupted(run, config, ctrl_c) from None
+    if end.stopped and end.interrupted:
+        raise PretrainInterrupted(
+            f"interrupted (Ctrl-C) at step {end.step} of {config.train.steps}; saved a checkpoint "
+            f"at step {end.step}; resume with: {resume_command(run)}")
+    return result
 
-    last_eval = end.last_eval or _last_eval_record(run)  # a resumed run that had already finished
+
+def resume_command(run: RunDir) -> str:
+    """The command that continues the run in `run`."""
+    return f"bertjax pretrain --resume --output-dir {shlex.quote(str(run))}"
+
+
+def _finish(job: _Job, run: RunDir, end: _LoopEnd, clock: TrainClock,
+            t_start: float) -> PretrainResult:
+    """The run's result, written to summary.json and curves.png (by process 0)."""
+    last_eval = end.last_eval or _last_eval_record(run)
     result = PretrainResult(
         run_dir=str(run), steps=end.step, resumed_from=job.start_step or None,
         wall_time_s=time.perf_counter() - t_start, train_time_s=clock.seconds,
@@ -115,11 +161,134 @@ def pretrain(
         baseline_accuracy=job.data.baseline_accuracy, baseline_token=job.data.baseline_token,
         accuracy_ratio=last_eval.get("accuracy_ratio", math.nan), stopped_early=end.stopped,
     )
-    if is_main:
-        write_json_atomic(run.summary, dataclasses.asdict(result))
+    if jax.process_index() == 0:
+        write_json_atomic(run.summary, result.summary())
         plot_curves(read_jsonl(run.metrics), run.curves,
-                    title=f"bertjax pretrain: {config.model.preset}, {run.root.name}")
+                    title=f"bertjax pretrain: {job.config.model.preset}, {run.root.name}")
     return result
+
+
+def _already_finished(job: _Job, run: RunDir) -> PretrainResult:
+    """--resume of a finished run: its saved summary, untouched (written only if it is missing)."""
+    saved = _read_summary(run)
+    if saved is not None:
+        return dataclasses.replace(saved, already_finished=True)
+    last_eval = _last_eval_record(run)
+    result = PretrainResult(
+        run_dir=str(run), steps=job.start_step, resumed_from=job.start_step, wall_time_s=0.0,
+        train_time_s=0.0, tokens_per_s=0.0, first_step_s=0.0, eval=last_eval,
+        baseline_accuracy=job.data.baseline_accuracy, baseline_token=job.data.baseline_token,
+        accuracy_ratio=last_eval.get("accuracy_ratio", math.nan), already_finished=True,
+    )
+    if jax.process_index() == 0 and not run.summary.exists():  # never overwrite one
+        write_json_atomic(run.summary, result.summary())
+        if not run.curves.exists():
+            plot_curves(read_jsonl(run.metrics), run.curves,
+                        title=f"bertjax pretrain: {job.config.model.preset}, {run.root.name}")
+    return result
+
+
+def _read_summary(run: RunDir) -> PretrainResult | None:
+    """summary.json as a PretrainResult; None if it is missing or not one."""
+    try:
+        saved = json.loads(run.summary.read_bytes())
+        names = {f.name for f in dataclasses.fields(PretrainResult)}
+        return PretrainResult(**{k: v for k, v in saved.items() if k in names})
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
+def _interrupted(run: RunDir, config: rc.RunConfig, ctrl_c: CtrlC) -> PretrainInterrupted:
+    """Ctrl-C that stopped the job at once (in its set-up, or a second Ctrl-C): the run keeps
+    its configuration (so --resume works) and its checkpoints; the error says so."""
+    if jax.process_index() == 0 and not run.config.exists():
+        write_json_atomic(run.config, config.to_dict())  # options checked: --resume can use them
+    steps = run.checkpoint_steps()
+    where = ("during set-up" if ctrl_c.step is None else
+             "before the first step" if ctrl_c.step == 0 else f"at step {ctrl_c.step}")
+    if not steps:
+        saved = "no checkpoint was written"
+    elif ctrl_c.step is not None and steps[-1] < ctrl_c.step:
+        saved = f"the newest checkpoint is step {steps[-1]} (later steps are trained again)"
+    else:
+        saved = f"the newest checkpoint is step {steps[-1]}"
+    twice = " twice" if ctrl_c.count > 1 and ctrl_c.step is not None else ""
+    return PretrainInterrupted(
+        f"interrupted (Ctrl-C{twice}) {where}; {saved}; resume with: {resume_command(run)}")
+
+
+# --- checking the run directory ------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RunStart:
+    """How a job starts in its run directory (`check_run_dir`)."""
+
+    resume: bool  # continue from the newest checkpoint
+    rebuild_data: bool  # make the vocabulary and shards anew (after discarding stale ones)
+    restart: bool  # a run that never reached a checkpoint starts again: its logs are cut back
+    write_config: bool  # save run_config.json once the data is ready
+    new_dir: bool = False  # --output-dir does not exist yet
+    notes: tuple[str, ...] = ()
+
+
+def check_run_dir(run: RunDir, config: rc.RunConfig, resume: bool) -> RunStart:
+    """How the job starts in `run`, or a PretrainError (ValueError for a damaged
+    run_config.json) saying why it cannot; reads only, writes nothing."""
+    if run.root.exists() and not run.root.is_dir():
+        raise PretrainError(f"--output-dir {run} is a file, not a directory; choose another "
+                            "--output-dir")
+    survey = run.survey()
+    if resume:
+        return _check_resume(run, config, survey)
+    if survey.started:
+        raise PretrainError(
+            f"{run} already holds a run (checkpoint steps {survey.steps}); pass --resume to "
+            "continue it, or choose another --output-dir")
+    if survey.foreign:
+        raise PretrainError(
+            f"--output-dir {run} holds files that a bertjax run does not write "
+            f"({listing(survey.foreign)}); choose another --output-dir (a new or empty "
+            "directory), or move those files out")
+    if survey.saved is None:
+        if survey.run_files:
+            raise PretrainError(
+                f"--output-dir {run} holds {listing(survey.run_files)} but no run_config.json, so "
+                "it is no run this command made or can continue; remove them or choose another "
+                "--output-dir")
+        check_creatable(run.root, "--output-dir")
+        return RunStart(resume=False, rebuild_data=True, restart=False, write_config=True,
+                        new_dir=not survey.exists)
+    # a configuration but no checkpoint: set up, never trained (stopped or failed before its
+    # first checkpoint); it starts again, with the options given now
+    diffs = rc.differences(survey.saved, config)
+    stale = any(d.split(":")[0] in CACHE_OPTIONS for d in diffs)
+    note = (f"{run} holds a run that never reached its first checkpoint: starting it afresh"
+            + (f" with the options given now ({len(diffs)} differ from its saved ones)"
+               if diffs else "")
+            + ("; its vocabulary and shards are made anew" if stale else ""))
+    return RunStart(resume=False, rebuild_data=stale, restart=True, write_config=True,
+                    notes=(note,))
+
+
+def _check_resume(run: RunDir, config: rc.RunConfig, survey: Survey) -> RunStart:
+    if survey.saved is None and not survey.steps:
+        what = ("does not exist" if not survey.exists
+                else "holds no run (no run_config.json, no checkpoint)")
+        raise PretrainError(
+            f"cannot resume: --output-dir {run} {what}, so there is no run to resume; to start "
+            f"one, leave out --resume: bertjax pretrain --output-dir {shlex.quote(str(run))} "
+            "[options]")
+    diffs = rc.differences(survey.saved, config) if survey.saved is not None else []
+    if diffs:
+        fresh = (" (it has no checkpoint yet, so without --resume it starts afresh with these "
+                 "options)" if not survey.steps else "")
+        raise PretrainError(
+            f"cannot resume {run}: the requested configuration differs from the saved one in "
+            f"{len(diffs)} field(s): {'; '.join(diffs)}; resume with the same options (or only "
+            f"--resume), or use another --output-dir{fresh}")
+    return RunStart(resume=True, rebuild_data=False, restart=False,
+                    write_config=survey.saved is None)
 
 
 # --- setting up ----------------------------------------------------------------------------------
@@ -139,59 +308,83 @@ class _Job:
     say: Callable[[str], None]
 
 
-def _set_up(config: rc.RunConfig, run: RunDir, checkpointer: Checkpointer, resume: bool,
+def _set_up(config: rc.RunConfig, run: RunDir, start: RunStart, ctrl_c: CtrlC,
             say: Callable[[str], None]) -> tuple[_Job, TrainState]:
-    """Strategy, data, model and optimizer; the state restored (on resume) and placed."""
+    """Strategy, data (then run_config.json), model and optimizer; the state restored (on
+    resume) and placed. The Checkpointer (the first thing under checkpoints/) comes last."""
     train, optim = config.train, config.optim_config()
     strategy = make_strategy(train.parallel, fsdp=train.fsdp)
     try:
         strategy.check_batch_size(config.data.batch_size, optim.grad_accum_steps)
     except ValueError as err:
         raise PretrainError(str(err)) from err
-    data = open_data(config, run)
-    model = BertForPreTraining(config.bert_config(data.vocab_size), rngs=nnx.Rngs(train.seed))
-    training = assemble(model, optim, strategy, seed=train.seed, prng_impl=train.prng_impl)
-    del model
-    n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(training.state.params))
-    state, start_step = _restore(checkpointer, training.state, data, resume, say)
+    data = _prepare_data(config, run, start, ctrl_c, say)
+    checkpointer = Checkpointer(run.checkpoints, keep_last=train.keep_checkpoints,
+                                keep_best=1, quarantine=run.corrupt_checkpoints)
+    try:
+        model = BertForPreTraining(config.bert_config(data.vocab_size), rngs=nnx.Rngs(train.seed))
+        training = assemble(model, optim, strategy, seed=train.seed, prng_impl=train.prng_impl)
+        del model
+        ctrl_c.poll()
+        n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(training.state.params))
+        state, start_step = _restore(checkpointer, training.state, data, start.resume, say)
+        ctrl_c.poll()
+        ctrl_c.step = start_step
+    except BaseException:
+        checkpointer.close()
+        raise
     if start_step >= train.steps:
-        say(f"run already finished ({start_step} of {train.steps} steps)")
-    say(f"pretrain: {config.model.preset} ({n_params / 1e6:.2f}M params, vocab "
-        f"{data.vocab_size}), batch {config.data.batch_size} x seq {config.data.seq_len}, "
-        f"{train.steps} steps, {jax.device_count()} device(s) x {jax.process_count()} "
-        f"process(es), {f'resuming at step {start_step}' if start_step else 'from scratch'}")
-    say(f"baseline: always predicting the most frequent held-out target {data.baseline_token!r} "
-        f"scores MLM accuracy {data.baseline_accuracy:.4f}")
+        say(f"run already finished ({start_step} of {train.steps} steps): nothing to train")
+    else:
+        say(f"pretrain: {config.model.preset} ({n_params / 1e6:.2f}M params, vocab "
+            f"{data.vocab_size}), batch {config.data.batch_size} x seq {config.data.seq_len}, "
+            f"{train.steps} steps, {jax.device_count()} device(s) x {jax.process_count()} "
+            f"process(es), {f'resuming at step {start_step}' if start_step else 'from scratch'}")
+        say(f"baseline: always predicting the most frequent held-out target "
+            f"{data.baseline_token!r} scores MLM accuracy {data.baseline_accuracy:.4f}")
     job = _Job(config=config, strategy=strategy, data=data, checkpointer=checkpointer,
                train_step=training.train_step, eval_step=training.eval_step,
                start_step=start_step, say=say)
     return job, strategy.place_state(state)
 
 
-def _open_run_dir(run: RunDir, config: rc.RunConfig, resume: bool) -> Checkpointer:
-    """Refuse a used directory without --resume and a changed configuration with it; save the
-    configuration of a new run; return the run's Checkpointer."""
-    run.root.mkdir(parents=True, exist_ok=True)
-    checkpointer = Checkpointer(run.checkpoints, keep_last=config.train.keep_checkpoints,
-                                keep_best=1, quarantine=run.corrupt_checkpoints)
-    existing, saved = checkpointer.steps(), run.saved_config()
-    if not resume and (existing or saved is not None):
-        raise PretrainError(
-            f"{run} already holds a run "
-            f"({'checkpoint steps ' + str(existing) if existing else run.config.name}); "
-            "pass --resume to continue it, or choose another --output-dir"
-        )
-    diffs = rc.differences(saved, config) if resume and saved is not None else []
-    if diffs:
-        raise PretrainError(
-            f"cannot resume {run}: the requested configuration differs from the saved one in "
-            f"{len(diffs)} field(s):\n  " + "\n  ".join(diffs)
-            + "\nresume with the same options (or only --resume), or use another --output-dir"
-        )
-    barrier("bertjax_pretrain_run_dir_checked")  # every process checked before process 0 writes
-    if saved is None and jax.process_index() == 0:
+def _prepare_data(config: rc.RunConfig, run: RunDir, start: RunStart, ctrl_c: CtrlC,
+                  say: Callable[[str], None]) -> PretrainData:
+    """The run's data, then its run_config.json: a run's configuration is saved only once its
+    data is ready, and data made for a run that fails here is removed again, so a corpus that
+    cannot be used leaves nothing that blocks a retry."""
+    main = jax.process_index() == 0
+    if start.rebuild_data:
+        say(f"preparing the data: a {config.data.vocab_size}-piece vocabulary and shards of "
+            f"{config.data.corpus!r} in {run}")
+        if main and start.restart:
+            with ctrl_c.deferred():  # the stale configuration first: it describes the old data
+                _discard_unstarted(run)
+    try:
+        with ctrl_c.at_once():  # files only: Ctrl-C may stop it anywhere
+            data = open_data(config, run, rebuild=start.rebuild_data, poll=ctrl_c.poll)
+    except Exception:
+        if main and start.rebuild_data:
+            with ctrl_c.deferred():
+                _discard_unstarted(run)
+                if start.new_dir:
+                    with contextlib.suppress(OSError):
+                        run.root.rmdir()  # made by this job, and empty again
+        raise
+    if start.write_config and main:
         write_json_atomic(run.config, config.to_dict())
-    return checkpointer
+    ctrl_c.poll()
+    return data
+
+
+def _discard_unstarted(run: RunDir) -> None:
+    """Remove what a run that never reached a checkpoint wrote (its configuration, data and
+    logs): the run starts afresh, or the set-up that made them failed."""
+    for path in (run.config, run.tokenizer, run.vocab, run.metrics, run.curves, run.summary):
+        path.unlink(missing_ok=True)
+    for path in (run.data_root, run.tensorboard):
+        if path.is_dir():
+            shutil.rmtree(path)
 
 
 def _restore(checkpointer: Checkpointer, state: TrainState, data: PretrainData, resume: bool,
@@ -209,6 +402,31 @@ def _restore(checkpointer: Checkpointer, state: TrainState, data: PretrainData, 
     return restored.state, restored.step
 
 
+def _run_loop(job: _Job, state: TrainState, run: RunDir, start: RunStart, ctrl_c: CtrlC, *,
+              progress: bool, started: float, time_limit_s: float | None,
+              on_step: Callable[[int, dict[str, float]], None] | None
+              ) -> tuple[_LoopEnd, TrainClock]:
+    """The loop with its metrics log, clock, schedule and prefetching, closed after."""
+    config, is_main = job.config, jax.process_index() == 0
+    writer = MetricsWriter(run.metrics, tensorboard_dir=run.tensorboard, enabled=is_main,
+                           resume_step=job.start_step if start.resume or start.restart else None)
+    pending = PendingMetrics(job.strategy.host_metrics, writer, job.checkpointer.steps, on_step)
+    clock = TrainClock(total=config.train.steps, start=job.start_step,
+                       tokens_per_step=config.data.batch_size * config.data.seq_len,
+                       progress=progress and is_main)
+    schedule = StepSchedule.of(config.train, start=job.start_step, started=started,
+                               time_limit_s=time_limit_s)
+    # batches are made and put on the devices one step ahead, in a background thread
+    batches = Prefetch(job.data.batches_with_state(),
+                       lambda b: (job.strategy.shard_batch(b[0]), b[1]))
+    try:
+        return _train(job, state, batches, schedule, pending, clock, writer, ctrl_c), clock
+    finally:
+        batches.close()
+        clock.close()
+        writer.close()
+
+
 # --- the loop ------------------------------------------------------------------------------------
 
 
@@ -219,17 +437,20 @@ class StepPlan:
     log: bool  # bring the pending metrics to the host (a device sync), log them, tick the clock
     eval: bool  # evaluate on the held-out batches
     checkpoint: bool  # save a checkpoint
-    stop: bool  # the time limit has passed before the last step: stop after the checkpoint
+    stop: bool  # the time limit has passed or Ctrl-C was pressed before the last step: stop
+    # after the checkpoint
+    interrupted: bool = False  # Ctrl-C's stop (no evaluation unless one is due: it is prompt)
 
 
 @dataclasses.dataclass(frozen=True)
 class StepSchedule:
     """When the loop logs, evaluates, checkpoints and stops.
 
-    Evaluation every `eval_every` steps, at the last step and at a stop; a checkpoint with every
-    evaluation and every `checkpoint_every` steps; metrics come to the host every `log_every`
-    steps, after the run's first step and before each evaluation or checkpoint. The time limit
-    is checked every `log_every` steps, agreed by every process (a collective).
+    Evaluation every `eval_every` steps, at the last step and at a time-limit stop; a checkpoint
+    with every evaluation, every `checkpoint_every` steps and at any stop; metrics come to the
+    host every `log_every` steps, after the run's first step and before each evaluation or
+    checkpoint. The time limit is checked every `log_every` steps, agreed by every process (a
+    collective); so is Ctrl-C with several processes (in one, after every step).
     """
 
     total: int
@@ -247,16 +468,20 @@ class StepSchedule:
                    checkpoint_every=train.checkpoint_every, start=start, started=started,
                    time_limit_s=time_limit_s)
 
-    def due(self, step: int) -> StepPlan:
-        """The plan after `step` (a collective on the steps that check the time limit)."""
+    def due(self, step: int, ctrl_c: bool = False) -> StepPlan:
+        """The plan after `step`, `ctrl_c` telling whether Ctrl-C was pressed in this process
+        (a collective on the steps that check the time limit)."""
         is_last = step == self.total
-        over_time = (self.time_limit_s is not None and step % self.log_every == 0
+        check = step % self.log_every == 0
+        over_time = (self.time_limit_s is not None and check
                      and any_process(time.perf_counter() - self.started > self.time_limit_s))
+        interrupted = (check or jax.process_count() == 1) and any_process(ctrl_c)
+        stop = (over_time or interrupted) and not is_last
         evaluate = step % self.eval_every == 0 or is_last or over_time
-        checkpoint = evaluate or step % self.checkpoint_every == 0
-        log = checkpoint or step % self.log_every == 0 or step == self.start + 1
-        return StepPlan(log=log, eval=evaluate, checkpoint=checkpoint,
-                        stop=over_time and not is_last)
+        checkpoint = evaluate or step % self.checkpoint_every == 0 or stop
+        log = checkpoint or check or step == self.start + 1
+        return StepPlan(log=log, eval=evaluate, checkpoint=checkpoint, stop=stop,
+                        interrupted=interrupted and not is_last)
 
 
 @dataclasses.dataclass
@@ -264,34 +489,41 @@ class _LoopEnd:
     step: int
     stopped: str | None  # why the loop stopped before the last step
     last_eval: dict[str, float]  # the newest evaluation ({} if none ran)
+    interrupted: bool = False  # by Ctrl-C (with a checkpoint at `step`)
 
 
 def _train(job: _Job, state: TrainState, batches: Prefetch, schedule: StepSchedule,
-           pending: PendingMetrics, clock: TrainClock, writer: MetricsWriter) -> _LoopEnd:
+           pending: PendingMetrics, clock: TrainClock, writer: MetricsWriter,
+           ctrl_c: CtrlC) -> _LoopEnd:
     """Train from `job.start_step` to the last step or a stop, following `schedule`."""
     step, last_eval = job.start_step, {}
     while step < schedule.total:
         batch, data_state = next(batches)
         state, metrics = job.train_step(state, batch)
         step += 1
+        ctrl_c.trained(step)
         pending.add(step, metrics)
-        due = schedule.due(step)
+        due = schedule.due(step, ctrl_c.requested)
         if due.log:
             clock.tick(step, pending.flush())  # metrics come to the host only here
         if due.eval:
             last_eval = _evaluate(job, state.params, step, writer)
         if due.checkpoint:
-            job.checkpointer.save(step, job.strategy.host_state(state),
-                                  allgather_json(data_state), job.config.to_dict(),
-                                  eval_loss=last_eval["mlm_loss"] if due.eval else None)
-            writer.flush()
+            with ctrl_c.deferred():  # a second Ctrl-C waits for the checkpoint
+                writer.flush()  # first: a checkpoint on disk has its steps' records on disk
+                job.checkpointer.save(step, job.strategy.host_state(state),
+                                      allgather_json(data_state), job.config.to_dict(),
+                                      eval_loss=last_eval["mlm_loss"] if due.eval else None)
         if due.eval or due.checkpoint:
             clock.resume()  # evaluation and checkpoints are not training time
         if due.stop:
-            stopped = f"time limit of {schedule.time_limit_s:.0f}s reached at step {step}"
-            job.say(stopped)
+            if due.interrupted:
+                stopped = f"interrupted (Ctrl-C) at step {step}"
+            else:
+                stopped = f"time limit of {schedule.time_limit_s:.0f}s reached at step {step}"
+                job.say(stopped)
             pending.flush()
-            return _LoopEnd(step, stopped, last_eval)
+            return _LoopEnd(step, stopped, last_eval, interrupted=due.interrupted)
     pending.flush()
     return _LoopEnd(step, None, last_eval)
 

@@ -4,20 +4,26 @@ and the baseline every evaluation is compared with."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
 from bertjax.data.batches import PretrainingBatches
-from bertjax.data.corpus import corpus_documents
+from bertjax.data.corpus import Document, corpus_documents
 from bertjax.data.shards import write_shards
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.files import atomic_directory
 from bertjax.train import run_config as rc
 from bertjax.train.distributed import barrier, gather_rows
 from bertjax.train.rundir import RunDir
 
+SPLITS = ("train", "eval")
+# the options the vocabulary and the shards are made from: a run's cached data is made anew
+# when they change
+CACHE_OPTIONS = ("data.corpus", "data.vocab_size")
 EVAL_SEED = 12345  # the held-out batches' masks and pairs: the same in every evaluation and run
 
 Batch = dict[str, np.ndarray]
@@ -40,24 +46,22 @@ class PretrainData:
             yield batch, self.train.get_state()
 
 
-def open_data(config: rc.RunConfig, run: RunDir) -> PretrainData:
+def open_data(config: rc.RunConfig, run: RunDir, *, rebuild: bool = False,
+              poll: Callable[[], None] | None = None) -> PretrainData:
     """Vocabulary (trained on the training split), shards, batches; made once per run directory.
 
     The vocabulary and the tokenised shards are made once and reused on resume (the same
-    corpus makes the same ones, but the corpus may have changed since). With several processes
-    only process 0 makes them; the others wait for it, then read its files.
+    corpus makes the same ones, but the corpus may have changed since). `rebuild` makes them
+    anew, aside, and puts them in place only when both are complete, so a corpus that fails
+    leaves nothing behind. `poll()` is called between documents (it may raise to stop). With
+    several processes only process 0 makes them; the others wait for it, then read its files.
     """
     d = config.data
-    splits = ("train", "eval")
     if jax.process_index() == 0:
-        if not run.tokenizer.is_file():
-            sentences = (s for doc in corpus_documents(d.corpus, split="train") for s in doc)
-            WordPieceTokenizer.train(sentences, vocab_size=d.vocab_size).save(run.root)
-        tok = WordPieceTokenizer.load(run.tokenizer)
-        for split in splits:
-            if not (run.data(split) / "meta.json").is_file():
-                write_shards(corpus_documents(d.corpus, split=split), tok, run.data(split),
-                             corpus=d.corpus, overwrite=True)
+        if rebuild:
+            _build(config, run, poll)
+        else:
+            _complete(config, run, poll)
     barrier("bertjax_pretrain_data_ready")  # process 0's vocabulary and shards are on disk
     tok = WordPieceTokenizer.load(run.tokenizer)
     common = dict(seq_len=d.seq_len, global_batch_size=d.batch_size,
@@ -70,6 +74,83 @@ def open_data(config: rc.RunConfig, run: RunDir) -> PretrainData:
     token, accuracy = baseline(gather_rows(eval_batches, ("masked_ids", "masked_weights")))
     return PretrainData(train=train, eval_batches=eval_batches, vocab_size=tok.vocab_size,
                         baseline_token=tok.id_to_token(token), baseline_accuracy=accuracy)
+
+
+def check_corpus(config: rc.RunConfig) -> None:
+    """Raise CorpusError if the run's corpus is missing or its files are not text (the reader
+    checks every file's start now; the rest is checked as it is read)."""
+    corpus = config.data.corpus
+    for split in SPLITS:
+        try:
+            documents = corpus_documents(corpus, split=split)  # checks, reads nothing yet
+        except (OSError, ValueError) as err:
+            raise CorpusError.of(corpus, err) from err
+        getattr(documents, "close", lambda: None)()
+
+
+def _documents(corpus: str, split: str, poll: Callable[[], None] | None) -> Iterator[Document]:
+    """The corpus split's documents, `poll()` before each; a corpus that cannot be read is a
+    ValueError naming --data.corpus (and the file, where the reader names it)."""
+    try:
+        for document in corpus_documents(corpus, split=split):
+            if poll is not None:
+                poll()
+            yield document
+    except (OSError, ValueError) as err:  # FileNotFoundError, UnicodeDecodeError, ...
+        raise CorpusError.of(corpus, err) from err
+
+
+class CorpusError(ValueError):
+    """The run's corpus cannot be read or is unusable: the message names --data.corpus."""
+
+    @classmethod
+    def of(cls, corpus: str, err: BaseException) -> CorpusError:
+        if isinstance(err, CorpusError):
+            return err
+        message = str(err) if not isinstance(err, OSError) or not err.strerror else (
+            f"{err.filename}: {err.strerror.lower()}; check the path")
+        message = message.replace("check --corpus", "check --data.corpus")
+        return cls(f"--data.corpus: {message}" if corpus in message
+                   else f"--data.corpus {corpus!r}: {message}")
+
+
+def _vocabulary(config: rc.RunConfig, poll: Callable[[], None] | None) -> WordPieceTokenizer:
+    d = config.data
+    sentences = (s for doc in _documents(d.corpus, "train", poll) for s in doc)
+    try:
+        return WordPieceTokenizer.train(sentences, vocab_size=d.vocab_size)
+    except ValueError as err:  # an empty corpus
+        raise CorpusError.of(d.corpus, err) from err
+
+
+def _shards(config: rc.RunConfig, split: str, tok: WordPieceTokenizer, out: Path,
+            poll: Callable[[], None] | None) -> None:
+    corpus = config.data.corpus
+    try:
+        write_shards(_documents(corpus, split, poll), tok, out, corpus=corpus, overwrite=True,
+                     min_documents=2)  # next-sentence prediction draws B from another one
+    except ValueError as err:  # too few documents
+        raise CorpusError.of(corpus, err) from err
+
+
+def _build(config: rc.RunConfig, run: RunDir, poll: Callable[[], None] | None) -> None:
+    """Vocabulary and both splits made anew: the shards aside, renamed into place with the
+    vocabulary once everything has been read."""
+    tok = _vocabulary(config, poll)
+    with atomic_directory(run.data_root, replace=True) as staged:
+        for split in SPLITS:
+            _shards(config, split, tok, staged / split, poll)
+    tok.save(run.root)
+
+
+def _complete(config: rc.RunConfig, run: RunDir, poll: Callable[[], None] | None) -> None:
+    """Make what a run's data lacks (a set-up stopped part way), reusing what is there."""
+    if not run.tokenizer.is_file():
+        _vocabulary(config, poll).save(run.root)
+    tok = WordPieceTokenizer.load(run.tokenizer)
+    for split in SPLITS:
+        if not (run.data(split) / "meta.json").is_file():
+            _shards(config, split, tok, run.data(split), poll)
 
 
 def baseline(batches: list[Batch]) -> tuple[int, float]:

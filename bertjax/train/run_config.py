@@ -26,6 +26,7 @@ from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from bertjax.config import ATTENTION_IMPLEMENTATIONS, COMPUTE_DTYPES, PRESETS, BertConfig
+from bertjax.files import read_text
 from bertjax.train.choices import PARALLEL_CHOICES, PRNG_IMPLS
 from bertjax.train.schedule import OptimConfig
 from bertjax.train.schedule import option_field as _f
@@ -278,36 +279,51 @@ def to_toml(config: RunConfig) -> str:
     return "\n".join(lines)
 
 
-def load_file(path: str | Path) -> dict[str, Any]:
-    """Read a TOML (.toml), JSON (.json) or YAML (.yaml/.yml) config file as nested dicts."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"config file {path} does not exist")
-    suffix = path.suffix.lower()
-    text = path.read_text()
-    try:
-        if suffix == ".toml":
-            data = tomllib.loads(text)
-        elif suffix == ".json":
-            data = json.loads(text)
-        elif suffix in (".yaml", ".yml"):
-            import yaml  # optional dependency
+CONFIG_SUFFIXES = {".toml": "TOML", ".json": "JSON", ".yaml": "YAML", ".yml": "YAML"}
 
-            data = yaml.safe_load(text) or {}
-        else:
-            raise ValueError(f"config file {path}: use .toml, .json, .yaml or .yml")
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"config file {path} does not parse: {err}") from err
+
+def load_file(path: str | Path, what: str = "--config") -> dict[str, Any]:
+    """Read a TOML (.toml), JSON (.json) or YAML (.yaml/.yml) config file as nested dicts; any
+    problem is one ValueError naming `what`, the file and the fix."""
+    path = Path(path)
+    text = read_text(path, what=what)  # missing, a directory, binary or not UTF-8: ValueError
+    kind = CONFIG_SUFFIXES.get(path.suffix.lower())
+    if kind is None:
+        raise ValueError(f"{what} {path}: unknown format {path.suffix or '(no suffix)'!r}; give a "
+                         ".toml, .json, .yaml or .yml file")
+    parse, errors = _parser(kind, f"{what} {path}")
+    try:
+        data = parse(text)
+    except errors as err:
+        reason = " ".join(str(err).split())  # YAML's are several lines
+        raise ValueError(f"{what} {path} is not valid {kind} ({reason}); fix the file") from None
+    if data is None and kind == "YAML":
+        data = {}
     if not isinstance(data, dict):
-        raise ValueError(f"config file {path} must hold a table of sections")
+        raise ValueError(f"{what} {path} must hold a table of sections ({', '.join(SECTIONS)}), "
+                         f"not a {type(data).__name__}")
     return data
+
+
+def _parser(kind: str, where: str) -> tuple[Any, tuple[type[Exception], ...]]:
+    """(parse(text), the errors it raises for bad text) of a config format."""
+    if kind == "TOML":
+        return tomllib.loads, (tomllib.TOMLDecodeError,)
+    if kind == "JSON":
+        return json.loads, (json.JSONDecodeError,)
+    try:
+        import yaml  # optional dependency
+    except ImportError:
+        raise ValueError(f"{where}: reading YAML needs PyYAML (pip install pyyaml); or give a "
+                         ".toml or .json file") from None
+    return yaml.safe_load, (yaml.YAMLError,)
 
 
 def load(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
     """Defaults, then the file (if any), then overrides."""
     config = RunConfig()
     if path is not None:
-        config = apply_overrides(config, load_file(path), source=f"config file {path}")
+        config = apply_overrides(config, load_file(path), source=f"--config {path}")
     if overrides:
         config = apply_overrides(config, overrides)
     return config

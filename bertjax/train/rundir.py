@@ -1,8 +1,11 @@
-"""The run directory of `bertjax pretrain`: the one place that names every file in it."""
+"""The run directory of `bertjax pretrain`: the one place that names every file in it, and what a
+directory holds before a run starts in it (read only: nothing here writes)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,46 @@ CONTENTS: tuple[tuple[str, str], ...] = (
 )
 
 
+def _names(level: int) -> frozenset[str]:
+    """The names CONTENTS lists at one depth: 0 the run directory's own entries, 1 those of its
+    sub-directories (data/train -> "train")."""
+    parts = [Path(entry).parts for listed, _ in CONTENTS for entry in listed.split(", ")]
+    return frozenset(p[level] for p in parts if len(p) > level and not p[level].startswith("<"))
+
+
+ENTRIES = _names(0)  # run_config.json, tokenizer.json, vocab.txt, data, checkpoints, ...
+DATA_ENTRIES = frozenset({"train", "eval"})
+
+
+def _is_temporary(name: str, of: frozenset[str]) -> bool:
+    """Whether `name` is what an interrupted atomic write of one of `of` leaves beside it
+    (`.metrics.tmp-123.jsonl`, `.data.tmp-123`, `.data.old-123`; see bertjax.files)."""
+    match = re.fullmatch(r"\.(.+?)\.(?:tmp|old)-[0-9]+(\.[A-Za-z0-9]+)?", name)
+    return match is not None and (match[1] + (match[2] or "") in of or match[1] in of)
+
+
+def foreign_entries(root: str | Path) -> list[str]:
+    """What `root` holds that a run does not write (its own names and their temporary files),
+    sorted; [] for a missing directory. data/ is looked into: it holds only train/ and eval/."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [p.name for p in root.iterdir() if not (p.name in ENTRIES
+                                                    or _is_temporary(p.name, ENTRIES))]
+    data = root / "data"
+    if data.is_dir():
+        found += [f"data/{p.name}" for p in data.iterdir()
+                  if not (p.name in DATA_ENTRIES or _is_temporary(p.name, DATA_ENTRIES))]
+    elif data.exists():
+        found.append("data (a file)")
+    return sorted(found)
+
+
+def _has_content(path: Path) -> bool:
+    """A file, or a directory with anything in it (an empty directory is nothing)."""
+    return path.is_file() or (path.is_dir() and any(path.iterdir()))
+
+
 class RunDir:
     """Paths of one run directory; nothing is created until a writer asks."""
 
@@ -29,6 +72,7 @@ class RunDir:
         self.config = self.root / "run_config.json"
         self.tokenizer = self.root / "tokenizer.json"
         self.vocab = self.root / "vocab.txt"
+        self.data_root = self.root / "data"
         self.checkpoints = self.root / "checkpoints"
         self.corrupt_checkpoints = self.root / "checkpoints_corrupt"
         self.metrics = self.root / "metrics.jsonl"
@@ -38,14 +82,69 @@ class RunDir:
 
     def data(self, split: str) -> Path:
         """Shard directory of a corpus split ("train" or "eval")."""
-        return self.root / "data" / split
+        return self.data_root / split
 
     def saved_config(self) -> dict[str, Any] | None:
-        """The run configuration saved by an earlier start, if any."""
-        return json.loads(self.config.read_text()) if self.config.is_file() else None
+        """The run configuration saved by an earlier start, if any; a ValueError naming the file
+        and the fix if it is not a JSON object of sections."""
+        if not self.config.exists():
+            return None
+        try:
+            saved = json.loads(self.config.read_bytes())
+        except (OSError, ValueError) as err:  # JSONDecodeError, UnicodeDecodeError
+            reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+            raise ValueError(f"{self.config} cannot be read as JSON ({reason}); "
+                             f"{self._config_fix()}") from None
+        if not isinstance(saved, dict) or not all(isinstance(v, dict) for v in saved.values()):
+            raise ValueError(f"{self.config} is not a JSON object of option sections; "
+                             f"{self._config_fix()}")
+        return saved
+
+    def _config_fix(self) -> str:
+        steps = self.checkpoint_steps()
+        if steps:
+            return (f"restore it from the copy every checkpoint keeps (cp {self.checkpoints}/"
+                    f"{steps[-1]}/config/metadata {self.config}), or choose another --output-dir")
+        return ("the run has no checkpoint yet, so delete the file to start it afresh, or choose "
+                "another --output-dir")
+
+    def checkpoint_steps(self) -> list[int]:
+        """The finished checkpoint steps, oldest first (Orbax renames a step's temporary
+        directory to its number only once it is complete)."""
+        if not self.checkpoints.is_dir():
+            return []
+        return sorted(int(p.name) for p in self.checkpoints.iterdir()
+                      if p.name.isdigit() and p.is_dir())
+
+    def survey(self) -> Survey:
+        """What the directory holds now (see `Survey`)."""
+        present = sorted(name for name in ENTRIES - {self.config.name}
+                         if _has_content(self.root / name))
+        return Survey(exists=self.root.exists(), is_dir=self.root.is_dir(),
+                      saved=self.saved_config() if self.root.is_dir() else None,
+                      steps=self.checkpoint_steps(), run_files=present,
+                      foreign=foreign_entries(self.root))
 
     def __str__(self) -> str:
         return str(self.root)
+
+
+@dataclasses.dataclass(frozen=True)
+class Survey:
+    """A run directory before a job starts in it."""
+
+    exists: bool
+    is_dir: bool
+    saved: dict[str, Any] | None  # run_config.json, written once the run's data is ready
+    steps: list[int]  # finished checkpoint steps
+    run_files: list[str]  # other names of CONTENTS with something in them
+    foreign: list[str]  # entries a run does not write
+
+    @property
+    def started(self) -> bool:
+        """Whether a run has trained here (a run with a configuration but no checkpoint has not:
+        it stopped in its set-up or before its first checkpoint)."""
+        return bool(self.steps)
 
 
 def describe(indent: str = "  ") -> str:

@@ -1,0 +1,346 @@
+"""`bertjax pretrain` on bad input and Ctrl-C: one line, exit 2 (130 for Ctrl-C), and nothing lost.
+
+Bad corpora, run directories and config files are refused before anything is written (or what
+was written is removed again), so the same command works once the input is fixed. A real SIGINT
+during the set-up, the first step's compilation or the loop stops the run promptly with one line
+saying how to resume, and the resumed run ends exactly where an uninterrupted one does.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import random
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from bertjax.cli.main import main
+from bertjax.train.checkpoint import read_state
+from bertjax.train.interrupt import CtrlC
+from bertjax.train.metrics import read_jsonl
+from bertjax.train.pretrain import TRAIN_METRIC_KEYS
+
+ROOT = Path(__file__).resolve().parents[1]
+WORDS = ("the king queen lord lady sword crown night day love hate fear hope time death life "
+         "brave old young fair foul sweet bitter good ill").split()
+
+
+def _corpus(path: Path, documents: int = 120) -> Path:
+    """A small BERT-format corpus: documents of sentences, a blank line between them."""
+    rng = random.Random(0)
+    lines = []
+    for _ in range(documents):
+        lines += [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 12))) + "."
+                  for _ in range(rng.randint(3, 6))]
+        lines.append("")
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _corpus(tmp_path_factory.mktemp("corpus") / "corpus.txt")
+
+
+def _tiny(corpus: Path, steps: int = 2) -> list[str]:
+    return ["--model.preset=tiny", f"--data.corpus={corpus}", "--data.vocab_size=64",
+            "--data.seq_len=32", "--data.max_predictions=5", "--data.batch_size=4",
+            "--data.eval_batches=1", f"--train.steps={steps}", "--train.eval_every=2",
+            "--train.log_every=1", "--no-progress"]
+
+
+def _one_line_error(err: str, *needles: str) -> str:
+    """The one stderr line of a refused command; it names every needle."""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err and lines[0].startswith("bertjax pretrain: error: "), err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def _listing(root: Path) -> dict[str, bytes | None]:
+    """Every path under `root` with its bytes (None for a directory)."""
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None)
+            for p in sorted(root.rglob("*"))}
+
+
+# --- bad input, nothing written ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["empty", "binary", "latin-1", "missing", "one document"])
+def test_a_bad_corpus_is_one_line_and_leaves_nothing(tmp_path: Path, capsys, kind: str) -> None:
+    path = tmp_path / f"{kind.replace(' ', '_')}.txt"
+    content = {"empty": b"", "binary": b"PK\x03\x04\x00\x00binary", "latin-1": b"caf\xe9 au lait.\n",
+               "one document": b"one sentence.\nanother sentence.\n"}.get(kind)
+    if content is not None:
+        path.write_bytes(content)
+    run_dir, empty_dir = tmp_path / "new_run", tmp_path / "empty_run"
+    empty_dir.mkdir()
+    for out in (run_dir, empty_dir):
+        assert main(["pretrain", *_tiny(path), f"--output-dir={out}"]) == 2
+        err = capsys.readouterr().err
+        line = next(x for x in err.splitlines() if "error" in x)
+        assert "Traceback" not in err and "--data.corpus" in line and path.name in line, err
+    assert not run_dir.exists()  # not even the directory
+    assert list(empty_dir.iterdir()) == []
+
+
+def test_a_failed_set_up_does_not_block_the_retry(tmp_path: Path, corpus: Path, capsys) -> None:
+    """A config left by a run that never reached a checkpoint (what bertjax used to leave after
+    a bad corpus) no longer blocks a fresh start with other options, nor does a bad corpus."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    leftover = {"data": {"corpus": str(tmp_path / "gone.txt"), "vocab_size": 300}}
+    (run_dir / "run_config.json").write_text(json.dumps(leftover))
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"\xff\xfe b\x00a\x00d\x00")
+    assert main(["pretrain", *_tiny(bad), f"--output-dir={run_dir}"]) == 2
+    _one_line_error(capsys.readouterr().err, "--data.corpus", "bad.txt")
+    assert json.loads((run_dir / "run_config.json").read_text()) == leftover  # untouched
+
+    assert main(["pretrain", *_tiny(corpus), f"--output-dir={run_dir}"]) == 0
+    err = capsys.readouterr().err
+    assert "never reached its first checkpoint: starting it afresh" in err
+    assert json.loads((run_dir / "run_config.json").read_text())["data"]["corpus"] == str(corpus)
+    assert read_state(run_dir / "checkpoints")[0] == 2
+
+
+def test_resume_where_there_is_no_run(tmp_path: Path, corpus: Path, capsys) -> None:
+    missing, empty = tmp_path / "missing", tmp_path / "empty"
+    empty.mkdir()
+    for where in (missing, empty):
+        assert main(["pretrain", "--resume", f"--output-dir={where}"]) == 2
+        line = _one_line_error(capsys.readouterr().err, str(where), "no run to resume",
+                               "leave out --resume")
+        assert f"bertjax pretrain --output-dir {where}" in line
+    assert not missing.exists() and list(empty.iterdir()) == []
+
+
+@pytest.mark.parametrize("files", [["notes.txt", "train.py"], ["vocab.txt", "tokenizer.json"],
+                                   ["data/mine.csv"]])
+def test_a_directory_of_other_files_is_refused(tmp_path: Path, corpus: Path, capsys,
+                                               files: list[str]) -> None:
+    run_dir = tmp_path / "project"
+    for name in files:
+        (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (run_dir / name).write_text(f"the user's {name}\n")
+    before = _listing(run_dir)
+    assert main(["pretrain", *_tiny(corpus), f"--output-dir={run_dir}"]) == 2
+    _one_line_error(capsys.readouterr().err, str(run_dir), *files, "choose another --output-dir")
+    assert _listing(run_dir) == before
+
+
+@pytest.mark.parametrize("content", [b"{\n", b"\xff\xfe{}", b"[1, 2]"])
+def test_a_damaged_run_config_is_one_line(tmp_path: Path, capsys, content: bytes) -> None:
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints" / "4").mkdir(parents=True)
+    (run_dir / "run_config.json").write_bytes(content)
+    before = _listing(run_dir)
+    for resume in (["--resume"], []):
+        assert main(["pretrain", *resume, f"--output-dir={run_dir}"]) == 2
+        _one_line_error(capsys.readouterr().err, str(run_dir / "run_config.json"),
+                        "checkpoints/4/config/metadata")
+    assert _listing(run_dir) == before
+
+
+@pytest.mark.parametrize(("name", "content", "needle"), [
+    ("run.toml", b"[model]\npreset = \n", "is not valid TOML"),
+    ("run.toml", b"[model]\npreset = 'caf\xe9'\n", "not UTF-8"),
+    ("run.yaml", b"model: [1\ndata: 2\n", "is not valid YAML"),
+    ("run.json", b"{\n", "is not valid JSON"),
+    ("run.json", b"[]", "must hold a table of sections"),
+    ("run.ini", b"[model]\n", "unknown format '.ini'"),
+    ("missing.toml", None, "does not exist"),
+])
+def test_a_bad_config_file_is_one_line(tmp_path: Path, capsys, name: str, content: bytes | None,
+                                       needle: str) -> None:
+    path = tmp_path / name
+    if content is not None:
+        path.write_bytes(content)
+    assert main(["pretrain", f"--config={path}", f"--output-dir={tmp_path / 'run'}"]) == 2
+    _one_line_error(capsys.readouterr().err, f"--config {path}", needle)
+    assert not (tmp_path / "run").exists()
+
+
+def test_resume_of_a_finished_run_keeps_its_summary(tmp_path: Path, corpus: Path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    assert main(["pretrain", *_tiny(corpus), f"--output-dir={run_dir}"]) == 0
+    capsys.readouterr()
+    before, handler = _listing(run_dir), signal.getsignal(signal.SIGINT)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["tokens_per_s"] > 0 and summary["steps"] == 2
+    assert main(["pretrain", "--resume", f"--output-dir={run_dir}"]) == 0
+    out, err = capsys.readouterr()
+    assert f"the run in {run_dir} had already finished (2 steps)" in out
+    assert f"{summary['tokens_per_s']:,.0f} tokens/s" in out  # its summary, as it was
+    assert "already finished" in err and "Traceback" not in err
+    assert _listing(run_dir) == before  # summary.json, curves.png, logs: nothing rewritten
+    assert signal.getsignal(signal.SIGINT) is handler  # the job's Ctrl-C handler is gone
+
+
+# --- Ctrl-C ------------------------------------------------------------------------------------
+
+
+def test_a_ctrl_c_in_a_gc_callback_is_not_lost() -> None:
+    """The cause of the swallowed Ctrl-C: JAX's gc callback runs often, and an exception raised
+    in a gc callback is reported as unraisable and dropped. CtrlC raises nothing there (no
+    "Exception ignored" either) and keeps the Ctrl-C for `poll`."""
+    fired: list[bool] = []
+    dropped: list[object] = []
+
+    def callback(phase: str, info: dict) -> None:
+        if phase == "start" and not fired:
+            fired.append(True)
+            signal.raise_signal(signal.SIGINT)  # the handler runs here, inside the callback
+
+    previous = signal.getsignal(signal.SIGINT)
+    hook, sys.unraisablehook = sys.unraisablehook, dropped.append
+    gc.callbacks.append(callback)
+    try:
+        gc.collect()  # the default handler's KeyboardInterrupt: dropped, the program goes on
+        assert fired and [type(d.exc_value) for d in dropped] == [KeyboardInterrupt]
+        fired.clear(), dropped.clear()
+        with pytest.raises(KeyboardInterrupt), CtrlC() as ctrl_c, ctrl_c.at_once():
+            gc.collect()
+            assert fired and ctrl_c.requested and not dropped
+            ctrl_c.poll()
+    finally:
+        gc.callbacks.remove(callback)
+        sys.unraisablehook = hook
+    assert signal.getsignal(signal.SIGINT) is previous  # put back
+
+
+def test_ctrl_c_in_the_loop_waits_for_the_step_and_the_checkpoint() -> None:
+    """Once a step has run, the first Ctrl-C only asks the loop to stop; a second one raises
+    at once, but not while a checkpoint is written: right after it."""
+    with CtrlC() as ctrl_c:
+        ctrl_c.trained(1)
+        signal.raise_signal(signal.SIGINT)
+        ctrl_c.poll()  # the loop stops at the end of the step: nothing raised
+        assert ctrl_c.requested
+        written = False
+        with pytest.raises(KeyboardInterrupt):
+            with ctrl_c.deferred():
+                signal.raise_signal(signal.SIGINT)  # the second: waits for the block
+                written = True
+        assert written and ctrl_c.count == 2
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)  # outside a checkpoint: at once
+
+
+def _ctrl_c_options(corpus: Path) -> list[str]:
+    # dropout on: the resumed RNG must be exact too
+    return ["--model.preset=tiny", "--model.hidden_dropout_prob=0.1", f"--data.corpus={corpus}",
+            "--data.vocab_size=100", "--data.seq_len=32", "--data.max_predictions=5",
+            "--data.batch_size=4", "--data.eval_batches=2", "--train.steps=160",
+            "--train.eval_every=80", "--train.checkpoint_every=40", "--train.log_every=5",
+            "--no-progress"]
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1",
+                XLA_FLAGS="--xla_force_host_platform_device_count=1")
+
+
+def _cli(args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bertjax.cli", "pretrain", *args], env=_env(),
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Path:
+    """An uninterrupted run of the configuration the Ctrl-C tests interrupt."""
+    run_dir = tmp_path_factory.mktemp("ref") / "run"
+    proc = _cli([*_ctrl_c_options(corpus), f"--output-dir={run_dir}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dir
+
+
+def _interrupt(args: list[str], run_dir: Path, moment: str) -> tuple[int, str, float]:
+    """Start the run, send SIGINT at `moment`; (exit status, stderr, seconds SIGINT -> exit)."""
+    proc = subprocess.Popen([sys.executable, "-m", "bertjax.cli", "pretrain", *args], env=_env(),
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen = ""
+    try:
+        if moment == "mid-run":  # a checkpoint is on disk: the loop is running
+            deadline = time.time() + 300
+            while proc.poll() is None and time.time() < deadline and not (
+                    run_dir / "checkpoints" / "40").is_dir():
+                time.sleep(0.02)
+        else:  # the line printed as the set-up begins, or the one just before the first step
+            marker = {"set-up": "preparing the data", "compilation": "baseline: "}[moment]
+            while marker not in seen and proc.poll() is None:
+                seen += proc.stderr.readline()
+        assert proc.poll() is None, f"the run ended before Ctrl-C: {seen}{proc.stderr.read()}"
+        proc.send_signal(signal.SIGINT)
+        sent = time.time()
+        rest = proc.communicate(timeout=120)[1]
+        return proc.returncode, seen + rest, time.time() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def _leaves(tree) -> list[np.ndarray]:
+    def host(x):
+        if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            x = jax.random.key_data(x)
+        return np.asarray(x)
+
+    return [host(x) for x in jax.tree.leaves(tree)]
+
+
+def _train_records(run_dir: Path) -> list[dict]:
+    return [{k: r[k] for k in ("step", *TRAIN_METRIC_KEYS)}
+            for r in read_jsonl(run_dir / "metrics.jsonl", "train")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", ["set-up", "compilation", "mid-run"])
+def test_ctrl_c_stops_promptly_and_resumes_exactly(reference: Path, corpus: Path, tmp_path: Path,
+                                                   moment: str) -> None:
+    run_dir = tmp_path / "run"
+    code, err, seconds = _interrupt([*_ctrl_c_options(corpus), f"--output-dir={run_dir}"],
+                                    run_dir, moment)
+    assert code == 130, err[-3000:]
+    assert seconds < 30, f"took {seconds:.0f}s to stop"
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    lines = [x for x in err.splitlines() if x.startswith("bertjax pretrain:")]
+    assert len(lines) == 1 and "interrupted (Ctrl-C)" in lines[0], err
+    assert lines[0].endswith(
+        f"resume with: bertjax pretrain --resume --output-dir {shlex.quote(str(run_dir))}")
+    steps = [int(p.name) for p in (run_dir / "checkpoints").iterdir()] if (
+        run_dir / "checkpoints").is_dir() else []
+    if moment == "set-up":
+        assert "during set-up; no checkpoint was written" in lines[0] and not steps
+    else:  # a step had run: a checkpoint of the step it stopped at
+        stopped = int(re.search(r"at step (\d+) of 160; saved a checkpoint", lines[0])[1])
+        assert stopped == max(steps)
+        assert stopped < 40 if moment == "compilation" else stopped >= 40
+        assert json.loads((run_dir / "summary.json").read_text())["stopped_early"] == (
+            f"interrupted (Ctrl-C) at step {stopped}")
+
+    resumed = _cli(["--resume", f"--output-dir={run_dir}", "--no-progress"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    (step_a, a), (step_b, b) = read_state(reference / "checkpoints"), read_state(
+        run_dir / "checkpoints")
+    assert step_a == step_b == 160
+    for x, y in zip(_leaves(a), _leaves(b), strict=True):
+        assert x.dtype == y.dtype and np.array_equal(x, y), "the resumed run ended elsewhere"
+    assert _train_records(run_dir) == _train_records(reference)
+    assert read_jsonl(run_dir / "metrics.jsonl", "eval") == read_jsonl(
+        reference / "metrics.jsonl", "eval")
+    shutil.rmtree(run_dir)
