@@ -3,7 +3,8 @@
 Each command module defines `add_arguments(parser)` and `run(args) -> int`, and is imported only
 when its command runs, so `bertjax --help` stays fast. A module may also define
 `explain_unknown(arguments) -> str`, the error for options it does not know (e.g. to name the
-closest valid one). Bad input ends as one line and exit status 2 (`bertjax.cli.errors`), Ctrl-C
+closest valid one). A command with sub-commands of its own (`bench WHAT`) stores the chosen one in
+`args.subcommand`. Bad input ends as one line and exit status 2 (`bertjax.cli.errors`), Ctrl-C
 as exit status 130.
 """
 
@@ -85,16 +86,16 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         explain = getattr(module, "explain_unknown", None)
         parser.error(explain(unknown) if explain else f"unrecognized arguments: {' '.join(unknown)}")
+    name = " ".join(filter(None, (args.command, getattr(args, "subcommand", None))))
     try:
         return int(module.run(args) or 0)
     except USER_ERRORS as err:
         if show_traceback():
             traceback.print_exc()
-        print_error(args.command, describe(err))
+        print_error(name, describe(err))
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        print(f"\nbertjax {args.command}: interrupted (Ctrl-C); nothing more was written",
-              file=sys.stderr)
+        print(f"\nbertjax {name}: interrupted (Ctrl-C)", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 

@@ -1,0 +1,119 @@
+"""Bad input to every command, table-driven: exit status 2, one line naming the problem, no
+traceback, and the file system untouched (nothing deleted, nothing half-written, a retry possible).
+
+Each row is (command line, a piece of the expected message). `{tmp}` is the test's directory,
+`{model}` a tiny Hugging Face BERT directory, `{binary}` a binary file, `{latin1}` a non-UTF-8
+text file, `{empty}` an empty file, `{thesis}` a folder of a user's own files, `{text}` a UTF-8
+text file, `{labels}` labelled examples with mixed label types, `{good}` valid ones.
+The command modules' own tests check the finer behaviour of each class.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from use_helpers import tiny_checkpoint
+
+from bertjax.cli.main import main
+
+BAD_INPUT = [
+    # option values out of range: refused by the parser, with the allowed range
+    (["parity", "--tolerance", "-1"], "--tolerance: expected a number above 0"),
+    (["parity", "--train-steps", "-3"], "--train-steps: expected an integer >= 0"),
+    (["parity", "--seq-len", "100000"], "--seq-len 100000 is longer than the model's"),
+    (["parity", "--seq-len", "1"], "--seq-len: expected an integer >= 2"),
+    (["parity", "--batch-size", "0"], "--batch-size: expected a positive integer"),
+    (["parity", "--num-predictions", "0"], "--num-predictions: expected a positive integer"),
+    (["parity", "--train-steps", "2", "--seq-len", "4"], "need --seq-len 5 or more"),
+    (["parity", "--hf", "{tmp}/missing"], "{tmp}/missing"),
+    (["parity", "--hf", "{thesis}"], "{thesis}"),
+    (["bench", "train", "--seq", "1"], "--seq 1 is too short"),
+    (["bench", "train", "--batch", "0"], "--batch: expected a positive integer"),
+    (["bench", "infer", "--predictions", "0"], "--predictions: expected a positive integer"),
+    (["bench", "data", "--batch-size", "0"], "--batch-size: expected a positive integer"),
+    (["bench", "data", "--cpu", "99"], "--cpu 99 is not a core this process may use"),
+    (["bench", "data", "--seq-len", "1"], "--seq-len: expected an integer >= 5"),
+    (["bench", "data", "--corpus", "{binary}"], "{binary}"),
+    (["bench", "embed", "--batch-size", "0"], "--batch-size: expected a positive integer"),
+    (["bench", "embed", "--file", "{latin1}"], "{latin1}"),
+    (["data", "--vocab", "{model}", "--out", "{tmp}/shards", "--short-seq-prob", "2"],
+     "--short-seq-prob"),
+    (["data", "--vocab", "{model}", "--out", "{tmp}/shards", "--dupe-factor", "0"],
+     "--dupe-factor"),
+    (["data", "--vocab", "{model}", "--out", "{tmp}/shards", "--seq-len", "3"], "--seq-len"),
+    (["data", "--vocab", "{model}", "--out", "{thesis}", "--force"], "{thesis}"),
+    (["data", "--vocab", "{model}", "--out", "{text}", "--force"], "{text}"),
+    (["data", "--vocab", "{tmp}/missing", "--out", "{tmp}/shards"], "{tmp}/missing"),
+    (["data", "--vocab", "{model}", "--out", "{tmp}/shards", "--corpus", "{latin1}"], "{latin1}"),
+    (["vocab", "--corpus", "{empty}", "--out", "{tmp}/vocab"], "{empty}"),
+    (["vocab", "--corpus", "{tmp}/*.nothing", "--out", "{tmp}/vocab"], "nothing"),
+    (["pretrain", "--config", "{latin1}", "--output-dir", "{tmp}/run"], "{latin1}"),
+    (["pretrain", "--resume", "--output-dir", "{tmp}/missing"], "{tmp}/missing"),
+    (["pretrain", "--output-dir", "{thesis}"], "{thesis}"),
+    (["export", "{tmp}/missing", "{tmp}/out"], "{tmp}/missing"),
+    (["export", "{model}", "{thesis}"], "{thesis}"),
+    (["fill-mask", "{model}", "--file", "{binary}"], "{binary}"),
+    (["fill-mask", "{model}", "--top-k", "0", "to be [MASK]"], "--top-k"),
+    (["fill-mask", "{model}", "to be"], "[MASK]"),
+    (["nsp", "{model}", "--file", "{latin1}"], "{latin1}"),
+    (["embed", "{model}", "--file", "{binary}", "--out", "{tmp}/e.npy"], "{binary}"),
+    (["similarity", "{model}", "--file", "{latin1}", "--query", "a king"], "{latin1}"),
+    (["attention", "{model}", "--file", "{binary}", "--out", "{tmp}/att"], "{binary}"),
+    (["classify", "{model}", "--file", "{text}"], "bertjax finetune"),
+    (["finetune", "{model}", "--task", "shakespeare-genres", "--max-length", "100000",
+      "--output-dir", "{tmp}/ft"], "--max-length"),
+    (["finetune", "{model}", "--train", "{labels}", "--output-dir", "{tmp}/ft"], "{labels}"),
+    (["finetune", "{model}", "--train", "{good}", "--output-dir", "{thesis}"], "{thesis}"),
+]
+
+
+def _files(root: Path) -> dict[str, tuple[int, int]]:
+    """Every path under `root` with its size and modification time: the state to compare."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture(scope="module")
+def model() -> Path:
+    return tiny_checkpoint()
+
+
+def _workspace(tmp: Path, model: Path) -> dict[str, str]:
+    (tmp / "thesis").mkdir()
+    (tmp / "thesis" / "chapter1.tex").write_text("\\chapter{Introduction}\n")
+    (tmp / "thesis" / "figures").mkdir()
+    (tmp / "binary.bin").write_bytes(bytes(range(256)) * 8)
+    (tmp / "latin1.txt").write_bytes("Ô vérité, où es-tu ?\n".encode("latin-1"))
+    (tmp / "empty.txt").write_bytes(b"")
+    (tmp / "text.txt").write_text("To be, or not to be.\nGood night, sweet prince.\n")
+    labels = [{"text": "a", "label": 0}, {"text": "b", "label": 0.0}, {"text": "c", "label": 1}]
+    (tmp / "labels.jsonl").write_text("".join(json.dumps(r) + "\n" for r in labels))
+    good = [{"text": f"line {i}", "label": ["comedy", "tragedy"][i % 2]} for i in range(8)]
+    (tmp / "good.jsonl").write_text("".join(json.dumps(r) + "\n" for r in good))
+    names = ("thesis", "binary.bin", "latin1.txt", "empty.txt", "text.txt", "labels.jsonl",
+             "good.jsonl")
+    places = {Path(n).stem: str(tmp / n) for n in names}
+    return {"tmp": str(tmp), "model": str(model), **places}
+
+
+@pytest.mark.parametrize(("argv", "expected"), BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
+def test_bad_input_is_one_line_exit_2_and_nothing_changes(argv, expected, tmp_path, model, capsys,
+                                                          monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    places = _workspace(tmp_path, model)
+    argv = [a.format(**places) for a in argv]
+    before, model_before = _files(tmp_path), _files(model)
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # argparse's errors
+        code = exit_.code
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, err
+    assert "Traceback" not in err
+    assert len(lines) == 1 and lines[0].startswith(f"bertjax {argv[0]}"), err
+    assert expected.format(**places) in lines[0], err
+    assert _files(tmp_path) == before, "the file system changed"
+    assert _files(model) == model_before, "the model directory changed"
