@@ -117,3 +117,14 @@ def test_bad_input_is_one_line_exit_2_and_nothing_changes(argv, expected, tmp_pa
     assert expected.format(**places) in lines[0], err
     assert _files(tmp_path) == before, "the file system changed"
     assert _files(model) == model_before, "the model directory changed"
+
+
+def test_ctrl_c_while_a_command_is_imported_is_exit_130(monkeypatch, capsys):
+    import bertjax.cli.main as cli_main
+
+    def interrupted(name):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_main.importlib, "import_module", interrupted)
+    assert main(["fill-mask", "MODEL", "a [MASK]"]) == 130
+    assert capsys.readouterr().err.strip() == "bertjax fill-mask: interrupted (Ctrl-C)"

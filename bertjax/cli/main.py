@@ -79,15 +79,18 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str], argparse.Arg
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command: its exit status, 2 for bad input (one line, no traceback), 130 for Ctrl-C."""
+    """Run one command: its exit status, 2 for bad input (one line, no traceback), 130 for Ctrl-C
+    (also while the command's modules are still being imported)."""
     argv = sys.argv[1:] if argv is None else argv
-    args, unknown, parser = _parse(argv)
-    module = importlib.import_module(COMMANDS[args.command][0])
-    if unknown:
-        explain = getattr(module, "explain_unknown", None)
-        parser.error(explain(unknown) if explain else f"unrecognized arguments: {' '.join(unknown)}")
-    name = " ".join(filter(None, (args.command, getattr(args, "subcommand", None))))
+    name = " ".join(argv[:1]) or "bertjax"
     try:
+        args, unknown, parser = _parse(argv)
+        module = importlib.import_module(COMMANDS[args.command][0])
+        if unknown:
+            explain = getattr(module, "explain_unknown", None)
+            parser.error(explain(unknown) if explain
+                         else f"unrecognized arguments: {' '.join(unknown)}")
+        name = " ".join(filter(None, (args.command, getattr(args, "subcommand", None))))
         return int(module.run(args) or 0)
     except USER_ERRORS as err:
         if show_traceback():
