@@ -48,7 +48,8 @@ def _fails(capsys, argv: list[str], code: int = 2) -> str:
     err = capsys.readouterr().err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err
-    prefix = f"bertjax {argv[0]}: " + ("interrupted" if code == 130 else "error: ")
+    command = " ".join(argv[:2]) if argv[0] == "bench" else argv[0]  # `bench data`
+    prefix = f"bertjax {command}: " + ("interrupted" if code == 130 else "error: ")
     assert lines[0].startswith(prefix), err
     return lines[0]
 
@@ -128,19 +129,8 @@ def test_vocab_force_replaces_only_a_vocabulary(tmp_path, corpus, capsys):
     assert sorted(_tree(out)) == ["tokenizer.json", "vocab.txt"] and _tree(out) != first
 
 
-def test_an_unwritable_out_is_named_before_any_work(tmp_path, corpus, vocab, capsys, monkeypatch):
-    import os
-
-    locked = tmp_path / "locked"
-    locked.mkdir()
-    real_mkdir = os.mkdir
-
-    def read_only(path, *args, **kwargs):  # as a read-only directory answers (even to root)
-        if str(path).startswith(str(locked)):
-            raise PermissionError(13, "Permission denied", str(path))
-        return real_mkdir(path, *args, **kwargs)
-
-    monkeypatch.setattr(os, "mkdir", read_only)
+def test_an_unwritable_out_is_named_before_any_work(corpus, vocab, capsys, unwritable_dir):
+    locked = unwritable_dir
     for argv in (_data(corpus, vocab, locked / "shards"),
                  ["vocab", "--corpus", str(corpus), "--out", str(locked / "v")]):
         message = _fails(capsys, argv)

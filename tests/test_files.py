@@ -101,26 +101,15 @@ def test_atomic_directory_never_replaces_or_hides_a_file(tmp_path):
 
 
 def test_check_creatable_names_a_file_in_the_way_and_an_unwritable_directory(tmp_path,
+                                                                            unwritable_dir,
                                                                             monkeypatch):
-    import os
-
     (tmp_path / "notes").write_text("x")
     with pytest.raises(NotADirectoryError, match=r"--out .*notes/a/b: .*notes is a file, not a "
                                                  r"directory; choose another --out"):
         check_creatable(tmp_path / "notes" / "a" / "b", "--out")
-    locked = tmp_path / "locked"
-    locked.mkdir()
-    real_mkdir = os.mkdir
-
-    def read_only(path, *args, **kwargs):  # as a read-only directory answers (even to root)
-        if str(path).startswith(str(locked)):
-            raise PermissionError(13, "Permission denied", str(path))
-        return real_mkdir(path, *args, **kwargs)
-
-    monkeypatch.setattr(os, "mkdir", read_only)
     with pytest.raises(PermissionError, match=r"--out .*locked/new: cannot write in .*locked "
                                               r"\(permission denied\); check its permissions"):
-        check_creatable(locked / "new", "--out")
+        check_creatable(unwritable_dir / "new", "--out")
     monkeypatch.undo()
     check_creatable(tmp_path / "new" / "deeper", "--out")  # creatable: passes, leaves nothing
     assert sorted(p.name for p in tmp_path.iterdir()) == ["locked", "notes"]

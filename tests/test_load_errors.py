@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from flax import nnx
-from use_helpers import sentences, tiny_checkpoint
+from use_helpers import sentences, tiny_checkpoint, tiny_run
 
 import bertjax
 from bertjax import BertConfig
@@ -33,12 +33,7 @@ TEXT = "to be or not to be : that is the [MASK] ."
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     """A `bertjax pretrain` run of 6 steps with checkpoints at 3 and 6 (evaluated at both)."""
-    run = tmp_path_factory.mktemp("run") / "run"
-    code = main(["pretrain", "--model.preset=tiny", "--data.vocab_size=300", "--data.seq_len=32",
-                 "--data.max_predictions=5", "--data.batch_size=4", "--data.eval_batches=1",
-                 "--train.steps=6", "--train.eval_every=3", "--train.checkpoint_every=3",
-                 "--no-progress", f"--output-dir={run}"])
-    assert code == 0
+    run = tiny_run(tmp_path_factory.mktemp("run") / "run")
     assert saved_steps(run / "checkpoints") == [3, 6]
     return run
 

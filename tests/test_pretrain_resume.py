@@ -13,9 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-import jax
 import numpy as np
 import pytest
+from use_helpers import state_leaves
 
 from bertjax.train.checkpoint import read_state
 from bertjax.train.metrics import read_jsonl
@@ -49,20 +49,13 @@ def _cli(args: list[str], devices: int = 1, timeout: float = 300) -> subprocess.
     )
 
 
-def _leaves(tree) -> list[np.ndarray]:
-    def host(x):
-        if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-            x = jax.random.key_data(x)
-        return np.asarray(x)
-
-    return [host(x) for x in jax.tree.leaves(tree)]
 
 
 def _assert_same_state(dir_a: Path, dir_b: Path) -> int:
     step_a, state_a = read_state(dir_a / "checkpoints")
     step_b, state_b = read_state(dir_b / "checkpoints")
     assert step_a == step_b
-    la, lb = _leaves(state_a), _leaves(state_b)
+    la, lb = state_leaves(state_a), state_leaves(state_b)
     assert len(la) == len(lb) > 10
     for x, y in zip(la, lb, strict=True):
         assert x.dtype == y.dtype and x.shape == y.shape

@@ -21,9 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-import jax
 import numpy as np
 import pytest
+from use_helpers import state_leaves
 
 from bertjax.cli.main import main
 from bertjax.train.checkpoint import read_state
@@ -294,13 +294,6 @@ def _interrupt(args: list[str], run_dir: Path, moment: str) -> tuple[int, str, f
             proc.communicate()
 
 
-def _leaves(tree) -> list[np.ndarray]:
-    def host(x):
-        if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-            x = jax.random.key_data(x)
-        return np.asarray(x)
-
-    return [host(x) for x in jax.tree.leaves(tree)]
 
 
 def _train_records(run_dir: Path) -> list[dict]:
@@ -338,7 +331,7 @@ def test_ctrl_c_stops_promptly_and_resumes_exactly(reference: Path, corpus: Path
     (step_a, a), (step_b, b) = read_state(reference / "checkpoints"), read_state(
         run_dir / "checkpoints")
     assert step_a == step_b == 160
-    for x, y in zip(_leaves(a), _leaves(b), strict=True):
+    for x, y in zip(state_leaves(a), state_leaves(b), strict=True):
         assert x.dtype == y.dtype and np.array_equal(x, y), "the resumed run ended elsewhere"
     assert _train_records(run_dir) == _train_records(reference)
     assert read_jsonl(run_dir / "metrics.jsonl", "eval") == read_jsonl(

@@ -18,7 +18,7 @@ import tokenizers
 import torch
 import transformers
 from flax import nnx
-from use_helpers import sentences
+from use_helpers import sentences, tiny_run
 
 import bertjax
 from bertjax import BertConfig, BertForPreTraining
@@ -51,12 +51,7 @@ def peaked(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     """A `bertjax pretrain` run of 6 steps with checkpoints at 3 and 6 (evaluated at both)."""
-    run = tmp_path_factory.mktemp("run") / "run"
-    code = main(["pretrain", "--model.preset=tiny", "--data.vocab_size=300", "--data.seq_len=32",
-                 "--data.max_predictions=5", "--data.batch_size=4", "--data.eval_batches=1",
-                 "--train.steps=6", "--train.eval_every=3", "--train.checkpoint_every=3",
-                 "--no-progress", f"--output-dir={run}"])
-    assert code == 0
+    run = tiny_run(tmp_path_factory.mktemp("run") / "run")
     return run
 
 

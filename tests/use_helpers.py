@@ -1,8 +1,9 @@
-"""Shared builders for the tests of `bertjax.use` and its commands (no tests here).
+"""Shared builders for the tests of `bertjax.use`, the commands and runs (no tests here).
 
 `tiny_checkpoint()` is a small random BERT with a WordPiece vocabulary trained on two scenes of
 Shakespeare, saved as a Hugging Face directory (what `bertjax export` writes), made once per
-process.
+process. `tiny_run(path)` pre-trains a 6-step run there; `state_leaves(tree)` are a state's
+arrays on the host, to compare two states.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import jax
+import numpy as np
 from flax import nnx
 
 from bertjax import BertConfig, BertForPreTraining, save_pretrained
@@ -38,3 +41,25 @@ def tiny_checkpoint(seed: int = 0) -> Path:
     out = _TMP / f"tiny-{seed}"
     save_pretrained(BertForPreTraining(config, rngs=nnx.Rngs(seed)), out, tokenizer)
     return out
+
+
+def tiny_run(run: Path) -> Path:
+    """A `bertjax pretrain` run of 6 steps at `run`, checkpoints at 3 and 6 (evaluated at both)."""
+    from bertjax.cli.main import main
+
+    code = main(["pretrain", "--model.preset=tiny", "--data.vocab_size=300", "--data.seq_len=32",
+                 "--data.max_predictions=5", "--data.batch_size=4", "--data.eval_batches=1",
+                 "--train.steps=6", "--train.eval_every=3", "--train.checkpoint_every=3",
+                 "--no-progress", f"--output-dir={run}"])
+    assert code == 0
+    return run
+
+
+def state_leaves(tree) -> list[np.ndarray]:
+    """The arrays of a (restored) state on the host; PRNG keys as their key data."""
+    def host(x):
+        if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            x = jax.random.key_data(x)
+        return np.asarray(x)
+
+    return [host(x) for x in jax.tree.leaves(tree)]

@@ -22,6 +22,7 @@ It skips a damaged step the same way, with a warning naming it.
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import io
 import json
@@ -274,11 +275,13 @@ def quiet_orbax_logs() -> Iterator[None]:
     reported once, by us): absl's log records and anything written to stderr. After a failed
     read, the reads still in flight report "Event loop is closed" from TensorStore's threads
     (Orbax closed its loop on the first error): they are given a moment to finish here, and any
-    later such report is dropped too."""
-    logger = logging.getLogger("absl")
+    later such report is dropped too, as are asyncio's reports of its tasks' unread errors."""
+    logger, asyncio_logger = logging.getLogger("absl"), logging.getLogger("asyncio")
     was, hook = logger.disabled, sys.unraisablehook
     logger.disabled, failed = True, False
     sys.unraisablehook = lambda unraisable: None
+    had_filter = _unretrieved_task_report in asyncio_logger.filters
+    asyncio_logger.addFilter(_unretrieved_task_report)  # its handler may hold the real stderr
     try:
         with contextlib.redirect_stderr(io.StringIO()):
             try:
@@ -286,10 +289,18 @@ def quiet_orbax_logs() -> Iterator[None]:
             except Exception:
                 failed = True
                 time.sleep(0.2)
+                gc.collect()  # the failed read's tasks are destroyed (and report) while quiet
                 raise
     finally:
         logger.disabled = was
         sys.unraisablehook = _without_closed_loop_reports(hook) if failed else hook
+        if not (failed or had_filter):  # after a failed read its tasks may report until exit
+            asyncio_logger.removeFilter(_unretrieved_task_report)
+
+
+def _unretrieved_task_report(record: logging.LogRecord) -> bool:
+    """False for asyncio's "Task exception was never retrieved" (a logging filter)."""
+    return not record.getMessage().startswith("Task exception was never retrieved")
 
 
 def _without_closed_loop_reports(hook: Any) -> Any:
