@@ -48,7 +48,7 @@ def _loss_and_grads(model, batch, dropout_rng=None):
     return float(value), state_to_numpy(grads)
 
 
-def test_backward_pass_scatters_only_into_the_word_embeddings():
+def test_backward_pass_scatters_only_into_the_word_embeddings_and_never_the_logits():
     model = BertForPreTraining(CONFIG, rngs=nnx.Rngs(0))
     graphdef, params = nnx.split(model, nnx.Param)
     batch = _batch()
@@ -65,6 +65,11 @@ def test_backward_pass_scatters_only_into_the_word_embeddings():
     assert f"{CONFIG.max_position_embeddings},{H}" not in scattered  # positions: a slice
     assert not [s for s in scattered if s.endswith(f",{H}") and s.count(",") == 1
                 and s != f"{CONFIG.vocab_size},{H}"]
+    # the cross-entropy's gradient is softmax - one_hot, not a scatter of the logits' shape
+    V = CONFIG.vocab_size
+    assert not [s for s in scattered if s.endswith(f",{V}")], scattered  # (B, P, V) or (B*P, V)
+    # and the MLM bias's gradient is a dot, not a reduction over the logits' rows
+    assert not re.search(rf"= f32\[{V}\]\{{0\}} reduce\(", hlo)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
