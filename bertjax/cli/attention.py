@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 
 from bertjax.cli.embed import check_output_path
-from bertjax.cli.errors import CommandError, describe
+from bertjax.cli.errors import CommandError, writing
 from bertjax.cli.model_options import add_model_argument, load_model, run_command
 
 DEFAULT_OUT = "attention"
@@ -86,12 +86,10 @@ def _attention(args: argparse.Namespace) -> int:
     maps = attention_maps(model, tokenizer, sentence_a, sentence_b, name=str(args.model),
                           text_name=text_name)
     too_large = html_too_large(maps)
-    try:
+    with writing("--out", args.out):
         written = plot_all(maps, args.out, args.layers)
         if not too_large:
             written.append(write_html(maps, f"{args.out}/attention.html"))
-    except OSError as err:
-        raise CommandError(f"cannot write to --out {args.out}: {describe(err)}") from err
     if too_large:
         stale = Path(args.out, "attention.html")
         earlier = f"; the {stale} there is an earlier run's" if stale.exists() else ""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bertjax.cli.argtypes import int_range, positive_int
 from bertjax.cli.embed import check_output_path
-from bertjax.cli.errors import CommandError, describe
+from bertjax.cli.errors import CommandError, writing
 from bertjax.cli.model_options import add_model_argument, load_model, run_command
 
 DEFAULT_LABEL_FIELD = "label"
@@ -61,6 +61,7 @@ def _classify(args: argparse.Namespace) -> int:
     from bertjax.files import write_text_atomic
     from bertjax.model import BertForSequenceClassification
     from bertjax.tasks.classification import label_ids, predict, score
+    from bertjax.use.encode import check_max_length
 
     if args.out:
         check_output_path(args.out, "--out", example="predictions.jsonl")
@@ -69,9 +70,7 @@ def _classify(args: argparse.Namespace) -> int:
                                   missing_heads="error")
     limit = model.config.max_position_embeddings
     max_length = args.max_length or min(DEFAULT_MAX_LENGTH, limit)
-    if max_length > limit:
-        raise CommandError(f"--max-length {max_length} is longer than the model's {limit} "
-                           f"positions; pass --max-length {limit} or less")
+    check_max_length(max_length, limit, "--max-length")
     labels = model.config.id2label
     check_labels(examples, labels, f"--file {args.file}")
     probs = predict(model, tokenizer, examples, batch_size=args.batch_size,
@@ -82,10 +81,8 @@ def _classify(args: argparse.Namespace) -> int:
         records.append({"where": example.where, "label": labels[best], "probability": float(p[best])})
         print(f"{labels[best]}\t{p[best]:.4f}\t{example.text[:70]}")
     if args.out:
-        try:
+        with writing("--out", args.out):
             write_text_atomic(Path(args.out), "".join(json.dumps(r) + "\n" for r in records))
-        except OSError as err:
-            raise CommandError(f"cannot write --out {args.out}: {describe(err)}") from err
     labelled = [i for i, e in enumerate(examples) if e.label is not None]
     if labelled:
         s = score(probs[labelled], label_ids([examples[i] for i in labelled], labels))

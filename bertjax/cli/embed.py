@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from bertjax.cli.argtypes import positive_int
-from bertjax.cli.errors import CommandError, describe
+from bertjax.cli.errors import CommandError, writing
 from bertjax.cli.model_options import add_model_argument, run_command
 from bertjax.files import check_creatable
 
@@ -90,7 +90,7 @@ def load_encoder(args: argparse.Namespace) -> tuple[Any, Any]:
 def embedding_settings(args: argparse.Namespace, model: Any) -> dict[str, Any]:
     """`embed` keywords: the command line first, then the model's sentence-transformers files."""
     from bertjax.use.embed import sentence_transformers_settings
-    from bertjax.use.encode import model_max_length
+    from bertjax.use.encode import check_max_length, model_max_length
 
     found = sentence_transformers_settings(args.model) if Path(args.model).is_dir() else {}
     if args.pooling is None and "unsupported_pooling" in found:
@@ -99,9 +99,7 @@ def embedding_settings(args: argparse.Namespace, model: Any) -> dict[str, Any]:
               "(choose with --pooling)", file=sys.stderr)
     limit = model_max_length(model)
     max_length = args.max_length or min(found.get("max_length", limit), limit)
-    if max_length > limit:
-        raise CommandError(f"--max-length {max_length} is longer than the model's {limit} "
-                           f"positions; pass --max-length {limit} or less")
+    check_max_length(max_length, limit, "--max-length")
     if max_length < 3:
         raise CommandError(f"--max-length {max_length} leaves no room for text ([CLS] and [SEP] "
                            "take 2 tokens); pass --max-length 3 or more")
@@ -150,10 +148,8 @@ def _embed(args: argparse.Namespace) -> int:
     vectors = embed(model, tokenizer, lines, names=file_line_names(args.file, len(lines)),
                     **settings)
     seconds = time.perf_counter() - start
-    try:
+    with writing("--out", args.out):
         write_npy_atomic(args.out, vectors)
-    except OSError as err:
-        raise CommandError(f"cannot write --out {args.out}: {describe(err)}") from err
     print(f"embedded {len(lines)} lines ({describe_settings(settings)})")
     print(f"wrote {args.out}: {vectors.shape[0]} x {vectors.shape[1]} float32 in {seconds:.2f} s, "
           f"{len(lines) / seconds:.1f} sentences/s (compilation included)")

@@ -8,8 +8,10 @@ BERTJAX_TRACEBACK=1 to see the traceback of such an error as well (for bug repor
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 
 EXIT_BAD_INPUT = 2  # argparse's own convention; 1 is a training failure (NaN loss, a failed row)
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
@@ -50,6 +52,15 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+@contextlib.contextmanager
+def writing(option: str, path: object) -> Iterator[None]:
+    """An OSError inside the block becomes a CommandError naming `option` and `path`."""
+    try:
+        yield
+    except OSError as err:
+        raise CommandError(f"cannot write {option} {path}: {describe(err)}") from err
 
 
 def print_error(command: str, message: str) -> None:

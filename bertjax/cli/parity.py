@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from bertjax.config import BertConfig
     from bertjax.model import BertForPreTraining
     from bertjax.pretrained import load_hf
+    from bertjax.use.encode import check_max_length
     from parity.tensors import compare, random_batch
 
     if args.hf:
@@ -53,9 +54,7 @@ def run(args: argparse.Namespace) -> int:
         model = BertForPreTraining(BertConfig.from_preset(args.preset), rngs=nnx.Rngs(args.seed))
         source = f"preset {args.preset!r}, random init (seed {args.seed})"
     seq_len, limit = args.seq_len, model.config.max_position_embeddings
-    if seq_len > limit:
-        raise CommandError(f"--seq-len {seq_len} is longer than the model's "
-                           f"max_position_embeddings {limit}; pass --seq-len {limit} or less")
+    check_max_length(seq_len, limit, "--seq-len")
     if args.train_steps and seq_len < PAIR_MIN_SEQ_LEN:
         raise CommandError(f"--train-steps trains on sentence pairs, which need --seq-len "
                            f"{PAIR_MIN_SEQ_LEN} or more ([CLS] a [SEP] b [SEP]); got {seq_len}")

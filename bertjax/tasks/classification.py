@@ -13,7 +13,7 @@ from flax import nnx
 
 from bertjax.data.labelled import Example
 from bertjax.data.tokenizer import WordPieceTokenizer
-from bertjax.use.encode import encode, model_max_length
+from bertjax.use.encode import check_max_length, encode, model_max_length
 from bertjax.use.truncation import warn_cut
 
 
@@ -33,9 +33,7 @@ def predict(
     raises the limit (`option`) unless `warn=False`; a `max_length` past the model's positions
     is a ValueError."""
     limit = model_max_length(model)
-    if max_length > limit:
-        raise ValueError(f"{option} {max_length} is longer than the model's {limit} positions; "
-                         f"use {limit} or less")
+    check_max_length(max_length, limit, option)
     lengths = [len(e.text) + len(e.text_pair or "") for e in examples]
     order = np.argsort(lengths, kind="stable")
     probs = np.zeros((len(examples), model.config.num_labels), np.float32)

@@ -38,7 +38,7 @@ from bertjax.train.objectives import CLASSIFICATION
 from bertjax.train.optim import OptimConfig
 from bertjax.train.parallel import SingleDevice
 from bertjax.train.step import Batch, Metrics, TrainState
-from bertjax.use.encode import encode
+from bertjax.use.encode import check_max_length, encode
 from bertjax.viz.curves import plot_confusion
 
 __all__ = ["LOG_EVERY", "FinetuneConfig", "FinetuneResult", "check_inputs", "check_output_dir",
@@ -105,10 +105,7 @@ def check_inputs(model_config: BertConfig, train: Sequence[Example],
     for what, examples in (("the training data", train), ("the validation data", validation),
                            ("the test data", test or [])):
         check_labels(examples, model_config.id2label, what)
-    limit = model_config.max_position_embeddings
-    if config.max_length > limit:
-        raise ValueError(f"--max-length {config.max_length} is longer than the model's {limit} "
-                         f"positions; pass --max-length {limit} or less")
+    check_max_length(config.max_length, model_config.max_position_embeddings, "--max-length")
     if len(train) < config.batch_size:
         raise ValueError(f"{len(train)} training examples make no batch of {config.batch_size}; "
                          f"lower --batch-size to {len(train)} or less")

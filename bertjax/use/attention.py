@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from bertjax.use.encode import encode, jitted_forward, model_max_length
+from bertjax.use.encode import check_max_length, encode, jitted_forward, model_max_length
 from bertjax.use.truncation import warn_cut
 
 
@@ -67,8 +67,7 @@ def attention_maps(
         raise ValueError("sentence B is empty (leave it out to look at one sentence)")
     limit = model_max_length(model)
     max_length = limit if max_length is None else max_length
-    if max_length > limit:
-        raise ValueError(f"max_length {max_length} is longer than the model's {limit} positions")
+    check_max_length(max_length, limit)
     pairs = None if sentence_b is None else [sentence_b]
     label = text_name or ("sentence A" if sentence_b is None else "sentences A and B together")
     batch = encode(tokenizer, [sentence_a], pairs, max_length=max_length, warn=False)

@@ -131,3 +131,10 @@ def jitted_forward(model: Any, **outputs: bool) -> Callable[[dict[str, np.ndarra
 def model_max_length(model: Any) -> int:
     """The longest sequence the model takes."""
     return int(model.config.max_position_embeddings)
+
+
+def check_max_length(max_length: int, limit: int, option: str = "max_length") -> None:
+    """A ValueError naming `option` unless `max_length` fits the model's `limit` positions."""
+    if max_length > limit:
+        raise ValueError(f"{option} {max_length} is longer than the model's {limit} positions; "
+                         f"pass {option} {limit} or less")
