@@ -1,12 +1,19 @@
 """bert_torch: the PyTorch reference that mirrors bertjax name for name. Imports no JAX."""
 
+from bert_torch.heads import (
+    BertForMaskedLM,
+    BertForMultipleChoice,
+    BertForNextSentencePrediction,
+    BertForPreTraining,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertMLMHead,
+)
 from bert_torch.model import (
     BertAttention,
     BertEmbeddings,
-    BertForPreTraining,
-    BertForSequenceClassification,
     BertLayer,
-    BertMLMHead,
     BertModel,
     BertOutput,
     BertPooler,
@@ -15,7 +22,8 @@ from bert_torch.model import (
 from bertjax.config import BertConfig
 
 __all__ = [
-    "BertAttention", "BertConfig", "BertEmbeddings", "BertForPreTraining",
-    "BertForSequenceClassification", "BertLayer",
-    "BertMLMHead", "BertModel", "BertOutput", "BertPooler", "LayerNorm",
+    "BertAttention", "BertConfig", "BertEmbeddings", "BertForMaskedLM", "BertForMultipleChoice",
+    "BertForNextSentencePrediction", "BertForPreTraining", "BertForQuestionAnswering",
+    "BertForSequenceClassification", "BertForTokenClassification", "BertLayer", "BertMLMHead",
+    "BertModel", "BertOutput", "BertPooler", "LayerNorm",
 ]

@@ -58,3 +58,21 @@ def _check_range(name: str, t: torch.Tensor, limit: int, limit_name: str) -> Non
             f"{name} has values outside [0, {limit_name}={limit}): e.g. {bad[:5].tolist()} "
             f"(min {lo}, max {hi}); check the tokenizer matches the model config"
         )
+
+
+def flatten_choices(
+    input_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
+    attention_mask: torch.Tensor | None,
+) -> tuple[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None], tuple[int, int]]:
+    """Same checks and reshapes as `bertjax.inputs.flatten_choices`."""
+    if input_ids.ndim != 3:
+        raise ValueError("multiple choice takes input_ids of shape (batch, num_choices, seq_len), "
+                         f"got {tuple(input_ids.shape)}; stack each example's choices on axis 1")
+    B, C, S = input_ids.shape
+    for name, t in (("token_type_ids", token_type_ids), ("attention_mask", attention_mask)):
+        if t is not None and tuple(t.shape) != (B, C, S):
+            raise ValueError(f"{name} must have the shape of input_ids {(B, C, S)}, "
+                             f"got {tuple(t.shape)}")
+    flat = tuple(None if t is None else t.reshape(B * C, S)  # (B, C, S) -> (B * C, S)
+                 for t in (input_ids, token_type_ids, attention_mask))
+    return flat, (B, C)

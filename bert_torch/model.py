@@ -25,11 +25,14 @@ from bertjax.config import BertConfig
 class BertOutput:
     """What a BERT forward returns; fields a model does not compute are None."""
 
-    sequence_output: torch.Tensor  # (B, S, H)
-    pooled_output: torch.Tensor  # (B, H)
+    sequence_output: torch.Tensor  # (B, S, H); (B * C, S, H) for choices
+    pooled_output: torch.Tensor | None = None  # (B, H); None for a model without a pooler
     mlm_logits: torch.Tensor | None = None  # (B, P, V) or (B, S, V)
     nsp_logits: torch.Tensor | None = None  # (B, 2)
-    logits: torch.Tensor | None = None  # (B, num_labels): sequence classification
+    # (B, num_labels) sequence, (B, S, num_labels) token classification, (B, C) multiple choice
+    logits: torch.Tensor | None = None
+    start_logits: torch.Tensor | None = None  # (B, S): question answering
+    end_logits: torch.Tensor | None = None  # (B, S)
     attentions: tuple[torch.Tensor, ...] | None = None  # per layer (B, A, S, S)
     hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings + per layer (B, S, H)
 
@@ -61,7 +64,8 @@ class Embed(nn.Embedding):
         return rows if self.dtype is None else rows.to(self.dtype)
 
 
-def _linear(config: BertConfig, n_in: int, n_out: int) -> Linear:
+def linear(config: BertConfig, n_in: int, n_out: int) -> Linear:
+    """A dense layer computing in the config's dtype, BERT's init (`bertjax.model.linear`)."""
     layer = Linear(n_in, n_out, numerics.compute_dtype(config))
     nn.init.normal_(layer.weight, std=config.initializer_range)
     nn.init.zeros_(layer.bias)
@@ -113,10 +117,10 @@ class BertAttention(nn.Module):
         h = config.hidden_size
         self.num_heads = config.num_attention_heads
         self.head_dim = config.head_dim
-        self.query = _linear(config, h, h)
-        self.key = _linear(config, h, h)
-        self.value = _linear(config, h, h)
-        self.output = _linear(config, h, h)
+        self.query = linear(config, h, h)
+        self.key = linear(config, h, h)
+        self.value = linear(config, h, h)
+        self.output = linear(config, h, h)
         self.attention_dropout = nn.Dropout(config.attention_probs_dropout_prob)
         self.output_dropout = nn.Dropout(config.hidden_dropout_prob)
 
@@ -144,8 +148,8 @@ class BertLayer(nn.Module):
         super().__init__()
         self.attention = BertAttention(config)
         self.attention_norm = LayerNorm(config)
-        self.intermediate = _linear(config, config.hidden_size, config.intermediate_size)
-        self.output = _linear(config, config.intermediate_size, config.hidden_size)
+        self.intermediate = linear(config, config.hidden_size, config.intermediate_size)
+        self.output = linear(config, config.intermediate_size, config.hidden_size)
         self.output_norm = LayerNorm(config)
         self.output_dropout = nn.Dropout(config.hidden_dropout_prob)
         self.activation = numerics.activation(config.hidden_act)
@@ -165,7 +169,7 @@ class BertPooler(nn.Module):
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.dense = _linear(config, config.hidden_size, config.hidden_size)
+        self.dense = linear(config, config.hidden_size, config.hidden_size)
 
     def forward(self, sequence_output: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.dense(sequence_output[:, 0]))  # (B, H)
@@ -178,12 +182,12 @@ class BertModel(nn.Module):
     base_model_prefix: ClassVar[str] = ""
     head_modules: ClassVar[tuple[str, ...]] = ("pooler",)
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, *, add_pooling_layer: bool = True):
         super().__init__()
         self.config = config
         self.embeddings = BertEmbeddings(config)
         self.layers = nn.ModuleList([BertLayer(config) for _ in range(config.num_hidden_layers)])
-        self.pooler = BertPooler(config)
+        self.pooler = BertPooler(config) if add_pooling_layer else None
 
     def forward(
         self,
@@ -205,101 +209,7 @@ class BertModel(nn.Module):
             attentions.append(probs)
         return BertOutput(
             sequence_output=x,
-            pooled_output=self.pooler(x),
+            pooled_output=None if self.pooler is None else self.pooler(x),
             attentions=tuple(attentions) if output_attentions else None,
             hidden_states=tuple(hidden_states) if output_hidden_states else None,
         )
-
-
-class BertMLMHead(nn.Module):
-    """Dense + GELU + LayerNorm, then the decoder tied to the word embeddings plus its own bias."""
-
-    def __init__(self, config: BertConfig):
-        super().__init__()
-        self.transform = _linear(config, config.hidden_size, config.hidden_size)
-        self.layer_norm = LayerNorm(config)
-        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
-        self.activation = numerics.activation(config.hidden_act)
-
-    def forward(self, h: torch.Tensor, word_embeddings: nn.Embedding) -> torch.Tensor:
-        h = self.layer_norm(self.activation(self.transform(h)))  # (B, P, H)
-        # the decoder's products in float32 from compute-dtype operands (Flax: preferred f32)
-        embedding = numerics.upcast(word_embeddings.weight.to(h.dtype))  # (V, H)
-        return F.linear(numerics.upcast(h), embedding) + self.bias  # (B, P, V) float32
-
-
-class BertForPreTraining(nn.Module):
-    """BERT with the masked-LM and next-sentence-prediction heads."""
-
-    base_model_prefix: ClassVar[str] = "bert"
-    head_modules: ClassVar[tuple[str, ...]] = ("mlm_head", "nsp_head")
-
-    def __init__(self, config: BertConfig):
-        super().__init__()
-        self.config = config
-        self.bert = BertModel(config)
-        self.mlm_head = BertMLMHead(config)
-        self.nsp_head = _linear(config.replace(dtype="float32"), config.hidden_size, 2)  # f32 logits
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        masked_positions: torch.Tensor | None = None,
-        *,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ) -> BertOutput:
-        out = self.bert(
-            input_ids,
-            token_type_ids,
-            attention_mask,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-        )
-        h = out.sequence_output
-        if masked_positions is not None:
-            inputs.check_masked_positions(input_ids, masked_positions)
-            index = masked_positions.long()[:, :, None].expand(-1, -1, h.shape[-1])  # (B, P, H)
-            h = torch.gather(h, 1, index)  # (B, P, H)
-        return dataclasses.replace(
-            out,
-            mlm_logits=self.mlm_head(h, self.bert.embeddings.word_embeddings),
-            nsp_logits=self.nsp_head(numerics.upcast(out.pooled_output)),
-        )
-
-
-class BertForSequenceClassification(nn.Module):
-    """BERT with a classifier on the pooled [CLS] output: dropout, then a dense layer to
-    `config.num_labels` float32 logits (Hugging Face's BertForSequenceClassification)."""
-
-    base_model_prefix: ClassVar[str] = "bert"
-    head_modules: ClassVar[tuple[str, ...]] = ("classifier",)
-
-    def __init__(self, config: BertConfig):
-        super().__init__()
-        self.config = config
-        self.bert = BertModel(config)
-        self.dropout = nn.Dropout(config.classifier_dropout_prob)
-        self.classifier = _linear(config.replace(dtype="float32"), config.hidden_size,
-                                  config.num_labels)  # float32 logits
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        *,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ) -> BertOutput:
-        out = self.bert(
-            input_ids,
-            token_type_ids,
-            attention_mask,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-        )
-        pooled = self.dropout(numerics.upcast(out.pooled_output))
-        return dataclasses.replace(out, logits=self.classifier(pooled))  # (B, num_labels)

@@ -16,12 +16,16 @@ from typing import Any
 
 from bertjax.config import PRESETS, BertConfig
 
-__all__ = ["PRESETS", "BertConfig", "BertForPreTraining", "BertForSequenceClassification",
-           "BertModel", "BertOutput", "from_pretrained", "load_hf", "save_hf", "save_pretrained"]
+# The model classes, by where they live: every `BertFor*` class of Hugging Face transformers.
+HEAD_CLASSES = ("BertForPreTraining", "BertForMaskedLM", "BertForNextSentencePrediction",
+                "BertForSequenceClassification", "BertForTokenClassification",
+                "BertForQuestionAnswering", "BertForMultipleChoice")
+__all__ = ["PRESETS", "BertConfig", *HEAD_CLASSES, "BertModel", "BertOutput", "from_pretrained",
+           "load_hf", "save_hf", "save_pretrained"]
 __version__ = "0.1.0"
 
-_LAZY = {"BertModel": "bertjax.model", "BertForPreTraining": "bertjax.model",
-         "BertForSequenceClassification": "bertjax.model", "BertOutput": "bertjax.model",
+_LAZY = {"BertModel": "bertjax.model", "BertOutput": "bertjax.model",
+         **{name: "bertjax.heads" for name in HEAD_CLASSES},
          "from_pretrained": "bertjax.pretrained", "save_pretrained": "bertjax.pretrained",
          "load_hf": "bertjax.pretrained", "save_hf": "bertjax.pretrained"}
 

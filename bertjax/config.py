@@ -25,6 +25,9 @@ COMPUTE_FIELDS = ("dtype", "attn_implementation", "scan_layers", "remat")
 # The MLM loss divides by max(sum of masked_weights, this): a batch with no real prediction has
 # loss 0, not NaN. Shared by bertjax.losses and bert_torch.losses.
 LOSS_WEIGHT_FLOOR = 1e-5
+# Question answering's outputs per token: Hugging Face's BertForQuestionAnswering splits its
+# `qa_outputs` layer into start and end logits, and its config says num_labels=2.
+QA_OUTPUTS = ("start", "end")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +47,8 @@ class BertConfig:
     initializer_range: float = 0.02
     layer_norm_eps: float = 1e-12
     pad_token_id: int = 0
-    # Sequence classification (BertForSequenceClassification): the label names, in id order, and
-    # the dropout before the classifier (None: hidden_dropout_prob), as in Hugging Face.
+    # Sequence and token classification: the label names, in id order, and the dropout before
+    # the classifier (None: hidden_dropout_prob; multiple choice uses it too), as in Hugging Face.
     id2label: tuple[str, ...] = ("LABEL_0", "LABEL_1")
     classifier_dropout: float | None = None
     # Not Hugging Face fields (COMPUTE_FIELDS): how bertjax computes, never what.

@@ -105,3 +105,20 @@ def check_batch(config: BertConfig, batch: dict[str, np.ndarray]) -> None:
     check_inputs(config, ids, batch.get("token_type_ids"), batch.get("attention_mask"))
     if "masked_positions" in batch:
         check_masked_positions(ids, batch["masked_positions"])
+
+
+def flatten_choices(
+    input_ids: jax.Array, token_type_ids: jax.Array | None, attention_mask: jax.Array | None,
+) -> tuple[tuple[jax.Array, jax.Array | None, jax.Array | None], tuple[int, int]]:
+    """Multiple-choice inputs (B, C, S) -> ((B * C, S) each, (B, C)); a missing token-type or
+    mask array stays None (the encoder fills it in)."""
+    if input_ids.ndim != 3:
+        raise ValueError("multiple choice takes input_ids of shape (batch, num_choices, seq_len), "
+                         f"got {input_ids.shape}; stack each example's choices on axis 1")
+    B, C, S = input_ids.shape
+    for name, arr in (("token_type_ids", token_type_ids), ("attention_mask", attention_mask)):
+        if arr is not None and arr.shape != input_ids.shape:
+            raise ValueError(f"{name} must have the shape of input_ids {(B, C, S)}, got {arr.shape}")
+    flat = tuple(None if a is None else a.reshape(B * C, S)  # (B, C, S) -> (B * C, S)
+                 for a in (input_ids, token_type_ids, attention_mask))
+    return flat, (B, C)

@@ -25,16 +25,21 @@ from bertjax.config import BertConfig
 class BertOutput:
     """What a BERT forward returns; fields a model does not compute are None."""
 
-    sequence_output: jax.Array  # (B, S, H) in the compute dtype
-    pooled_output: jax.Array  # (B, H)
+    sequence_output: jax.Array  # (B, S, H) in the compute dtype; (B * C, S, H) for choices
+    pooled_output: jax.Array | None = None  # (B, H); None for a model without a pooler
     mlm_logits: jax.Array | None = None  # (B, P, V) or (B, S, V), float32
     nsp_logits: jax.Array | None = None  # (B, 2), float32
-    logits: jax.Array | None = None  # (B, num_labels), float32: sequence classification
+    # float32: (B, num_labels) sequence classification, (B, S, num_labels) token
+    # classification, (B, C) multiple choice
+    logits: jax.Array | None = None
+    start_logits: jax.Array | None = None  # (B, S), float32: question answering
+    end_logits: jax.Array | None = None  # (B, S), float32
     attentions: tuple[jax.Array, ...] | None = None  # per layer (B, A, S, S), float32
     hidden_states: tuple[jax.Array, ...] | None = None  # embeddings + per layer (B, S, H)
 
 
-def _linear(config: BertConfig, n_in: int, n_out: int, rngs: nnx.Rngs) -> nnx.Linear:
+def linear(config: BertConfig, n_in: int, n_out: int, rngs: nnx.Rngs) -> nnx.Linear:
+    """A dense layer computing in the config's dtype with float32 parameters, BERT's init."""
     return nnx.Linear(
         n_in,
         n_out,
@@ -131,10 +136,10 @@ class BertAttention(nnx.Module):
         self.num_heads = config.num_attention_heads
         self.head_dim = config.head_dim
         self.implementation = config.attn_implementation
-        self.query = _linear(config, h, h, rngs)
-        self.key = _linear(config, h, h, rngs)
-        self.value = _linear(config, h, h, rngs)
-        self.output = _linear(config, h, h, rngs)
+        self.query = linear(config, h, h, rngs)
+        self.key = linear(config, h, h, rngs)
+        self.value = linear(config, h, h, rngs)
+        self.output = linear(config, h, h, rngs)
         self.attention_dropout = nnx.Dropout(config.attention_probs_dropout_prob)
         self.output_dropout = nnx.Dropout(config.hidden_dropout_prob)
 
@@ -176,8 +181,8 @@ class BertLayer(nnx.Module):
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         self.attention = BertAttention(config, rngs=rngs)
         self.attention_norm = LayerNorm(config, rngs=rngs)
-        self.intermediate = _linear(config, config.hidden_size, config.intermediate_size, rngs)
-        self.output = _linear(config, config.intermediate_size, config.hidden_size, rngs)
+        self.intermediate = linear(config, config.hidden_size, config.intermediate_size, rngs)
+        self.output = linear(config, config.intermediate_size, config.hidden_size, rngs)
         self.output_norm = LayerNorm(config, rngs=rngs)
         self.output_dropout = nnx.Dropout(config.hidden_dropout_prob)
         self.activation = numerics.activation(config.hidden_act)
@@ -203,7 +208,7 @@ class BertPooler(nnx.Module):
     """Dense + tanh on the [CLS] position."""
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
-        self.dense = _linear(config, config.hidden_size, config.hidden_size, rngs)
+        self.dense = linear(config, config.hidden_size, config.hidden_size, rngs)
 
     def __call__(self, sequence_output: jax.Array) -> jax.Array:
         return jnp.tanh(self.dense(sequence_output[:, 0]))  # (B, H)
@@ -228,13 +233,14 @@ class BertModel(nnx.Module):
     with it ("": this class is the encoder, its names carry no prefix); `head_modules` are the
     attributes holding weights a checkpoint of another class may lack (freshly initialised, with
     a warning) or carry for another class (left out). The pooler is the encoder's one head:
-    Hugging Face's BertForMaskedLM has none.
+    `add_pooling_layer=False` leaves it out, as Hugging Face's BertForMaskedLM,
+    BertForTokenClassification and BertForQuestionAnswering do (`pooled_output` is then None).
     """
 
     base_model_prefix: ClassVar[str] = ""
     head_modules: ClassVar[tuple[str, ...]] = ("pooler",)
 
-    def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+    def __init__(self, config: BertConfig, *, add_pooling_layer: bool = True, rngs: nnx.Rngs):
         self.config = config
         self.embeddings = BertEmbeddings(config, rngs=rngs)
         # a loop model holds `layers.{i}`; a scan model one stacked layer (`_stacked_layers`),
@@ -242,7 +248,7 @@ class BertModel(nnx.Module):
         self.layers: nnx.List[BertLayer] | BertLayer = (
             _stacked_layers(config, rngs) if config.scan_layers
             else nnx.List([BertLayer(config, rngs=rngs) for _ in range(config.num_hidden_layers)]))
-        self.pooler = BertPooler(config, rngs=rngs)
+        self.pooler = BertPooler(config, rngs=rngs) if add_pooling_layer else None
 
     def __call__(
         self,
@@ -267,7 +273,7 @@ class BertModel(nnx.Module):
                                         output_hidden_states)
         return BertOutput(
             sequence_output=x,
-            pooled_output=self.pooler(x),
+            pooled_output=None if self.pooler is None else self.pooler(x),
             attentions=tuple(probs) if output_attentions else None,
             hidden_states=tuple(hidden) if output_hidden_states else None,
         )
@@ -319,112 +325,3 @@ class BertModel(nnx.Module):
         hidden = [embedded, *xs] if output_hidden else []  # (L, B, S, H) -> per layer
         probs = list(ps) if output_probs else []  # (L, B, A, S, S) -> per layer
         return x, hidden, probs
-
-
-class BertMLMHead(nnx.Module):
-    """Dense + GELU + LayerNorm, then the decoder tied to the word embeddings plus its own bias."""
-
-    def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
-        self.transform = _linear(config, config.hidden_size, config.hidden_size, rngs)
-        self.layer_norm = LayerNorm(config, rngs=rngs)
-        self.bias = nnx.Param(jnp.zeros((config.vocab_size,), jnp.float32))
-        self.activation = numerics.activation(config.hidden_act)
-
-    def __call__(self, h: jax.Array, word_embeddings: nnx.Embed) -> jax.Array:
-        h = self.layer_norm(self.activation(self.transform(h)))  # (B, P, H)
-        embedding = word_embeddings.embedding[...].astype(h.dtype)  # (V, H)
-        logits = jnp.einsum("bph,vh->bpv", h, embedding, preferred_element_type=jnp.float32)
-        return numerics.add_bias(logits, self.bias[...])  # (B, P, V) float32
-
-
-class BertForPreTraining(nnx.Module):
-    """BERT with the masked-LM and next-sentence-prediction heads.
-
-    The encoder is `bert` (`base_model_prefix`), the heads `mlm_head` and `nsp_head`
-    (`head_modules`; see `BertModel`).
-    """
-
-    base_model_prefix: ClassVar[str] = "bert"
-    head_modules: ClassVar[tuple[str, ...]] = ("mlm_head", "nsp_head")
-
-    def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
-        self.config = config
-        self.bert = BertModel(config, rngs=rngs)
-        self.mlm_head = BertMLMHead(config, rngs=rngs)
-        self.nsp_head = _linear(config.replace(dtype="float32"), config.hidden_size, 2,
-                                rngs)  # float32 logits
-
-    def __call__(
-        self,
-        input_ids: jax.Array,
-        token_type_ids: jax.Array | None = None,
-        attention_mask: jax.Array | None = None,
-        masked_positions: jax.Array | None = None,
-        *,
-        deterministic: bool = True,
-        dropout_rng: jax.Array | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ) -> BertOutput:
-        out = self.bert(
-            input_ids,
-            token_type_ids,
-            attention_mask,
-            deterministic=deterministic,
-            dropout_rng=dropout_rng,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-        )
-        h = out.sequence_output
-        if masked_positions is not None:
-            inputs.check_masked_positions(input_ids, masked_positions)
-            h = jnp.take_along_axis(h, masked_positions[:, :, None], axis=1)  # (B, P, H)
-        return out.replace(
-            mlm_logits=self.mlm_head(h, self.bert.embeddings.word_embeddings),
-            nsp_logits=self.nsp_head(out.pooled_output.astype(jnp.float32)),
-        )
-
-
-class BertForSequenceClassification(nnx.Module):
-    """BERT with a classifier on the pooled [CLS] output: dropout, then a dense layer to
-    `config.num_labels` float32 logits (Hugging Face's BertForSequenceClassification).
-
-    The encoder is `bert` (`base_model_prefix`), the head `classifier` (`head_modules`; see
-    `BertModel`).
-    """
-
-    base_model_prefix: ClassVar[str] = "bert"
-    head_modules: ClassVar[tuple[str, ...]] = ("classifier",)
-
-    def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
-        self.config = config
-        self.bert = BertModel(config, rngs=rngs)
-        self.dropout = nnx.Dropout(config.classifier_dropout_prob)
-        self.classifier = _linear(config.replace(dtype="float32"), config.hidden_size,
-                                  config.num_labels, rngs)  # float32 logits
-
-    def __call__(
-        self,
-        input_ids: jax.Array,
-        token_type_ids: jax.Array | None = None,
-        attention_mask: jax.Array | None = None,
-        *,
-        deterministic: bool = True,
-        dropout_rng: jax.Array | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ) -> BertOutput:
-        out = self.bert(
-            input_ids,
-            token_type_ids,
-            attention_mask,
-            deterministic=deterministic,
-            dropout_rng=dropout_rng,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-        )
-        # the head's own stream: the encoder's starts from dropout_rng itself
-        head_rng = None if dropout_rng is None else jax.random.fold_in(dropout_rng, 1)
-        pooled = self.dropout(out.pooled_output.astype(jnp.float32), deterministic=deterministic,
-                              rngs=numerics.dropout_rngs(deterministic, head_rng))
-        return out.replace(logits=self.classifier(pooled))  # (B, num_labels)

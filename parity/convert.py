@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from bertjax.config import BertConfig
+from bertjax.heads import BertForPreTraining
 from bertjax.io.weights import model_from_numpy, model_to_numpy
-from bertjax.model import BertForPreTraining
 
 
 def flax_to_torch(model: Any) -> dict[str, Any]:

@@ -21,9 +21,9 @@ import numpy as np
 from flax import nnx
 
 from bertjax.config import BertConfig
+from bertjax.heads import BertForPreTraining
 from bertjax.io.weights import state_to_numpy
 from bertjax.losses import pretraining_loss
-from bertjax.model import BertForPreTraining
 from parity.convert import to_torch_model
 
 TOLERANCE = 1e-5  # the Hugging Face PT/Flax equivalence-test tolerance

@@ -28,8 +28,8 @@ from flax import nnx
 
 from bertjax.config import BertConfig
 from bertjax.data.tokenizer import SPECIAL_TOKENS
+from bertjax.heads import BertForPreTraining
 from bertjax.io.weights import state_to_numpy
-from bertjax.model import BertForPreTraining
 from bertjax.train.optim import OptimConfig, learning_rate_schedule, make_optimizer
 from bertjax.train.step import create_train_state, make_train_step
 from parity.convert import to_torch_model

@@ -22,8 +22,8 @@ from bertjax.bench.options import BenchSettings, Row
 from bertjax.bench.report import add_ratios, summarize_row
 from bertjax.cli.main import main
 from bertjax.config import BertConfig
+from bertjax.heads import BertForPreTraining
 from bertjax.losses import pretraining_loss
-from bertjax.model import BertForPreTraining
 
 TINY = ["--preset", "tiny", "--seq", "16", "--batch", "4", "--steps", "2", "--warmup", "1",
         "--gemm-size", "128"]

@@ -17,7 +17,7 @@ import bertjax
 from bertjax.cli.main import main
 from bertjax.data.corpus import shakespeare_genres
 from bertjax.data.labelled import GENRE_HELD_OUT, GENRE_MIN_WORDS, genre_examples, read_examples
-from bertjax.model import BertForSequenceClassification
+from bertjax.heads import BertForSequenceClassification
 from bertjax.tasks.classification import predict, score
 
 

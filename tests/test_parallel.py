@@ -91,7 +91,7 @@ def _tiny_model() -> Any:
     from flax import nnx
 
     from bertjax.config import BertConfig
-    from bertjax.model import BertForPreTraining
+    from bertjax.heads import BertForPreTraining
 
     config = BertConfig.from_preset("tiny", vocab_size=VOCAB, hidden_dropout_prob=0.0,
                                     attention_probs_dropout_prob=0.0)

@@ -18,8 +18,8 @@ from bert_torch import BertForPreTraining as TorchBertForPreTraining
 from bert_torch.train import decay_parameter_names
 from bert_torch.train import make_optimizer as torch_optimizer
 from bertjax.config import BertConfig
+from bertjax.heads import BertForPreTraining
 from bertjax.io.names import torch_name
-from bertjax.model import BertForPreTraining
 from bertjax.train.optim import OptimConfig, decay_mask, learning_rate_schedule
 from bertjax.train.schedule import warmup_linear_decay_factor
 from parity.training import (

@@ -27,7 +27,7 @@ from flax import nnx
 
 from bertjax.bench.batch import MODEL_KEYS, pretraining_batch
 from bertjax.bench.timing import Gemm, Job, Probe, RowSpec, child_main, peak_rss_bytes, time_steps
-from bertjax.model import BertForPreTraining
+from bertjax.heads import BertForPreTraining
 from bertjax.train.assembly import assemble
 from bertjax.train.parallel import SingleDevice
 

@@ -121,7 +121,7 @@ def _finetune(args: argparse.Namespace) -> int:
     from flax import nnx
 
     from bertjax.data.labelled import label_names
-    from bertjax.model import BertForSequenceClassification
+    from bertjax.heads import BertForSequenceClassification
     from bertjax.tasks.finetune import check_output_dir, finetune
 
     check_output_dir(Path(args.output_dir), "--output-dir")

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from flax import nnx
 
     from bertjax.config import BertConfig
-    from bertjax.model import BertForPreTraining
+    from bertjax.heads import BertForPreTraining
     from bertjax.pretrained import load_hf
     from bertjax.use.encode import check_max_length
     from parity.tensors import compare, random_batch

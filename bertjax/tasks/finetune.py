@@ -28,8 +28,8 @@ from bertjax.config import BertConfig
 from bertjax.data.labelled import Example, check_labels, majority_baseline
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.files import atomic_directory, check_output_directory, write_json_atomic
+from bertjax.heads import BertForSequenceClassification
 from bertjax.io.models import save_model
-from bertjax.model import BertForSequenceClassification
 from bertjax.tasks.classification import Scores, label_ids, predict, score
 from bertjax.tasks.finetune_config import FinetuneConfig
 from bertjax.train.assembly import assemble

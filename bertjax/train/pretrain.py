@@ -33,8 +33,8 @@ from flax import nnx
 from tqdm import tqdm
 
 from bertjax.files import check_creatable, listing, write_json_atomic
+from bertjax.heads import BertForPreTraining
 from bertjax.losses import metrics_from_sums
-from bertjax.model import BertForPreTraining
 from bertjax.train import run_config as rc
 from bertjax.train.assembly import Strategy, assemble
 from bertjax.train.checkpoint import Checkpointer, abstract_like

@@ -1,0 +1,256 @@
+"""BERT with a task head, in PyTorch: the reference mirror of `bertjax/heads.py`.
+
+Same classes, same attribute names, same declarations (`base_model_prefix`, `head_modules`);
+logits float32 as there. Dropout follows `.train()` / `.eval()`.
+Shapes: B batch, S sequence, H hidden, P masked positions, V vocabulary, C choices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bert_torch import inputs, numerics
+from bert_torch.model import BertModel, BertOutput, LayerNorm, Linear, linear
+from bertjax.config import QA_OUTPUTS, BertConfig
+
+
+def float32_linear(config: BertConfig, n_in: int, n_out: int) -> Linear:
+    """A head's output layer: float32 compute, for float32 logits."""
+    return linear(config.replace(dtype="float32"), n_in, n_out)
+
+
+class BertMLMHead(nn.Module):
+    """Dense + GELU + LayerNorm, then the decoder tied to the word embeddings plus its own bias."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.transform = linear(config, config.hidden_size, config.hidden_size)
+        self.layer_norm = LayerNorm(config)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.activation = numerics.activation(config.hidden_act)
+
+    def forward(self, h: torch.Tensor, word_embeddings: nn.Embedding) -> torch.Tensor:
+        h = self.layer_norm(self.activation(self.transform(h)))  # (B, P, H)
+        # the decoder's products in float32 from compute-dtype operands (Flax: preferred f32)
+        embedding = numerics.upcast(word_embeddings.weight.to(h.dtype))  # (V, H)
+        return F.linear(numerics.upcast(h), embedding) + self.bias  # (B, P, V) float32
+
+
+class _WithEncoder(nn.Module):
+    """What every head class shares: the encoder `bert` and its call (`bertjax.heads`)."""
+
+    base_model_prefix: ClassVar[str] = "bert"
+    head_modules: ClassVar[tuple[str, ...]] = ()
+    pooled: ClassVar[bool] = True
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=self.pooled)
+
+    def _encode(
+        self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
+        attention_mask: torch.Tensor | None, output_attentions: bool, output_hidden_states: bool,
+    ) -> BertOutput:
+        return self.bert(input_ids, token_type_ids, attention_mask,
+                         output_attentions=output_attentions,
+                         output_hidden_states=output_hidden_states)
+
+
+class _MaskedLM(_WithEncoder):
+    """The masked-LM head's forward, shared by pre-training and masked-LM classes."""
+
+    def _mlm_logits(self, out: BertOutput, input_ids: torch.Tensor,
+                    masked_positions: torch.Tensor | None) -> torch.Tensor:
+        h = out.sequence_output
+        if masked_positions is not None:
+            inputs.check_masked_positions(input_ids, masked_positions)
+            index = masked_positions.long()[:, :, None].expand(-1, -1, h.shape[-1])  # (B, P, H)
+            h = torch.gather(h, 1, index)  # (B, P, H)
+        return self.mlm_head(h, self.bert.embeddings.word_embeddings)
+
+
+class BertForPreTraining(_MaskedLM):
+    """BERT with the masked-LM and next-sentence-prediction heads."""
+
+    head_modules = ("mlm_head", "nsp_head")
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.mlm_head = BertMLMHead(config)
+        self.nsp_head = float32_linear(config, config.hidden_size, 2)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        masked_positions: torch.Tensor | None = None,
+        *,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> BertOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_attentions,
+                           output_hidden_states)
+        return dataclasses.replace(
+            out,
+            mlm_logits=self._mlm_logits(out, input_ids, masked_positions),
+            nsp_logits=self.nsp_head(numerics.upcast(out.pooled_output)),
+        )
+
+
+class BertForMaskedLM(_MaskedLM):
+    """BERT with the masked-LM head only (no pooler, no NSP head)."""
+
+    head_modules = ("mlm_head",)
+    pooled = False
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.mlm_head = BertMLMHead(config)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        masked_positions: torch.Tensor | None = None,
+        *,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> BertOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_attentions,
+                           output_hidden_states)
+        return dataclasses.replace(out, mlm_logits=self._mlm_logits(out, input_ids,
+                                                                    masked_positions))
+
+
+class BertForNextSentencePrediction(_WithEncoder):
+    """BERT with the next-sentence-prediction head on the pooled [CLS] output."""
+
+    head_modules = ("nsp_head",)
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.nsp_head = float32_linear(config, config.hidden_size, 2)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> BertOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_attentions,
+                           output_hidden_states)
+        return dataclasses.replace(out, nsp_logits=self.nsp_head(numerics.upcast(out.pooled_output)))
+
+
+class BertForSequenceClassification(_WithEncoder):
+    """BERT with dropout and a dense layer on the pooled [CLS] output: (B, num_labels)."""
+
+    head_modules = ("classifier",)
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.dropout = nn.Dropout(config.classifier_dropout_prob)
+        self.classifier = float32_linear(config, config.hidden_size, config.num_labels)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> BertOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_attentions,
+                           output_hidden_states)
+        pooled = self.dropout(numerics.upcast(out.pooled_output))
+        return dataclasses.replace(out, logits=self.classifier(pooled))  # (B, num_labels)
+
+
+class BertForTokenClassification(_WithEncoder):
+    """BERT with dropout and a dense layer on every token: (B, S, num_labels); no pooler."""
+
+    head_modules = ("token_classifier",)
+    pooled = False
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.dropout = nn.Dropout(config.classifier_dropout_prob)
+        self.token_classifier = float32_linear(config, config.hidden_size, config.num_labels)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> BertOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_attentions,
+                           output_hidden_states)
+        h = self.dropout(numerics.upcast(out.sequence_output))  # (B, S, H)
+        return dataclasses.replace(out, logits=self.token_classifier(h))  # (B, S, num_labels)
+
+
+class BertForQuestionAnswering(_WithEncoder):
+    """BERT with `qa_outputs` to start and end logits per token, each (B, S); no pooler."""
+
+    head_modules = ("qa_outputs",)
+    pooled = False
+
+    def __init__(self, config: BertConfig):
+        if config.num_labels != len(QA_OUTPUTS):
+            config = config.replace(id2label=tuple(f"LABEL_{i}" for i in range(len(QA_OUTPUTS))))
+        super().__init__(config)
+        self.qa_outputs = float32_linear(config, config.hidden_size, len(QA_OUTPUTS))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> BertOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_attentions,
+                           output_hidden_states)
+        logits = self.qa_outputs(numerics.upcast(out.sequence_output))  # (B, S, 2)
+        return dataclasses.replace(out, start_logits=logits[..., 0], end_logits=logits[..., 1])
+
+
+class BertForMultipleChoice(_WithEncoder):
+    """BERT scoring each of C choices: inputs (B, C, S), `logits` (B, C)."""
+
+    head_modules = ("choice_classifier",)
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.dropout = nn.Dropout(config.classifier_dropout_prob)
+        self.choice_classifier = float32_linear(config, config.hidden_size, 1)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> BertOutput:
+        flat, (B, C) = inputs.flatten_choices(input_ids, token_type_ids, attention_mask)
+        out = self._encode(*flat, output_attentions, output_hidden_states)
+        pooled = self.dropout(numerics.upcast(out.pooled_output))  # (B * C, H)
+        return dataclasses.replace(out, logits=self.choice_classifier(pooled).reshape(B, C))

@@ -1,0 +1,304 @@
+"""BERT with a task head, in Flax NNX: the `BertFor*` classes of Hugging Face transformers.
+
+Mirrors `bert_torch/heads.py` class for class and attribute for attribute. Every class holds the
+encoder as `bert` (`base_model_prefix`) and declares the attributes that hold its head weights
+(`head_modules`), so checkpoint code (`bertjax.io`) loads, saves and converts any of them without
+asking which class it was given (see `bertjax.model.BertModel`).
+
+Head attribute names are unique across classes (`mlm_head`, `nsp_head`, `classifier`,
+`token_classifier`, `qa_outputs`, `choice_classifier`): a checkpoint's names say which task a head
+belongs to, so one class's head is never loaded as another's. Hugging Face calls three of them
+`classifier`; `bertjax.io.names` maps between the two by the checkpoint's architecture.
+
+Logits are float32 whatever the compute dtype. Shapes: B batch, S sequence, H hidden,
+P masked positions, V vocabulary, C choices.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from bertjax import inputs, numerics
+from bertjax.config import QA_OUTPUTS, BertConfig
+from bertjax.model import BertModel, BertOutput, LayerNorm, linear
+
+
+def float32_linear(config: BertConfig, n_in: int, n_out: int, rngs: nnx.Rngs) -> nnx.Linear:
+    """A head's output layer: float32 weights and float32 compute, for float32 logits."""
+    return linear(config.replace(dtype="float32"), n_in, n_out, rngs)
+
+
+class BertMLMHead(nnx.Module):
+    """Dense + GELU + LayerNorm, then the decoder tied to the word embeddings plus its own bias."""
+
+    def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+        self.transform = linear(config, config.hidden_size, config.hidden_size, rngs)
+        self.layer_norm = LayerNorm(config, rngs=rngs)
+        self.bias = nnx.Param(jnp.zeros((config.vocab_size,), jnp.float32))
+        self.activation = numerics.activation(config.hidden_act)
+
+    def __call__(self, h: jax.Array, word_embeddings: nnx.Embed) -> jax.Array:
+        h = self.layer_norm(self.activation(self.transform(h)))  # (B, P, H)
+        embedding = word_embeddings.embedding[...].astype(h.dtype)  # (V, H)
+        logits = jnp.einsum("bph,vh->bpv", h, embedding, preferred_element_type=jnp.float32)
+        return numerics.add_bias(logits, self.bias[...])  # (B, P, V) float32
+
+
+class _WithEncoder(nnx.Module):
+    """What every head class shares: the encoder `bert` (with a pooler unless the class says
+    `pooled = False`, as Hugging Face's class of the same name) and its call."""
+
+    base_model_prefix: ClassVar[str] = "bert"
+    head_modules: ClassVar[tuple[str, ...]] = ()
+    pooled: ClassVar[bool] = True
+
+    def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=self.pooled, rngs=rngs)
+
+    def _encode(
+        self, input_ids: jax.Array, token_type_ids: jax.Array | None,
+        attention_mask: jax.Array | None, deterministic: bool, dropout_rng: jax.Array | None,
+        output_attentions: bool, output_hidden_states: bool,
+    ) -> BertOutput:
+        return self.bert(input_ids, token_type_ids, attention_mask, deterministic=deterministic,
+                         dropout_rng=dropout_rng, output_attentions=output_attentions,
+                         output_hidden_states=output_hidden_states)
+
+    def _head_dropout(self, x: jax.Array, deterministic: bool,
+                      dropout_rng: jax.Array | None) -> jax.Array:
+        """`self.dropout` on `x` in float32 with the head's own stream (the encoder's streams
+        start from `dropout_rng` itself)."""
+        head_rng = None if dropout_rng is None else jax.random.fold_in(dropout_rng, 1)
+        return self.dropout(x.astype(jnp.float32), deterministic=deterministic,
+                            rngs=numerics.dropout_rngs(deterministic, head_rng))
+
+
+class _MaskedLM(_WithEncoder):
+    """The masked-LM head's forward, shared by pre-training and masked-LM classes."""
+
+    def _mlm_logits(self, out: BertOutput, input_ids: jax.Array,
+                    masked_positions: jax.Array | None) -> jax.Array:
+        """Vocabulary logits at `masked_positions` (B, P, V), or at every position (B, S, V)."""
+        h = out.sequence_output
+        if masked_positions is not None:
+            inputs.check_masked_positions(input_ids, masked_positions)
+            h = jnp.take_along_axis(h, masked_positions[:, :, None], axis=1)  # (B, P, H)
+        return self.mlm_head(h, self.bert.embeddings.word_embeddings)
+
+
+class BertForPreTraining(_MaskedLM):
+    """BERT with the masked-LM (`mlm_head`, tied to the word embeddings) and next-sentence-
+    prediction (`nsp_head`) heads: `mlm_logits` (B, P, V) at `masked_positions` or (B, S, V),
+    and `nsp_logits` (B, 2)."""
+
+    head_modules = ("mlm_head", "nsp_head")
+
+    def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+        super().__init__(config, rngs=rngs)
+        self.mlm_head = BertMLMHead(config, rngs=rngs)
+        self.nsp_head = float32_linear(config, config.hidden_size, 2, rngs)
+
+    def __call__(
+        self,
+        input_ids: jax.Array,
+        token_type_ids: jax.Array | None = None,
+        attention_mask: jax.Array | None = None,
+        masked_positions: jax.Array | None = None,
+        *,
+        deterministic: bool = True,
+        dropout_rng: jax.Array | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> BertOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, deterministic, dropout_rng,
+                           output_attentions, output_hidden_states)
+        return out.replace(
+            mlm_logits=self._mlm_logits(out, input_ids, masked_positions),
+            nsp_logits=self.nsp_head(out.pooled_output.astype(jnp.float32)),
+        )
+
+
+class BertForMaskedLM(_MaskedLM):
+    """BERT with the masked-LM head only (no pooler, no NSP head; Hugging Face's
+    BertForMaskedLM): `mlm_logits` (B, P, V) at `masked_positions`, or (B, S, V)."""
+
+    head_modules = ("mlm_head",)
+    pooled = False
+
+    def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+        super().__init__(config, rngs=rngs)
+        self.mlm_head = BertMLMHead(config, rngs=rngs)
+
+    def __call__(
+        self,
+        input_ids: jax.Array,
+        token_type_ids: jax.Array | None = None,
+        attention_mask: jax.Array | None = None,
+        masked_positions: jax.Array | None = None,
+        *,
+        deterministic: bool = True,
+        dropout_rng: jax.Array | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> BertOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, deterministic, dropout_rng,
+                           output_attentions, output_hidden_states)
+        return out.replace(mlm_logits=self._mlm_logits(out, input_ids, masked_positions))
+
+
+class BertForNextSentencePrediction(_WithEncoder):
+    """BERT with the next-sentence-prediction head on the pooled [CLS] output (`nsp_logits`
+    (B, 2): 0 = B follows A, 1 = B is random; Hugging Face's BertForNextSentencePrediction)."""
+
+    head_modules = ("nsp_head",)
+
+    def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+        super().__init__(config, rngs=rngs)
+        self.nsp_head = float32_linear(config, config.hidden_size, 2, rngs)
+
+    def __call__(
+        self,
+        input_ids: jax.Array,
+        token_type_ids: jax.Array | None = None,
+        attention_mask: jax.Array | None = None,
+        *,
+        deterministic: bool = True,
+        dropout_rng: jax.Array | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> BertOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, deterministic, dropout_rng,
+                           output_attentions, output_hidden_states)
+        return out.replace(nsp_logits=self.nsp_head(out.pooled_output.astype(jnp.float32)))
+
+
+class BertForSequenceClassification(_WithEncoder):
+    """BERT with a classifier on the pooled [CLS] output: dropout (`classifier_dropout`), then a
+    dense layer to `logits` (B, num_labels) (Hugging Face's BertForSequenceClassification)."""
+
+    head_modules = ("classifier",)
+
+    def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+        super().__init__(config, rngs=rngs)
+        self.dropout = nnx.Dropout(config.classifier_dropout_prob)
+        self.classifier = float32_linear(config, config.hidden_size, config.num_labels, rngs)
+
+    def __call__(
+        self,
+        input_ids: jax.Array,
+        token_type_ids: jax.Array | None = None,
+        attention_mask: jax.Array | None = None,
+        *,
+        deterministic: bool = True,
+        dropout_rng: jax.Array | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> BertOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, deterministic, dropout_rng,
+                           output_attentions, output_hidden_states)
+        pooled = self._head_dropout(out.pooled_output, deterministic, dropout_rng)
+        return out.replace(logits=self.classifier(pooled))  # (B, num_labels)
+
+
+class BertForTokenClassification(_WithEncoder):
+    """BERT with a classifier on every token: dropout (`classifier_dropout`), then a dense layer
+    to `logits` (B, S, num_labels); no pooler (Hugging Face's BertForTokenClassification)."""
+
+    head_modules = ("token_classifier",)
+    pooled = False
+
+    def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+        super().__init__(config, rngs=rngs)
+        self.dropout = nnx.Dropout(config.classifier_dropout_prob)
+        self.token_classifier = float32_linear(config, config.hidden_size, config.num_labels,
+                                               rngs)
+
+    def __call__(
+        self,
+        input_ids: jax.Array,
+        token_type_ids: jax.Array | None = None,
+        attention_mask: jax.Array | None = None,
+        *,
+        deterministic: bool = True,
+        dropout_rng: jax.Array | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> BertOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, deterministic, dropout_rng,
+                           output_attentions, output_hidden_states)
+        h = self._head_dropout(out.sequence_output, deterministic, dropout_rng)  # (B, S, H)
+        return out.replace(logits=self.token_classifier(h))  # (B, S, num_labels)
+
+
+class BertForQuestionAnswering(_WithEncoder):
+    """BERT with one dense layer `qa_outputs` to a start and an end logit per token
+    (`start_logits`, `end_logits`, each (B, S)); no pooler, no dropout (Hugging Face's
+    BertForQuestionAnswering). Two outputs whatever `config.num_labels` says; the model's config
+    says 2, as transformers needs to load the head."""
+
+    head_modules = ("qa_outputs",)
+    pooled = False
+
+    def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+        if config.num_labels != len(QA_OUTPUTS):
+            config = config.replace(id2label=tuple(f"LABEL_{i}" for i in range(len(QA_OUTPUTS))))
+        super().__init__(config, rngs=rngs)
+        self.qa_outputs = float32_linear(config, config.hidden_size, len(QA_OUTPUTS), rngs)
+
+    def __call__(
+        self,
+        input_ids: jax.Array,
+        token_type_ids: jax.Array | None = None,
+        attention_mask: jax.Array | None = None,
+        *,
+        deterministic: bool = True,
+        dropout_rng: jax.Array | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> BertOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, deterministic, dropout_rng,
+                           output_attentions, output_hidden_states)
+        logits = self.qa_outputs(out.sequence_output.astype(jnp.float32))  # (B, S, 2)
+        return out.replace(start_logits=logits[..., 0], end_logits=logits[..., 1])
+
+
+class BertForMultipleChoice(_WithEncoder):
+    """BERT scoring each of C choices: inputs (B, C, S) run as B * C sequences, dropout
+    (`classifier_dropout`) on each pooled output, a dense layer to one score, `logits` (B, C)
+    (Hugging Face's BertForMultipleChoice). `sequence_output` is (B * C, S, H)."""
+
+    head_modules = ("choice_classifier",)
+
+    def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+        super().__init__(config, rngs=rngs)
+        self.dropout = nnx.Dropout(config.classifier_dropout_prob)
+        self.choice_classifier = float32_linear(config, config.hidden_size, 1, rngs)
+
+    def __call__(
+        self,
+        input_ids: jax.Array,
+        token_type_ids: jax.Array | None = None,
+        attention_mask: jax.Array | None = None,
+        *,
+        deterministic: bool = True,
+        dropout_rng: jax.Array | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> BertOutput:
+        flat, (B, C) = inputs.flatten_choices(input_ids, token_type_ids, attention_mask)
+        out = self._encode(*flat, deterministic, dropout_rng, output_attentions,
+                           output_hidden_states)
+        pooled = self._head_dropout(out.pooled_output, deterministic, dropout_rng)  # (B * C, H)
+        return out.replace(logits=self.choice_classifier(pooled).reshape(B, C))  # (B*C, 1) -> (B, C)
+
+
+# Every model class by name: the names config.json's `architectures` and `bertjax convert --as` use.
+MODEL_CLASSES: dict[str, type[nnx.Module]] = {cls.__name__: cls for cls in (
+    BertModel, BertForPreTraining, BertForMaskedLM, BertForNextSentencePrediction,
+    BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering,
+    BertForMultipleChoice)}
