@@ -17,20 +17,31 @@ from typing import Any
 from flax import nnx
 
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.heads import MODEL_CLASSES, BertForPreTraining
+from bertjax.io.hf import architecture_of
 from bertjax.io.models import load_model, save_model
-from bertjax.model import BertForPreTraining
 from bertjax.train.checkpoint import load_run_model
 from bertjax.train.rundir import RunDir
 
-# The class `from_pretrained` and `load_hf` build unless told otherwise.
+# The class of a `bertjax pretrain` run, and of a Hugging Face directory whose config.json names
+# no class bertjax has: what `from_pretrained` and `load_hf` build unless told otherwise.
 DEFAULT_MODEL_CLASS: type[nnx.Module] = BertForPreTraining
+
+
+def checkpoint_class(path: str | Path) -> type[nnx.Module]:
+    """The class the checkpoint at `path` says it is: a run directory's `BertForPreTraining`;
+    the class a Hugging Face directory's config.json names (`architectures`, v4 `FlaxBert*`
+    names too), or `DEFAULT_MODEL_CLASS` if bertjax has no class of that name."""
+    if RunDir(path).config.is_file():
+        return DEFAULT_MODEL_CLASS
+    return MODEL_CLASSES.get(architecture_of(path) or "", DEFAULT_MODEL_CLASS)
 
 
 def from_pretrained(
     path: str | Path,
     *,
     step: int | None = None,
-    model_cls: type[nnx.Module] = DEFAULT_MODEL_CLASS,
+    model_cls: type[nnx.Module] | None = None,
     seed: int = 0,
     missing_heads: str = "init",
     **config_overrides: Any,
@@ -56,8 +67,8 @@ def from_pretrained(
     if not path.is_dir():
         raise NotADirectoryError(f"model {path} is a file; pass the directory that holds it")
     if RunDir(path).config.is_file():
-        return load_run_model(path, step=step, model_cls=model_cls, seed=seed,
-                              missing_heads=missing_heads, **config_overrides)
+        return load_run_model(path, step=step, model_cls=model_cls or DEFAULT_MODEL_CLASS,
+                              seed=seed, missing_heads=missing_heads, **config_overrides)
     if step is not None:
         raise ValueError(f"{path} is not a `bertjax pretrain` run directory: step={step} only "
                          "chooses a checkpoint of a run")
@@ -77,20 +88,23 @@ def from_pretrained(
 
 
 def load_hf(
-    path: str | Path, *, model_cls: type[nnx.Module] = DEFAULT_MODEL_CLASS, seed: int = 0,
+    path: str | Path, *, model_cls: type[nnx.Module] | None = None, seed: int = 0,
     missing_heads: str = "init", **config_overrides: Any,
 ) -> Any:
-    """A Hugging Face BERT directory -> a bertjax `model_cls` (default `BertForPreTraining`;
-    also `BertModel`, `BertForSequenceClassification`).
+    """A Hugging Face BERT directory -> a bertjax `model_cls` (None: the class its config.json
+    names, `checkpoint_class`).
 
-    Reads checkpoints of BertForPreTraining, BertForMaskedLM, BertForNextSentencePrediction,
-    BertForSequenceClassification and bare BertModel ones (`bertjax.io.hf.read_hf`). Heads the
-    class declares that the checkpoint lacks (MLM, NSP, pooler, classifier) are freshly
-    initialised from `seed`, with a warning naming them (or, with `missing_heads="error"`, are an
-    error); heads the class does not have are left out; missing encoder weights and unknown keys
-    are errors.
+    Reads checkpoints of every BERT class of transformers, as safetensors, `pytorch_model.bin` or
+    transformers-v4 Flax msgpack (`bertjax.io.hf.read_hf`). Heads the class declares that the
+    checkpoint lacks are freshly initialised from `seed`, with a warning naming them (or, with
+    `missing_heads="error"`, are an error); heads the class does not have are left out (named on
+    the `bertjax.io` logger); missing encoder weights, unknown keys and weights that hold another
+    head than the one config.json names are errors.
     """
-    return load_model(path, model_cls, seed=seed, missing_heads=missing_heads, **config_overrides)
+    has_config = (Path(path) / "config.json").is_file()  # else read_hf names what is missing
+    source_cls = MODEL_CLASSES.get(architecture_of(path) or "") if has_config else None
+    return load_model(path, model_cls or source_cls or DEFAULT_MODEL_CLASS, source_cls=source_cls,
+                      seed=seed, missing_heads=missing_heads, **config_overrides)
 
 
 def save_hf(model: nnx.Module, path: str | Path, *, tokenizer: Any = None) -> Path:

@@ -118,8 +118,9 @@ def test_bare_bert_model_without_prefix_gets_fresh_heads_and_says_so(tmp_path):
     config = transformers.BertConfig(**HF_CONFIGS["small"], attn_implementation="eager")
     bare = transformers.BertModel(config).eval()
     bare.save_pretrained(tmp_path)
+    assert type(load_hf(tmp_path)).__name__ == "BertModel"  # the class config.json names
     with pytest.warns(UserWarning, match="no weights for mlm_head, nsp_head: freshly initialised"):
-        ours = load_hf(tmp_path)
+        ours = load_hf(tmp_path, model_cls=BertForPreTraining)
     batch = _batch(HF_CONFIGS["small"])
     out, ref = _ours(ours, *batch), _theirs(bare, *batch)
     assert _max_diff(out.sequence_output, ref.last_hidden_state) <= TOL

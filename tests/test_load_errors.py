@@ -201,7 +201,7 @@ def test_fill_mask_on_a_bare_encoder_says_where_the_heads_come_from(tmp_path, ca
     bertjax.save_pretrained(BertModel(config, rngs=nnx.Rngs(0)), bare, tokenizer)
     assert main(["fill-mask", str(bare), TEXT]) == 2
     line = _one_line(capsys.readouterr().err, "fill-mask")
-    assert "which BertForPreTraining needs here" in line and "bertjax pretrain" in line
+    assert "which BertForMaskedLM needs here" in line and "bertjax pretrain" in line
 
 
 # --- bench embed --------------------------------------------------------------------------------

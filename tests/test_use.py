@@ -187,7 +187,7 @@ def test_model_without_an_mlm_head_is_refused_for_fill_mask(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "bertjax.cli", "fill-mask", str(bare), "a [MASK]"],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2
-    assert "has no weights for mlm_head, nsp_head, which BertForPreTraining needs" in proc.stderr
+    assert "has no weights for mlm_head, which BertForMaskedLM needs" in proc.stderr
 
 
 def test_long_text_is_cut_with_a_warning_naming_it(peaked):

@@ -6,7 +6,7 @@ import argparse
 
 from bertjax.cli.argtypes import positive_int
 from bertjax.cli.errors import CommandError
-from bertjax.cli.model_options import add_model_argument, load_model, run_command
+from bertjax.cli.model_options import add_model_argument, load_model_with, run_command
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +31,7 @@ def _fill(args: argparse.Namespace) -> int:
         raise CommandError("give a TEXT with [MASK] or a --file of such lines"
                            if not args.file else f"--file {args.file} has no text; give one "
                            "text with [MASK] per line")
-    model, tokenizer = load_model(args, missing_heads="error")
+    model, tokenizer = load_model_with(args, "mlm_head", "BertForMaskedLM")
     if args.top_k > model.config.vocab_size:
         raise CommandError(f"--top-k {args.top_k} is more than the model's "
                            f"{model.config.vocab_size} tokens; pass --top-k "

@@ -31,6 +31,21 @@ def load_model(args: argparse.Namespace, **kwargs: Any) -> tuple[Any, Any]:
         raise CommandError(one_line(describe(err))) from err
 
 
+def load_model_with(args: argparse.Namespace, head: str, fallback: str) -> tuple[Any, Any]:
+    """`load_model` as the class the checkpoint says it is if that class has `head`, else as
+    `fallback` (a class name): its heads must all be in the weights (`missing_heads="error"`), so
+    a checkpoint without `head` is an error naming the fix, never a model with a random head."""
+    from bertjax.heads import MODEL_CLASSES
+    from bertjax.pretrained import checkpoint_class
+
+    try:
+        own = checkpoint_class(args.model)
+    except (OSError, ValueError):
+        own = None  # from_pretrained names what is wrong with the directory
+    model_cls = own if own is not None and head in own.head_modules else MODEL_CLASSES[fallback]
+    return load_model(args, model_cls=model_cls, missing_heads="error")
+
+
 def one_line(message: str, shown: int = 3) -> str:
     """A message listing problems one per indented line (a weights/config mismatch) as one line:
     its first line, the first `shown` problems, how many more, and any closing hint."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from bertjax.cli.errors import CommandError
-from bertjax.cli.model_options import add_model_argument, load_model, run_command
+from bertjax.cli.model_options import add_model_argument, load_model_with, run_command
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,7 +53,7 @@ def _nsp(args: argparse.Namespace) -> int:
     from bertjax.use.next_sentence import next_sentence_probability
 
     first, second, names = _pairs(args)
-    model, tokenizer = load_model(args, missing_heads="error")
+    model, tokenizer = load_model_with(args, "nsp_head", "BertForNextSentencePrediction")
     probabilities = next_sentence_probability(model, tokenizer, first, second, names=names)
     for name, p in zip(names, probabilities, strict=True):
         print(f"P(IsNext) = {float(p):.6f}" if len(names) == 1 else

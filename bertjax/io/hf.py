@@ -1,5 +1,5 @@
-"""Hugging Face BERT checkpoint directories (`config.json` + safetensors or `pytorch_model.bin`)
-in and out, as a config and named arrays.
+"""Hugging Face BERT checkpoint directories (`config.json` + safetensors, `pytorch_model.bin` or
+transformers-v4 Flax `flax_model.msgpack`) in and out, as a config and named arrays.
 
 A format knows names and arrays, never model classes: `read_hf` gives the weights under
 checkpoint names (`bertjax.io.names`: the encoder under `bert.`, heads beside it) and `write_hf`
@@ -8,7 +8,8 @@ writes a class's arrays under the Hugging Face names of that class, which it tak
 (`load_hf`, `save_hf`, `save_pretrained`).
 
 Reading safetensors needs no PyTorch. `pytorch_model.bin` is read with
-`torch.load(..., weights_only=True)`, which refuses pickles that would run code.
+`torch.load(..., weights_only=True)`, which refuses pickles that would run code; Flax msgpack
+checkpoints (`bertjax.io.flax_msgpack`) are data only.
 """
 
 from __future__ import annotations
@@ -26,11 +27,10 @@ from safetensors import SafetensorError
 from bertjax.config import BertConfig
 from bertjax.data.tokenizer import SPECIAL_TOKENS
 from bertjax.files import atomic_directory, check_output_directory
+from bertjax.io.flax_msgpack import FLAX_WEIGHTS, FLAX_WEIGHTS_INDEX, flax_files, read_flax_tensors
 from bertjax.io.names import (
     BASE_PREFIX,
     HF_DERIVED_KEYS,
-    HF_FOREIGN_HEAD_PREFIXES,
-    HF_SEQUENCE_CLASSIFIERS,
     checkpoint_name,
     from_hf_name,
     normalise_hf_key,
@@ -59,9 +59,12 @@ def read_hf_tensors(path: str | Path) -> dict[str, np.ndarray]:
         return _read_safetensors(_index_files(path / SAFETENSORS_INDEX))
     if (path / PYTORCH_BIN).is_file():
         return _read_pytorch_bin(path / PYTORCH_BIN)
+    flax = flax_files(path)
+    if flax is not None:
+        return read_flax_tensors(flax)
     raise FileNotFoundError(
-        f"{path} has no {SAFETENSORS}, {SAFETENSORS_INDEX} or {PYTORCH_BIN}; "
-        "point load_hf at a Hugging Face BERT checkpoint directory"
+        f"{path} has no {SAFETENSORS}, {SAFETENSORS_INDEX}, {PYTORCH_BIN}, {FLAX_WEIGHTS} or "
+        f"{FLAX_WEIGHTS_INDEX}; point load_hf at a Hugging Face BERT checkpoint directory"
     )
 
 
@@ -124,10 +127,11 @@ def _read_pytorch_bin(file: Path) -> dict[str, np.ndarray]:
 def read_hf(path: str | Path, **config_overrides: Any) -> tuple[BertConfig, dict[str, np.ndarray]]:
     """A Hugging Face BERT directory -> its config and its weights under checkpoint names.
 
-    Reads checkpoints of BertForPreTraining, BertForMaskedLM, BertForNextSentencePrediction,
-    BertForSequenceClassification and bare BertModel ones (with or without the `bert.` prefix,
-    TF-era gamma/beta names too). Leaves out the tied decoder, the position-id buffer and heads
-    bertjax has no class for (question answering; another class's `classifier`).
+    Reads checkpoints of every BERT class of transformers (`bertjax.heads`) and bare BertModel
+    ones (with or without the `bert.` prefix, TF-era gamma/beta names too), as safetensors,
+    `pytorch_model.bin` or transformers-v4 Flax msgpack. A `classifier.*` head is the one of the
+    architecture config.json names (`bertjax.io.names.CLASSIFIER_OF`). Leaves out the tied
+    decoder and the position-id buffer.
     """
     path = Path(path)
     if not path.is_dir():
@@ -139,16 +143,28 @@ def read_hf(path: str | Path, **config_overrides: Any) -> tuple[BertConfig, dict
     except (TypeError, ValueError) as err:
         raise ValueError(f"{path / CONFIG}: {_one_line(err)}; fix it, or pass a directory whose "
                          "config.json describes a BERT") from err
+    architecture = _architecture(data)
     tensors = {normalise_hf_key(k): v for k, v in read_hf_tensors(path).items()}
     _check_tied(tensors)
-    arrays = {from_hf_name(k): v for k, v in tensors.items()
-              if k not in HF_DERIVED_KEYS and not k.startswith(HF_FOREIGN_HEAD_PREFIXES)}
+    arrays = {from_hf_name(k, architecture=architecture): v for k, v in tensors.items()
+              if k not in HF_DERIVED_KEYS}
     if "cls.predictions.bias" not in tensors and "cls.predictions.decoder.bias" in tensors:
         arrays[from_hf_name("cls.predictions.bias")] = tensors["cls.predictions.decoder.bias"]
-    if not set(data.get("architectures") or ["BertForSequenceClassification"]) & set(
-            HF_SEQUENCE_CLASSIFIERS):
-        arrays = {k: v for k, v in arrays.items() if not k.startswith("classifier.")}
     return config, arrays
+
+
+def architecture_of(path: str | Path) -> str | None:
+    """The class a Hugging Face directory's config.json says its weights are (`architectures`),
+    or None if it names none."""
+    return _architecture(_read_config_json(Path(path)))
+
+
+def _architecture(data: dict[str, Any]) -> str | None:
+    names = data.get("architectures")
+    if not isinstance(names, list) or not names:
+        return None
+    name = str(names[0])
+    return name[len("Flax"):] if name.startswith("FlaxBert") else name  # a v4 Flax checkpoint's
 
 
 def _read_config_json(path: Path) -> dict[str, Any]:

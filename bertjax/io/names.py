@@ -45,7 +45,18 @@ HF_HEAD_RENAMES: list[tuple[str, str]] = [
     ("mlm_head.layer_norm.", "cls.predictions.transform.LayerNorm."),
     ("mlm_head.bias", "cls.predictions.bias"),
     ("nsp_head.", "cls.seq_relationship."),
+    # Hugging Face calls three heads `classifier`; the way back goes by the checkpoint's
+    # architecture (`CLASSIFIER_OF`). `classifier.` (sequence) and `qa_outputs.` are the same.
+    ("token_classifier.", "classifier."),
+    ("choice_classifier.", "classifier."),
 ]
+HF_CLASSIFIER = "classifier."
+# Which of our heads a Hugging Face checkpoint's `classifier.*` is, by the architecture its
+# config.json names; any other architecture (or none) holds the sequence classifier.
+CLASSIFIER_OF: dict[str, str] = {
+    "BertForTokenClassification": "token_classifier.",
+    "BertForMultipleChoice": "choice_classifier.",
+}
 
 # Hugging Face keys that carry no parameter of ours: a buffer, and the tied decoder.
 HF_DERIVED_KEYS = (
@@ -56,9 +67,8 @@ HF_DERIVED_KEYS = (
 # Checkpoint names of every head some bertjax class has: a checkpoint may carry one the requested
 # class lacks (left out). Which heads a class has, and so may initialise fresh when a checkpoint
 # lacks them, the class itself declares (`head_modules`); every other weight is required.
-HEAD_PREFIXES = ("bert.pooler.", "mlm_head.", "nsp_head.", "classifier.")
-# Hugging Face heads bertjax has no class for (BertForQuestionAnswering): left out on import.
-HF_FOREIGN_HEAD_PREFIXES = ("qa_outputs.",)
+HEAD_PREFIXES = ("bert.pooler.", "mlm_head.", "nsp_head.", "classifier.", "token_classifier.",
+                 "qa_outputs.", "choice_classifier.")
 # How to get a checkpoint of a class with all its heads, by class name: the fix named when a
 # checkpoint lacks a head the class needs (`missing_heads="error"`); other classes get DEFAULT.
 MADE_BY: dict[str, str] = {
@@ -71,11 +81,15 @@ MADE_BY: dict[str, str] = {
     "BertModel": (
         "pass a `bertjax pretrain` run directory or a Hugging Face BertModel / "
         "BertForPreTraining checkpoint that has them"),
+    "BertForMaskedLM": (
+        "pass a `bertjax pretrain` run directory or a Hugging Face BertForMaskedLM / "
+        "BertForPreTraining checkpoint"),
+    "BertForNextSentencePrediction": (
+        "pass a `bertjax pretrain` run directory or a Hugging Face BertForNextSentencePrediction "
+        "/ BertForPreTraining checkpoint"),
 }
-MADE_BY_DEFAULT = "pass a checkpoint of a {cls} that has them"
-# Classes whose checkpoints hold the sequence classifier; another class's `classifier.*`
-# (BertForTokenClassification, BertForMultipleChoice) is a different head under the same name.
-HF_SEQUENCE_CLASSIFIERS = ("BertForSequenceClassification",)
+MADE_BY_DEFAULT = ("pass a checkpoint of a {cls} that has them (a Hugging Face directory whose "
+                   "config.json names {cls}, or its transformers-v4 Flax checkpoint)")
 
 
 def torch_name(flax_path: Iterable[object]) -> tuple[str, bool]:
@@ -102,7 +116,8 @@ def _compile(table: list[tuple[str, str]], reverse: bool) -> _Rules:
 
 
 _TO_HF = (_compile(HF_ENCODER_RENAMES, False), _compile(HF_HEAD_RENAMES, False))
-_FROM_HF = (_compile(HF_ENCODER_RENAMES, True), _compile(HF_HEAD_RENAMES, True))
+_FROM_HF = (_compile(HF_ENCODER_RENAMES, True),
+            _compile([e for e in HF_HEAD_RENAMES if e[1] != HF_CLASSIFIER], True))
 
 
 def _rename(name: str, base_prefix: str, tables: tuple[_Rules, _Rules]) -> str:
@@ -119,8 +134,11 @@ def to_hf_name(name: str, base_prefix: str = BASE_PREFIX) -> str:
     return _rename(name, base_prefix, _TO_HF)
 
 
-def from_hf_name(name: str, base_prefix: str = BASE_PREFIX) -> str:
-    """A Hugging Face name -> ours (the inverse of `to_hf_name`); names of neither table pass."""
+def from_hf_name(name: str, base_prefix: str = BASE_PREFIX, architecture: str | None = None) -> str:
+    """A Hugging Face name -> ours (the inverse of `to_hf_name`); names of neither table pass.
+    `classifier.*` is the head of that name of `architecture` (`CLASSIFIER_OF`)."""
+    if name.startswith(HF_CLASSIFIER):
+        return CLASSIFIER_OF.get(architecture or "", HF_CLASSIFIER) + name[len(HF_CLASSIFIER):]
     return _rename(name, base_prefix, _FROM_HF)
 
 
@@ -135,7 +153,7 @@ def checkpoint_name(name: str, base_model_prefix: str) -> str:
 
 def normalise_hf_key(key: str) -> str:
     """Accept the variants found in the wild: no `bert.` prefix, TF-era gamma/beta leaves."""
-    if not key.startswith(("bert.", "cls.", "classifier.", *HF_FOREIGN_HEAD_PREFIXES)):
+    if not key.startswith(("bert.", "cls.", HF_CLASSIFIER, "qa_outputs.")):
         key = "bert." + key
     if key.endswith(".gamma"):
         key = key[: -len("gamma")] + "weight"

@@ -13,9 +13,10 @@ the layout checkpoints share (the encoder under `bert.`, heads beside it) into a
 
 from __future__ import annotations
 
+import logging
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 import jax.numpy as jnp
@@ -31,6 +32,8 @@ from bertjax.io.names import (
     stacked_at,
     torch_name,
 )
+
+log = logging.getLogger("bertjax.io")
 
 
 def _layer_paths(path: tuple[Any, ...], shape: tuple[int, ...]) -> list[tuple[int | None, tuple]]:
@@ -223,6 +226,33 @@ def head_prefixes(model: Any) -> tuple[str, ...]:
     return own + tuple(f"{cls.base_model_prefix}.{p}" for p in head_prefixes(encoder))
 
 
+def checkpoint_heads(config: BertConfig, model_cls: type) -> tuple[str, ...]:
+    """The checkpoint-name prefixes of `model_cls`'s heads (its pooler under `bert.`)."""
+    return tuple(checkpoint_name(p, model_cls.base_model_prefix)
+                 for p in head_prefixes(_abstract(config, model_cls)))
+
+
+def heads_held(names: Iterable[str]) -> list[str]:
+    """The heads (`HEAD_PREFIXES`, without the dot) that checkpoint `names` hold weights of."""
+    names = list(names)
+    return [h.removesuffix(".") for h in HEAD_PREFIXES if any(n.startswith(h) for n in names)]
+
+
+def check_architecture(arrays: Mapping[str, Any], config: BertConfig, source_cls: type,
+                       where: str) -> None:
+    """Refuse weights that hold another class's head and none of the one `source_cls` (the class
+    `where` names) has: the class named is not what the weights are. Extra heads alone pass:
+    bert-base-uncased's config.json says BertForMaskedLM over BertForPreTraining weights."""
+    own = [h for h in checkpoint_heads(config, source_cls) if h != "bert.pooler."]
+    held = [h for h in heads_held(arrays) if h != "bert.pooler"]
+    if own and held and not any(n.startswith(tuple(own)) for n in arrays):
+        raise ValueError(
+            f"{where} names {source_cls.__name__}, but the weights hold no "
+            f"{', '.join(h.removesuffix('.') for h in own)} and hold {', '.join(held)}, the head "
+            f"of another class: fix `architectures` in {where} (or put back the weights it "
+            "belongs to)")
+
+
 def build_model(
     arrays: Mapping[str, Any], config: BertConfig, model_cls: type, *, seed: int = 0,
     source: str = "the weights", missing_heads: str = "init",
@@ -232,14 +262,18 @@ def build_model(
 
     Heads the class declares (`head_prefixes`) that the arrays lack are initialised from `seed`,
     with a warning naming them (`missing_heads="init"`), or refused (`"error"`); other classes'
-    heads (`HEAD_PREFIXES`) are left out; any other missing, unexpected or mis-shaped weight is an
-    error naming each one.
+    heads (`HEAD_PREFIXES`) are left out, named on the `bertjax.io` logger; any other missing,
+    unexpected or mis-shaped weight is an error naming each one.
     """
     abstract = _abstract(config, model_cls)
     ours = {checkpoint_name(name, model_cls.base_model_prefix): name
             for name in _shapes_of(abstract)}  # checkpoint name -> the class's name
     state = {ours.get(k, k): v for k, v in arrays.items()
              if k in ours or not k.startswith(HEAD_PREFIXES)}
+    left_out = heads_held(k for k in arrays if k not in ours and k.startswith(HEAD_PREFIXES))
+    if left_out:
+        log.info("%s: left out the weights of %s (%s has no such head)", source,
+                 ", ".join(left_out), model_cls.__name__)
     heads = head_prefixes(abstract)
     missing = sorted(name for k, name in ours.items() if k not in arrays and name.startswith(heads))
     if missing:
