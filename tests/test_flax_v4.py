@@ -1,0 +1,148 @@
+"""transformers-v4 Flax checkpoints in: the migration path transformers 5 does not offer.
+
+The fixtures (tests/fixtures/flax_v4/, made once by scripts/make_flax_v4_fixtures.py with
+transformers 4.57.6 + flax 0.12.8 in a side environment) are real `FlaxBert*.save_pretrained`
+directories, one per class plus a sharded one, with FlaxBert's own outputs on fixed inputs.
+
+Tolerance: 1e-5 max abs diff against FlaxBert's outputs, per-token outputs at unpadded
+positions (FlaxBert and bertjax mask padding differently: padded query rows are not compared).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from bertjax.cli.main import main
+from bertjax.pretrained import from_pretrained, load_hf
+
+TOL = 1e-5
+FIXTURES = Path(__file__).parent / "fixtures" / "flax_v4"
+# FlaxBert's output field -> ours.
+FIELDS = {"last_hidden_state": "sequence_output", "pooler_output": "pooled_output",
+          "prediction_logits": "mlm_logits", "seq_relationship_logits": "nsp_logits",
+          "start_logits": "start_logits", "end_logits": "end_logits"}
+LOGITS_OF = {"BertForMaskedLM": "mlm_logits", "BertForNextSentencePrediction": "nsp_logits"}
+CLASSES = ["BertModel", "BertForPreTraining", "BertForMaskedLM", "BertForNextSentencePrediction",
+           "BertForSequenceClassification", "BertForTokenClassification",
+           "BertForQuestionAnswering", "BertForMultipleChoice"]
+
+
+def _fixture(name: str) -> tuple[Path, dict[str, np.ndarray]]:
+    path = FIXTURES / name
+    return path, dict(np.load(path / "outputs.npz"))
+
+
+def _worst_difference(model, saved: dict[str, np.ndarray]) -> float:
+    """Max |ours - FlaxBert's| over every saved output, per-token ones at unpadded positions."""
+    inputs = [jnp.asarray(saved[k]) for k in ("input_ids", "token_type_ids", "attention_mask")]
+    out = model(*inputs)
+    real = saved["attention_mask"].astype(bool)
+    worst = 0.0
+    for field, expected in saved.items():
+        if field in ("input_ids", "token_type_ids", "attention_mask"):
+            continue
+        ours_name = FIELDS.get(field) or LOGITS_OF.get(type(model).__name__, field)
+        ours = np.asarray(getattr(out, ours_name))
+        assert ours.shape == expected.shape, field
+        if ours.shape[:2] == real.shape:  # per token: real positions only
+            ours, expected = ours[real], expected[real]
+        worst = max(worst, float(np.max(np.abs(ours - expected))))
+    return worst
+
+
+@pytest.mark.parametrize("name", CLASSES)
+def test_each_flax_checkpoint_reproduces_flaxbert(name):
+    path, saved = _fixture(f"Flax{name}")
+    model = load_hf(path)
+    assert type(model).__name__ == name  # config.json's architecture decides the class
+    assert _worst_difference(model, saved) < TOL
+
+
+def test_sharded_flax_checkpoint_loads_like_the_whole_one():
+    path, saved = _fixture("FlaxBertForPreTraining_sharded")
+    assert not (path / "flax_model.msgpack").exists()
+    assert len(list(path.glob("flax_model-*.msgpack"))) > 1
+    model, tokenizer = from_pretrained(path)  # with its vocab.txt
+    assert tokenizer.vocab_size == 99
+    assert _worst_difference(model, saved) < TOL
+
+
+@pytest.mark.parametrize("name", CLASSES)
+def test_export_migrates_to_a_directory_transformers_5_loads(tmp_path, name):
+    path, saved = _fixture(f"Flax{name}")
+    assert main(["export", str(path), str(tmp_path / "out")]) == 0
+    model, info = getattr(transformers, name).from_pretrained(
+        tmp_path / "out", attn_implementation="eager", output_loading_info=True)
+    assert {k: v for k, v in info.items() if v} == {}, info
+    ids, types, mask = (torch.from_numpy(saved[k]).long()
+                        for k in ("input_ids", "token_type_ids", "attention_mask"))
+    with torch.no_grad():
+        out = model.eval()(ids, token_type_ids=types, attention_mask=mask)
+    real = saved["attention_mask"].astype(bool)
+    for field, expected in saved.items():
+        if field not in ("input_ids", "token_type_ids", "attention_mask"):
+            theirs = getattr(out, field).numpy()
+            if theirs.shape[:2] == real.shape:
+                theirs, expected = theirs[real], expected[real]
+            assert np.max(np.abs(theirs - expected)) < TOL, field
+
+
+def _copy(name: str, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(FIXTURES / name, tmp_path / name))
+
+
+def _export_fails(path: Path, tmp_path: Path, capsys) -> str:
+    """`bertjax export` of `path`: exit 2, one line, nothing written."""
+    assert main(["export", str(path), str(tmp_path / "out")]) == 2
+    assert not (tmp_path / "out").exists()
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    return err
+
+
+def test_truncated_msgpack_is_named(tmp_path, capsys):
+    path = _copy("FlaxBertForMaskedLM", tmp_path)
+    data = (path / "flax_model.msgpack").read_bytes()
+    (path / "flax_model.msgpack").write_bytes(data[: len(data) // 2])
+    err = _export_fails(path, tmp_path, capsys)
+    assert f"{path / 'flax_model.msgpack'} is not a readable Flax msgpack checkpoint" in err
+    assert "damaged or incomplete" in err
+
+
+def test_msgpack_of_something_else_is_not_a_bert(tmp_path, capsys):
+    from flax.serialization import msgpack_serialize
+
+    path = _copy("FlaxBertForMaskedLM", tmp_path)
+    other = {"decoder": {"layers_0": {"kernel": np.ones((4, 4), np.float32)}}}
+    (path / "flax_model.msgpack").write_bytes(msgpack_serialize(other))
+    err = _export_fails(path, tmp_path, capsys)
+    assert "holds no BERT weights (no embeddings/word_embeddings/embedding; found decoder)" in err
+    (path / "flax_model.msgpack").write_bytes(msgpack_serialize([1, 2, 3]))
+    err = _export_fails(path, tmp_path, capsys)
+    assert "holds a msgpack list, not a dict of parameters" in err
+
+
+def test_sharded_index_naming_a_missing_shard_is_named(tmp_path, capsys):
+    path = _copy("FlaxBertForPreTraining_sharded", tmp_path)
+    (path / "flax_model-00003-of-00004.msgpack").unlink()
+    err = _export_fails(path, tmp_path, capsys)
+    assert "flax_model.msgpack.index.json names shard files that are missing: " \
+           "flax_model-00003-of-00004.msgpack" in err
+
+
+def test_config_naming_another_head_is_refused(tmp_path, capsys):
+    path = _copy("FlaxBertForQuestionAnswering", tmp_path)
+    config = json.loads((path / "config.json").read_text())
+    config["architectures"] = ["FlaxBertForMaskedLM"]
+    (path / "config.json").write_text(json.dumps(config))
+    err = _export_fails(path, tmp_path, capsys)
+    assert (f"{path / 'config.json'} names BertForMaskedLM, but the weights hold no mlm_head and "
+            "hold qa_outputs") in err
