@@ -11,7 +11,8 @@ from flax import nnx
 
 import bert_torch
 import bertjax
-from bertjax import BertConfig, BertForPreTraining
+from bertjax import BertConfig
+from bertjax.heads import MODEL_CLASSES
 from bertjax.io.weights import expected_shapes
 from parity.convert import flax_to_torch, torch_to_flax
 
@@ -23,28 +24,29 @@ def _flax_arrays(model):
             for p, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
 
 
-def test_flax_torch_flax_round_trip_is_exact():
-    model = BertForPreTraining(CONFIG, rngs=nnx.Rngs(7))
-    back = torch_to_flax(flax_to_torch(model), CONFIG)
+@pytest.mark.parametrize("name", sorted(MODEL_CLASSES))
+def test_flax_torch_flax_round_trip_is_exact(name):
+    model = MODEL_CLASSES[name](CONFIG, rngs=nnx.Rngs(7))
+    back = torch_to_flax(flax_to_torch(model), CONFIG, MODEL_CLASSES[name])
     before, after = _flax_arrays(model), _flax_arrays(back)
     assert before.keys() == after.keys()
     for k in before:
         np.testing.assert_array_equal(before[k], after[k], err_msg=k)
 
 
-def test_torch_flax_torch_round_trip_is_exact():
+@pytest.mark.parametrize("name", sorted(MODEL_CLASSES))
+def test_torch_flax_torch_round_trip_is_exact(name):
     torch.manual_seed(3)
-    tmodel = bert_torch.BertForPreTraining(CONFIG)
+    tmodel = getattr(bert_torch, name)(CONFIG)
     sd = tmodel.state_dict()
-    back = flax_to_torch(torch_to_flax(sd, CONFIG))
+    back = flax_to_torch(torch_to_flax(sd, CONFIG, MODEL_CLASSES[name]))
     assert set(back) == set(sd)
     for k in sd:
         assert back[k].dtype == sd[k].dtype and torch.equal(sd[k], back[k]), k
-    bert_torch.BertForPreTraining(CONFIG).load_state_dict(back, strict=True)
+    getattr(bert_torch, name)(CONFIG).load_state_dict(back, strict=True)
 
 
-@pytest.mark.parametrize("name", ["BertModel", "BertForPreTraining",
-                                  "BertForSequenceClassification"])
+@pytest.mark.parametrize("name", sorted(MODEL_CLASSES))
 def test_expected_shapes_match_the_torch_module_exactly(name):
     tmodel = getattr(bert_torch, name)(CONFIG)
     assert expected_shapes(CONFIG, getattr(bertjax, name)) == {
@@ -54,15 +56,18 @@ def test_expected_shapes_match_the_torch_module_exactly(name):
         assert getattr(type(tmodel), attr) == getattr(getattr(bertjax, name), attr), attr
 
 
-def test_modules_mirror_each_other_name_for_name():
+@pytest.mark.parametrize("name", sorted(MODEL_CLASSES))
+def test_modules_mirror_each_other_name_for_name(name):
     """Every submodule, dropout included, sits at the same path with the same class name in both
     trees (only the layer container's differs: nnx.List / nn.ModuleList)."""
-    fmodel = BertForPreTraining(CONFIG, rngs=nnx.Rngs(0))
-    tmodel = bert_torch.BertForPreTraining(CONFIG)
+    fmodel = MODEL_CLASSES[name](CONFIG, rngs=nnx.Rngs(0))
+    tmodel = getattr(bert_torch, name)(CONFIG)
     flax_modules = {".".join(map(str, p)): type(m).__name__ for p, m in nnx.iter_modules(fmodel) if p}
     torch_modules = {n: type(m).__name__ for n, m in tmodel.named_modules() if n}
     assert flax_modules.keys() == torch_modules.keys()
-    assert sum(name.endswith("dropout") for name in flax_modules) == 1 + 3 * CONFIG.num_hidden_layers
+    head_dropout = int(hasattr(fmodel, "dropout"))  # the classifiers' own
+    assert (sum(name.endswith("dropout") for name in flax_modules)
+            == 1 + 3 * CONFIG.num_hidden_layers + head_dropout)
     renamed = {("List", "ModuleList")}
     assert {(f, torch_modules[n]) for n, f in flax_modules.items() if f != torch_modules[n]} == renamed
 

@@ -1,0 +1,60 @@
+"""Print the README's per-head parity table: every class against transformers and bert_torch
+(outputs and gradients) and its transformers-v4 Flax fixture against FlaxBert's outputs.
+
+Uses the tests' own models, batches and comparisons (tests/test_heads.py, tests/test_flax_v4.py),
+so the table measures exactly what the tests assert. Needs the test extra (torch, transformers).
+
+    python scripts/heads_parity.py
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+import test_flax_v4 as flax_v4  # noqa: E402
+import test_heads as heads  # noqa: E402
+import transformers  # noqa: E402
+
+from bertjax.io.hf import hf_name  # noqa: E402
+from bertjax.pretrained import load_hf  # noqa: E402
+from parity.convert import to_torch_model  # noqa: E402
+
+COLUMNS = ("class", "outputs vs transformers", "gradients vs transformers",
+           "outputs vs `bert_torch`", "gradients vs `bert_torch`", "v4 Flax fixture vs FlaxBert")
+
+
+def row(name: str) -> list[float]:
+    """The five worst differences of one class (gradients relative, as the tests judge them)."""
+    hf = heads._hf_model(name)
+    directory = Path(tempfile.mkdtemp())
+    hf.save_pretrained(directory)
+    ours = load_hf(directory)
+    batch = heads._batch(name)
+    outputs, grads = heads._ours(ours, batch, name)
+    hf_outputs, hf_grads = heads._theirs(hf, batch, name, heads.HF_FIELDS[name])
+    mirror = to_torch_model(ours)
+    torch_outputs, torch_grads = heads._theirs(mirror, batch, name,
+                                               {f: f for f in heads.HF_FIELDS[name]})
+    torch_grads = {hf_name(k, type(ours).base_model_prefix): v for k, v in torch_grads.items()}
+    path, saved = flax_v4._fixture(f"Flax{name}")
+    return [heads._worst(outputs, hf_outputs), heads._worst(grads, hf_grads, True),
+            heads._worst(outputs, torch_outputs), heads._worst(grads, torch_grads, True),
+            flax_v4._worst_difference(load_hf(path), saved)]
+
+
+def main() -> None:
+    warnings.simplefilter("ignore")  # transformers' notes on saving
+    transformers.logging.set_verbosity_error()
+    print("| " + " | ".join(COLUMNS) + " |")
+    print("|" + "---|" * len(COLUMNS))
+    for name in flax_v4.CLASSES:
+        print(f"| {name} | " + " | ".join(f"{x:.1e}" for x in row(name)) + " |")
+
+
+if __name__ == "__main__":
+    main()
