@@ -10,8 +10,9 @@ from typing import Any
 from bertjax.cli.argtypes import non_negative_int
 from bertjax.cli.errors import CommandError, describe
 
-MODEL_HELP = ("a Hugging Face BERT directory (config.json, model.safetensors, tokenizer.json or "
-              "vocab.txt) or a `bertjax pretrain` run directory (its best checkpoint)")
+MODEL_HELP = ("a Hugging Face BERT directory (config.json; model.safetensors, pytorch_model.bin or a "
+              "transformers-v4 flax_model.msgpack; tokenizer.json or vocab.txt) or a `bertjax "
+              "pretrain` run directory (its best checkpoint)")
 
 
 def add_model_argument(parser: argparse.ArgumentParser) -> None:

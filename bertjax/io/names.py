@@ -67,7 +67,8 @@ HF_DERIVED_KEYS = (
 # Checkpoint names of every head some bertjax class has: a checkpoint may carry one the requested
 # class lacks (left out). Which heads a class has, and so may initialise fresh when a checkpoint
 # lacks them, the class itself declares (`head_modules`); every other weight is required.
-HEAD_PREFIXES = ("bert.pooler.", "mlm_head.", "nsp_head.", "classifier.", "token_classifier.",
+POOLER = "bert.pooler."  # the encoder's one head (HF's MaskedLM, token and QA classes lack it)
+HEAD_PREFIXES = (POOLER, "mlm_head.", "nsp_head.", "classifier.", "token_classifier.",
                  "qa_outputs.", "choice_classifier.")
 # How to get a checkpoint of a class with all its heads, by class name: the fix named when a
 # checkpoint lacks a head the class needs (`missing_heads="error"`); other classes get DEFAULT.

@@ -28,6 +28,7 @@ from bertjax.io.names import (
     HEAD_PREFIXES,
     MADE_BY,
     MADE_BY_DEFAULT,
+    POOLER,
     checkpoint_name,
     stacked_at,
     torch_name,
@@ -243,8 +244,8 @@ def check_architecture(arrays: Mapping[str, Any], config: BertConfig, source_cls
     """Refuse weights that hold another class's head and none of the one `source_cls` (the class
     `where` names) has: the class named is not what the weights are. Extra heads alone pass:
     bert-base-uncased's config.json says BertForMaskedLM over BertForPreTraining weights."""
-    own = [h for h in checkpoint_heads(config, source_cls) if h != "bert.pooler."]
-    held = [h for h in heads_held(arrays) if h != "bert.pooler"]
+    own = [h for h in checkpoint_heads(config, source_cls) if h != POOLER]
+    held = [h for h in heads_held(arrays) if h != POOLER.removesuffix(".")]
     if own and held and not any(n.startswith(tuple(own)) for n in arrays):
         raise ValueError(
             f"{where} names {source_cls.__name__}, but the weights hold no "
