@@ -8,7 +8,7 @@ Shapes: B batch, S sequence, H hidden, P masked positions, V vocabulary, C choic
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -42,7 +42,8 @@ class BertMLMHead(nn.Module):
 
 
 class _WithEncoder(nn.Module):
-    """What every head class shares: the encoder `bert` and its call (`bertjax.heads`)."""
+    """What every head class shares: the encoder `bert`, its call, then the class's head
+    (`_head`; `bertjax.heads`)."""
 
     base_model_prefix: ClassVar[str] = "bert"
     head_modules: ClassVar[tuple[str, ...]] = ()
@@ -53,26 +54,47 @@ class _WithEncoder(nn.Module):
         self.config = config
         self.bert = BertModel(config, add_pooling_layer=self.pooled)
 
-    def _encode(
-        self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
-        attention_mask: torch.Tensor | None, output_attentions: bool, output_hidden_states: bool,
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
     ) -> BertOutput:
-        return self.bert(input_ids, token_type_ids, attention_mask,
-                         output_attentions=output_attentions,
-                         output_hidden_states=output_hidden_states)
+        out = self.bert(input_ids, token_type_ids, attention_mask,
+                        output_attentions=output_attentions,
+                        output_hidden_states=output_hidden_states)
+        return self._head(out)
+
+    def _head(self, out: BertOutput) -> BertOutput:
+        """The encoder's output with this class's head's fields filled in."""
+        raise NotImplementedError
 
 
 class _MaskedLM(_WithEncoder):
-    """The masked-LM head's forward, shared by pre-training and masked-LM classes."""
+    """The masked-LM classes: `mlm_logits` at `masked_positions`, or at every position."""
 
-    def _mlm_logits(self, out: BertOutput, input_ids: torch.Tensor,
-                    masked_positions: torch.Tensor | None) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        masked_positions: torch.Tensor | None = None,
+        **options: Any,
+    ) -> BertOutput:
+        out = self.bert(input_ids, token_type_ids, attention_mask, **options)
         h = out.sequence_output
         if masked_positions is not None:
             inputs.check_masked_positions(input_ids, masked_positions)
             index = masked_positions.long()[:, :, None].expand(-1, -1, h.shape[-1])  # (B, P, H)
             h = torch.gather(h, 1, index)  # (B, P, H)
-        return self.mlm_head(h, self.bert.embeddings.word_embeddings)
+        mlm_logits = self.mlm_head(h, self.bert.embeddings.word_embeddings)
+        return self._head(dataclasses.replace(out, mlm_logits=mlm_logits))
+
+    def _head(self, out: BertOutput) -> BertOutput:
+        return out
 
 
 class BertForPreTraining(_MaskedLM):
@@ -85,23 +107,8 @@ class BertForPreTraining(_MaskedLM):
         self.mlm_head = BertMLMHead(config)
         self.nsp_head = float32_linear(config, config.hidden_size, 2)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        masked_positions: torch.Tensor | None = None,
-        *,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ) -> BertOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_attentions,
-                           output_hidden_states)
-        return dataclasses.replace(
-            out,
-            mlm_logits=self._mlm_logits(out, input_ids, masked_positions),
-            nsp_logits=self.nsp_head(numerics.upcast(out.pooled_output)),
-        )
+    def _head(self, out: BertOutput) -> BertOutput:
+        return dataclasses.replace(out, nsp_logits=self.nsp_head(numerics.upcast(out.pooled_output)))
 
 
 class BertForMaskedLM(_MaskedLM):
@@ -114,21 +121,6 @@ class BertForMaskedLM(_MaskedLM):
         super().__init__(config)
         self.mlm_head = BertMLMHead(config)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        masked_positions: torch.Tensor | None = None,
-        *,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ) -> BertOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_attentions,
-                           output_hidden_states)
-        return dataclasses.replace(out, mlm_logits=self._mlm_logits(out, input_ids,
-                                                                    masked_positions))
-
 
 class BertForNextSentencePrediction(_WithEncoder):
     """BERT with the next-sentence-prediction head on the pooled [CLS] output."""
@@ -139,17 +131,7 @@ class BertForNextSentencePrediction(_WithEncoder):
         super().__init__(config)
         self.nsp_head = float32_linear(config, config.hidden_size, 2)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        *,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ) -> BertOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_attentions,
-                           output_hidden_states)
+    def _head(self, out: BertOutput) -> BertOutput:
         return dataclasses.replace(out, nsp_logits=self.nsp_head(numerics.upcast(out.pooled_output)))
 
 
@@ -163,17 +145,7 @@ class BertForSequenceClassification(_WithEncoder):
         self.dropout = nn.Dropout(config.classifier_dropout_prob)
         self.classifier = float32_linear(config, config.hidden_size, config.num_labels)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        *,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ) -> BertOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_attentions,
-                           output_hidden_states)
+    def _head(self, out: BertOutput) -> BertOutput:
         pooled = self.dropout(numerics.upcast(out.pooled_output))
         return dataclasses.replace(out, logits=self.classifier(pooled))  # (B, num_labels)
 
@@ -189,17 +161,7 @@ class BertForTokenClassification(_WithEncoder):
         self.dropout = nn.Dropout(config.classifier_dropout_prob)
         self.token_classifier = float32_linear(config, config.hidden_size, config.num_labels)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        *,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ) -> BertOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_attentions,
-                           output_hidden_states)
+    def _head(self, out: BertOutput) -> BertOutput:
         h = self.dropout(numerics.upcast(out.sequence_output))  # (B, S, H)
         return dataclasses.replace(out, logits=self.token_classifier(h))  # (B, S, num_labels)
 
@@ -216,17 +178,7 @@ class BertForQuestionAnswering(_WithEncoder):
         super().__init__(config)
         self.qa_outputs = float32_linear(config, config.hidden_size, len(QA_OUTPUTS))
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        *,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ) -> BertOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_attentions,
-                           output_hidden_states)
+    def _head(self, out: BertOutput) -> BertOutput:
         logits = self.qa_outputs(numerics.upcast(out.sequence_output))  # (B, S, 2)
         return dataclasses.replace(out, start_logits=logits[..., 0], end_logits=logits[..., 1])
 
@@ -246,11 +198,12 @@ class BertForMultipleChoice(_WithEncoder):
         input_ids: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        *,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
+        **options: Any,
     ) -> BertOutput:
         flat, (B, C) = inputs.flatten_choices(input_ids, token_type_ids, attention_mask)
-        out = self._encode(*flat, output_attentions, output_hidden_states)
+        out = super().forward(*flat, **options)
+        return dataclasses.replace(out, logits=out.logits.reshape(B, C))  # (B * C, 1) -> (B, C)
+
+    def _head(self, out: BertOutput) -> BertOutput:
         pooled = self.dropout(numerics.upcast(out.pooled_output))  # (B * C, H)
-        return dataclasses.replace(out, logits=self.choice_classifier(pooled).reshape(B, C))
+        return dataclasses.replace(out, logits=self.choice_classifier(pooled))  # (B * C, 1)

@@ -16,7 +16,7 @@ P masked positions, V vocabulary, C choices.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -50,7 +50,8 @@ class BertMLMHead(nnx.Module):
 
 class _WithEncoder(nnx.Module):
     """What every head class shares: the encoder `bert` (with a pooler unless the class says
-    `pooled = False`, as Hugging Face's class of the same name) and its call."""
+    `pooled = False`, as Hugging Face's class of the same name), its call, then the class's head
+    (`_head`)."""
 
     base_model_prefix: ClassVar[str] = "bert"
     head_modules: ClassVar[tuple[str, ...]] = ()
@@ -60,14 +61,26 @@ class _WithEncoder(nnx.Module):
         self.config = config
         self.bert = BertModel(config, add_pooling_layer=self.pooled, rngs=rngs)
 
-    def _encode(
-        self, input_ids: jax.Array, token_type_ids: jax.Array | None,
-        attention_mask: jax.Array | None, deterministic: bool, dropout_rng: jax.Array | None,
-        output_attentions: bool, output_hidden_states: bool,
+    def __call__(
+        self,
+        input_ids: jax.Array,
+        token_type_ids: jax.Array | None = None,
+        attention_mask: jax.Array | None = None,
+        *,
+        deterministic: bool = True,
+        dropout_rng: jax.Array | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
     ) -> BertOutput:
-        return self.bert(input_ids, token_type_ids, attention_mask, deterministic=deterministic,
-                         dropout_rng=dropout_rng, output_attentions=output_attentions,
-                         output_hidden_states=output_hidden_states)
+        out = self.bert(input_ids, token_type_ids, attention_mask, deterministic=deterministic,
+                        dropout_rng=dropout_rng, output_attentions=output_attentions,
+                        output_hidden_states=output_hidden_states)
+        return self._head(out, deterministic, dropout_rng)
+
+    def _head(self, out: BertOutput, deterministic: bool,
+              dropout_rng: jax.Array | None) -> BertOutput:
+        """The encoder's output with this class's head's fields filled in."""
+        raise NotImplementedError
 
     def _head_dropout(self, x: jax.Array, deterministic: bool,
                       dropout_rng: jax.Array | None) -> jax.Array:
@@ -79,16 +92,29 @@ class _WithEncoder(nnx.Module):
 
 
 class _MaskedLM(_WithEncoder):
-    """The masked-LM head's forward, shared by pre-training and masked-LM classes."""
+    """The masked-LM classes: the call takes `masked_positions` (B, P) and fills `mlm_logits`
+    there (B, P, V), or at every position (B, S, V) without them; the other options are
+    `BertModel`'s."""
 
-    def _mlm_logits(self, out: BertOutput, input_ids: jax.Array,
-                    masked_positions: jax.Array | None) -> jax.Array:
-        """Vocabulary logits at `masked_positions` (B, P, V), or at every position (B, S, V)."""
+    def __call__(
+        self,
+        input_ids: jax.Array,
+        token_type_ids: jax.Array | None = None,
+        attention_mask: jax.Array | None = None,
+        masked_positions: jax.Array | None = None,
+        **options: Any,
+    ) -> BertOutput:
+        out = self.bert(input_ids, token_type_ids, attention_mask, **options)
         h = out.sequence_output
         if masked_positions is not None:
             inputs.check_masked_positions(input_ids, masked_positions)
             h = jnp.take_along_axis(h, masked_positions[:, :, None], axis=1)  # (B, P, H)
-        return self.mlm_head(h, self.bert.embeddings.word_embeddings)
+        out = out.replace(mlm_logits=self.mlm_head(h, self.bert.embeddings.word_embeddings))
+        return self._head(out, True, None)  # the heads after the MLM's use no dropout
+
+    def _head(self, out: BertOutput, deterministic: bool,
+              dropout_rng: jax.Array | None) -> BertOutput:
+        return out
 
 
 class BertForPreTraining(_MaskedLM):
@@ -103,24 +129,9 @@ class BertForPreTraining(_MaskedLM):
         self.mlm_head = BertMLMHead(config, rngs=rngs)
         self.nsp_head = float32_linear(config, config.hidden_size, 2, rngs)
 
-    def __call__(
-        self,
-        input_ids: jax.Array,
-        token_type_ids: jax.Array | None = None,
-        attention_mask: jax.Array | None = None,
-        masked_positions: jax.Array | None = None,
-        *,
-        deterministic: bool = True,
-        dropout_rng: jax.Array | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ) -> BertOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, deterministic, dropout_rng,
-                           output_attentions, output_hidden_states)
-        return out.replace(
-            mlm_logits=self._mlm_logits(out, input_ids, masked_positions),
-            nsp_logits=self.nsp_head(out.pooled_output.astype(jnp.float32)),
-        )
+    def _head(self, out: BertOutput, deterministic: bool,
+              dropout_rng: jax.Array | None) -> BertOutput:
+        return out.replace(nsp_logits=self.nsp_head(out.pooled_output.astype(jnp.float32)))
 
 
 class BertForMaskedLM(_MaskedLM):
@@ -134,22 +145,6 @@ class BertForMaskedLM(_MaskedLM):
         super().__init__(config, rngs=rngs)
         self.mlm_head = BertMLMHead(config, rngs=rngs)
 
-    def __call__(
-        self,
-        input_ids: jax.Array,
-        token_type_ids: jax.Array | None = None,
-        attention_mask: jax.Array | None = None,
-        masked_positions: jax.Array | None = None,
-        *,
-        deterministic: bool = True,
-        dropout_rng: jax.Array | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ) -> BertOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, deterministic, dropout_rng,
-                           output_attentions, output_hidden_states)
-        return out.replace(mlm_logits=self._mlm_logits(out, input_ids, masked_positions))
-
 
 class BertForNextSentencePrediction(_WithEncoder):
     """BERT with the next-sentence-prediction head on the pooled [CLS] output (`nsp_logits`
@@ -161,19 +156,8 @@ class BertForNextSentencePrediction(_WithEncoder):
         super().__init__(config, rngs=rngs)
         self.nsp_head = float32_linear(config, config.hidden_size, 2, rngs)
 
-    def __call__(
-        self,
-        input_ids: jax.Array,
-        token_type_ids: jax.Array | None = None,
-        attention_mask: jax.Array | None = None,
-        *,
-        deterministic: bool = True,
-        dropout_rng: jax.Array | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ) -> BertOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, deterministic, dropout_rng,
-                           output_attentions, output_hidden_states)
+    def _head(self, out: BertOutput, deterministic: bool,
+              dropout_rng: jax.Array | None) -> BertOutput:
         return out.replace(nsp_logits=self.nsp_head(out.pooled_output.astype(jnp.float32)))
 
 
@@ -188,19 +172,8 @@ class BertForSequenceClassification(_WithEncoder):
         self.dropout = nnx.Dropout(config.classifier_dropout_prob)
         self.classifier = float32_linear(config, config.hidden_size, config.num_labels, rngs)
 
-    def __call__(
-        self,
-        input_ids: jax.Array,
-        token_type_ids: jax.Array | None = None,
-        attention_mask: jax.Array | None = None,
-        *,
-        deterministic: bool = True,
-        dropout_rng: jax.Array | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ) -> BertOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, deterministic, dropout_rng,
-                           output_attentions, output_hidden_states)
+    def _head(self, out: BertOutput, deterministic: bool,
+              dropout_rng: jax.Array | None) -> BertOutput:
         pooled = self._head_dropout(out.pooled_output, deterministic, dropout_rng)
         return out.replace(logits=self.classifier(pooled))  # (B, num_labels)
 
@@ -218,19 +191,8 @@ class BertForTokenClassification(_WithEncoder):
         self.token_classifier = float32_linear(config, config.hidden_size, config.num_labels,
                                                rngs)
 
-    def __call__(
-        self,
-        input_ids: jax.Array,
-        token_type_ids: jax.Array | None = None,
-        attention_mask: jax.Array | None = None,
-        *,
-        deterministic: bool = True,
-        dropout_rng: jax.Array | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ) -> BertOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, deterministic, dropout_rng,
-                           output_attentions, output_hidden_states)
+    def _head(self, out: BertOutput, deterministic: bool,
+              dropout_rng: jax.Array | None) -> BertOutput:
         h = self._head_dropout(out.sequence_output, deterministic, dropout_rng)  # (B, S, H)
         return out.replace(logits=self.token_classifier(h))  # (B, S, num_labels)
 
@@ -250,19 +212,8 @@ class BertForQuestionAnswering(_WithEncoder):
         super().__init__(config, rngs=rngs)
         self.qa_outputs = float32_linear(config, config.hidden_size, len(QA_OUTPUTS), rngs)
 
-    def __call__(
-        self,
-        input_ids: jax.Array,
-        token_type_ids: jax.Array | None = None,
-        attention_mask: jax.Array | None = None,
-        *,
-        deterministic: bool = True,
-        dropout_rng: jax.Array | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ) -> BertOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, deterministic, dropout_rng,
-                           output_attentions, output_hidden_states)
+    def _head(self, out: BertOutput, deterministic: bool,
+              dropout_rng: jax.Array | None) -> BertOutput:
         logits = self.qa_outputs(out.sequence_output.astype(jnp.float32))  # (B, S, 2)
         return out.replace(start_logits=logits[..., 0], end_logits=logits[..., 1])
 
@@ -284,17 +235,16 @@ class BertForMultipleChoice(_WithEncoder):
         input_ids: jax.Array,
         token_type_ids: jax.Array | None = None,
         attention_mask: jax.Array | None = None,
-        *,
-        deterministic: bool = True,
-        dropout_rng: jax.Array | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
+        **options: Any,
     ) -> BertOutput:
         flat, (B, C) = inputs.flatten_choices(input_ids, token_type_ids, attention_mask)
-        out = self._encode(*flat, deterministic, dropout_rng, output_attentions,
-                           output_hidden_states)
+        out = super().__call__(*flat, **options)
+        return out.replace(logits=out.logits.reshape(B, C))  # (B * C, 1) -> (B, C)
+
+    def _head(self, out: BertOutput, deterministic: bool,
+              dropout_rng: jax.Array | None) -> BertOutput:
         pooled = self._head_dropout(out.pooled_output, deterministic, dropout_rng)  # (B * C, H)
-        return out.replace(logits=self.choice_classifier(pooled).reshape(B, C))  # (B*C, 1) -> (B, C)
+        return out.replace(logits=self.choice_classifier(pooled))  # (B * C, 1)
 
 
 # Every model class by name: the names config.json's `architectures` and `bertjax convert --as` use.

@@ -21,6 +21,7 @@ import test_heads as heads  # noqa: E402
 import transformers  # noqa: E402
 
 from bertjax.io.hf import hf_name  # noqa: E402
+from bertjax.io.names import HF_OUTPUT_FIELDS  # noqa: E402
 from bertjax.pretrained import load_hf  # noqa: E402
 from parity.convert import to_torch_model  # noqa: E402
 
@@ -36,10 +37,10 @@ def row(name: str) -> list[float]:
     ours = load_hf(directory)
     batch = heads._batch(name)
     outputs, grads = heads._ours(ours, batch, name)
-    hf_outputs, hf_grads = heads._theirs(hf, batch, name, heads.HF_FIELDS[name])
+    hf_outputs, hf_grads = heads._theirs(hf, batch, name, HF_OUTPUT_FIELDS[name])
     mirror = to_torch_model(ours)
     torch_outputs, torch_grads = heads._theirs(mirror, batch, name,
-                                               {f: f for f in heads.HF_FIELDS[name]})
+                                               {f: f for f in HF_OUTPUT_FIELDS[name]})
     torch_grads = {hf_name(k, type(ours).base_model_prefix): v for k, v in torch_grads.items()}
     path, saved = flax_v4._fixture(f"Flax{name}")
     return [heads._worst(outputs, hf_outputs), heads._worst(grads, hf_grads, True),

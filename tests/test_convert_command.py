@@ -32,6 +32,7 @@ from bertjax.cli.main import main
 from bertjax.data import WordPieceTokenizer
 from bertjax.heads import MODEL_CLASSES
 from bertjax.io.hf import hf_name
+from bertjax.io.names import HF_OUTPUT_FIELDS
 from bertjax.io.weights import model_to_numpy
 from bertjax.train.checkpoint import best_saved_step
 
@@ -165,7 +166,7 @@ def test_convert_as_each_kind_of_output_is_checked_by_transformers(qa, tmp_path,
     out = tmp_path / "out"
     assert main(["convert", str(qa), str(out), "--as", name]) == 0
     summary = _summary(capsys)
-    fields = ", ".join(export.HF_FIELDS[name].values())
+    fields = ", ".join(HF_OUTPUT_FIELDS[name].values())
     assert f"loads it as {name}, max |diff|" in summary and f"over {fields} (float32" in summary
     assert json.loads((out / "config.json").read_text())["architectures"] == [name]
 
@@ -322,7 +323,7 @@ def test_probe_inputs_have_cls_sep_padding_and_both_token_types(tokenizer):
 
 
 def test_as_offers_every_class_and_refuses_others_in_one_line(qa, tmp_path, capsys):
-    assert set(export.CLASS_NAMES) == set(MODEL_CLASSES) == set(export.HF_FIELDS)
+    assert set(export.CLASS_NAMES) == set(MODEL_CLASSES) == set(HF_OUTPUT_FIELDS)
     with pytest.raises(SystemExit) as exited:  # argparse's error, as for every command
         main(["convert", str(qa), str(tmp_path / "out"), "--as", "BertForQA"])
     assert exited.value.code == 2

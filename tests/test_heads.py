@@ -28,6 +28,7 @@ import bert_torch
 from bertjax import BertConfig
 from bertjax.heads import MODEL_CLASSES
 from bertjax.io.hf import hf_name
+from bertjax.io.names import HF_OUTPUT_FIELDS
 from bertjax.io.weights import state_to_numpy
 from bertjax.pretrained import load_hf, save_hf
 from parity.convert import to_torch_model
@@ -36,18 +37,6 @@ TOL = 1e-5
 HF_CONFIG = dict(vocab_size=99, hidden_size=48, num_hidden_layers=2, num_attention_heads=3,
                  intermediate_size=70, max_position_embeddings=40, type_vocab_size=3,
                  hidden_act="gelu", num_labels=3, initializer_range=0.1)
-# Our output field -> transformers' field, per class where they differ.
-HF_FIELDS = {
-    "BertModel": {"sequence_output": "last_hidden_state", "pooled_output": "pooler_output"},
-    "BertForPreTraining": {"mlm_logits": "prediction_logits",
-                           "nsp_logits": "seq_relationship_logits"},
-    "BertForMaskedLM": {"mlm_logits": "logits"},
-    "BertForNextSentencePrediction": {"nsp_logits": "logits"},
-    "BertForSequenceClassification": {"logits": "logits"},
-    "BertForTokenClassification": {"logits": "logits"},
-    "BertForQuestionAnswering": {"start_logits": "start_logits", "end_logits": "end_logits"},
-    "BertForMultipleChoice": {"logits": "logits"},
-}
 CLASSES = sorted(MODEL_CLASSES)
 
 
@@ -81,7 +70,7 @@ def _weights(name: str, shape: tuple[int, ...], field: str) -> np.ndarray:
 
 def _ours(model, batch, name, grads=False):
     """(outputs by our field, gradients by Hugging Face name) of a bertjax model."""
-    fields = HF_FIELDS[name]
+    fields = HF_OUTPUT_FIELDS[name]
 
     def loss(m):
         out = m(*(jnp.asarray(x) for x in batch))
@@ -148,7 +137,7 @@ def test_outputs_and_gradients_equal_transformers(round_trips, name):
     hf, ours, _, _ = round_trips[name]
     batch = _batch(name)
     our_out, our_grads = _ours(ours, batch, name)
-    their_out, their_grads = _theirs(hf, batch, name, HF_FIELDS[name])
+    their_out, their_grads = _theirs(hf, batch, name, HF_OUTPUT_FIELDS[name])
     assert _worst(our_out, their_out) < TOL
     assert _worst(our_grads, their_grads, relative=True) < TOL  # the tied decoder's included
 
@@ -161,7 +150,7 @@ def test_outputs_and_gradients_equal_the_torch_mirror(round_trips, name):
     batch = _batch(name, seed=1)
     our_out, our_grads = _ours(ours, batch, name)
     prefix = type(ours).base_model_prefix
-    their_out, their_grads = _theirs(mirror, batch, name, {f: f for f in HF_FIELDS[name]})
+    their_out, their_grads = _theirs(mirror, batch, name, {f: f for f in HF_OUTPUT_FIELDS[name]})
     assert _worst(our_out, their_out) < TOL
     assert _worst(our_grads, {hf_name(k, prefix): v for k, v in their_grads.items()},
                   relative=True) < TOL
@@ -226,5 +215,5 @@ def test_gradient_check_can_fail(round_trips):
     batch = _batch("BertForQuestionAnswering")
     our_out, _ = _ours(broken, batch, "BertForQuestionAnswering")
     their_out, _ = _theirs(hf, batch, "BertForQuestionAnswering",
-                           HF_FIELDS["BertForQuestionAnswering"])
+                           HF_OUTPUT_FIELDS["BertForQuestionAnswering"])
     assert _worst(our_out, their_out) > TOL

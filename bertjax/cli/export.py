@@ -42,20 +42,6 @@ PROBE_SEED = 0  # the fixed inputs both checks run
 PROBE_BATCH, PROBE_LENGTH, PROBE_CHOICES = 3, 16, 2
 FIRST_ORDINARY_ID = 5  # probe ids are drawn from [5, vocabulary): past the usual special tokens
 
-# bertjax's output field -> transformers' name for it, per class (what the transformers check
-# compares).
-HF_FIELDS: dict[str, dict[str, str]] = {
-    "BertModel": {"sequence_output": "last_hidden_state", "pooled_output": "pooler_output"},
-    "BertForPreTraining": {"mlm_logits": "prediction_logits",
-                           "nsp_logits": "seq_relationship_logits"},
-    "BertForMaskedLM": {"mlm_logits": "logits"},
-    "BertForNextSentencePrediction": {"nsp_logits": "logits"},
-    "BertForSequenceClassification": {"logits": "logits"},
-    "BertForTokenClassification": {"logits": "logits"},
-    "BertForQuestionAnswering": {"start_logits": "start_logits", "end_logits": "end_logits"},
-    "BertForMultipleChoice": {"logits": "logits"},
-}
-
 # What loading says about heads (bertjax.io.weights): a warning per freshly initialised head set,
 # an INFO record on the "bertjax.io" logger per left-out head set.
 _FRESH = re.compile(r"has no weights for (.+): freshly initialised \(seed \d+\)")
@@ -131,7 +117,7 @@ def noting_load() -> Iterator[LoadNotes]:
 
 def source_format(path: str | Path, step: int | None, notes: LoadNotes) -> str:
     """What `path` was read as: a Hugging Face format, or a run and the step loaded."""
-    from bertjax.io.flax_msgpack import flax_files
+    from bertjax.io.flax_msgpack import FLAX_WEIGHTS, FLAX_WEIGHTS_INDEX
     from bertjax.io.hf import PYTORCH_BIN, SAFETENSORS, SAFETENSORS_INDEX
     from bertjax.train.checkpoint import best_saved_step, saved_steps
     from bertjax.train.rundir import RunDir
@@ -148,7 +134,7 @@ def source_format(path: str | Path, step: int | None, notes: LoadNotes) -> str:
         return "Hugging Face safetensors"
     if (path / PYTORCH_BIN).is_file():
         return "pytorch_model.bin"
-    if flax_files(path) is not None:
+    if (path / FLAX_WEIGHTS).is_file() or (path / FLAX_WEIGHTS_INDEX).is_file():
         return "transformers-v4 Flax msgpack"
     return "Hugging Face directory"
 
@@ -237,10 +223,11 @@ def check_transformers(model: Any, ours: dict[str, Any], written: Path, out: Pat
     except ImportError:
         return ("not checked with transformers: it is not installed (pip install transformers "
                 "torch to have every export loaded by it)")
+    from bertjax.io.names import HF_OUTPUT_FIELDS
     from bertjax.pretrained import load_hf
 
     name = type(model).__name__
-    fields = HF_FIELDS[name]
+    fields = HF_OUTPUT_FIELDS[name]
     if model.config.dtype != "float32":  # compare float32 with float32: the same weights
         ours = outputs_of(load_hf(written, model_cls=type(model), dtype="float32"), batch)
     hf_logging = transformers.utils.logging

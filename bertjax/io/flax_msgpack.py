@@ -1,6 +1,7 @@
 """transformers-v4 Flax BERT checkpoints (`flax_model.msgpack`, or shards named by
-`flax_model.msgpack.index.json`), as written by `FlaxBert*.save_pretrained` of transformers 4.x,
-read as tensors under Hugging Face's PyTorch names.
+`flax_model.msgpack.index.json`, which `bertjax.io.hf` finds), as written by
+`FlaxBert*.save_pretrained` of transformers 4.x, read as tensors under Hugging Face's PyTorch
+names.
 
 transformers 5 removed Flax: nothing current reads these files. Here they are parsed with
 `flax.serialization.msgpack_restore` (msgpack with array extension types: data only, nothing in
@@ -11,7 +12,6 @@ the file is ever executed) and renamed as transformers 4's own Flax-to-PyTorch l
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,33 +25,6 @@ FLAX_WEIGHTS_INDEX = "flax_model.msgpack.index.json"
 # Every BERT checkpoint has its word embeddings under this path (a bare FlaxBertModel without the
 # `bert/` prefix): a msgpack without it is not a BERT.
 _WORD_EMBEDDINGS = ("embeddings", "word_embeddings", "embedding")
-
-
-def flax_files(path: Path) -> list[Path] | None:
-    """The msgpack files of a Flax checkpoint directory (one, or the shards its index names);
-    None if the directory holds neither file."""
-    if (path / FLAX_WEIGHTS).is_file():
-        return [path / FLAX_WEIGHTS]
-    if (path / FLAX_WEIGHTS_INDEX).is_file():
-        return _shard_files(path / FLAX_WEIGHTS_INDEX)
-    return None
-
-
-def _shard_files(index_file: Path) -> list[Path]:
-    try:
-        weight_map = json.loads(index_file.read_bytes()).get("weight_map")
-    except (ValueError, AttributeError):
-        weight_map = None
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise ValueError(f"{index_file} is damaged: it has no weight_map of parameter names to "
-                         "shard files; restore it (or save the Flax model again)")
-    files = sorted({index_file.parent / str(f) for f in weight_map.values()})
-    missing = [f.name for f in files if not f.is_file()]
-    if missing:
-        raise FileNotFoundError(f"{index_file} names shard files that are missing: "
-                                f"{', '.join(missing)}; copy them beside it (or save the Flax "
-                                "model again)")
-    return files
 
 
 def read_flax_tensors(files: list[Path]) -> dict[str, np.ndarray]:

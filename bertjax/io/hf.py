@@ -27,7 +27,7 @@ from safetensors import SafetensorError
 from bertjax.config import BertConfig
 from bertjax.data.tokenizer import SPECIAL_TOKENS
 from bertjax.files import atomic_directory, check_output_directory
-from bertjax.io.flax_msgpack import FLAX_WEIGHTS, FLAX_WEIGHTS_INDEX, flax_files, read_flax_tensors
+from bertjax.io.flax_msgpack import FLAX_WEIGHTS, FLAX_WEIGHTS_INDEX, read_flax_tensors
 from bertjax.io.names import (
     BASE_PREFIX,
     HF_DERIVED_KEYS,
@@ -59,9 +59,10 @@ def read_hf_tensors(path: str | Path) -> dict[str, np.ndarray]:
         return _read_safetensors(_index_files(path / SAFETENSORS_INDEX))
     if (path / PYTORCH_BIN).is_file():
         return _read_pytorch_bin(path / PYTORCH_BIN)
-    flax = flax_files(path)
-    if flax is not None:
-        return read_flax_tensors(flax)
+    if (path / FLAX_WEIGHTS).is_file():
+        return read_flax_tensors([path / FLAX_WEIGHTS])
+    if (path / FLAX_WEIGHTS_INDEX).is_file():
+        return read_flax_tensors(_index_files(path / FLAX_WEIGHTS_INDEX))
     raise FileNotFoundError(
         f"{path} has no {SAFETENSORS}, {SAFETENSORS_INDEX}, {PYTORCH_BIN}, {FLAX_WEIGHTS} or "
         f"{FLAX_WEIGHTS_INDEX}; point load_hf at a Hugging Face BERT checkpoint directory"
@@ -69,7 +70,8 @@ def read_hf_tensors(path: str | Path) -> dict[str, np.ndarray]:
 
 
 def _index_files(index_file: Path) -> list[Path]:
-    """The shard files a `model.safetensors.index.json` names (each must exist)."""
+    """The shard files an index (`model.safetensors.index.json`, `flax_model.msgpack.index.json`)
+    names (each must exist)."""
     weight_map = _read_json(index_file).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise ValueError(f"{index_file} has no weight_map of tensor names to shard files; restore "

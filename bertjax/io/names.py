@@ -92,6 +92,19 @@ MADE_BY: dict[str, str] = {
 MADE_BY_DEFAULT = ("pass a checkpoint of a {cls} that has them (a Hugging Face directory whose "
                    "config.json names {cls}, or its transformers-v4 Flax checkpoint)")
 
+# Our output field -> transformers' name for it, per class (what parity checks compare).
+HF_OUTPUT_FIELDS: dict[str, dict[str, str]] = {
+    "BertModel": {"sequence_output": "last_hidden_state", "pooled_output": "pooler_output"},
+    "BertForPreTraining": {"mlm_logits": "prediction_logits",
+                           "nsp_logits": "seq_relationship_logits"},
+    "BertForMaskedLM": {"mlm_logits": "logits"},
+    "BertForNextSentencePrediction": {"nsp_logits": "logits"},
+    "BertForSequenceClassification": {"logits": "logits"},
+    "BertForTokenClassification": {"logits": "logits"},
+    "BertForQuestionAnswering": {"start_logits": "start_logits", "end_logits": "end_logits"},
+    "BertForMultipleChoice": {"logits": "logits"},
+}
+
 
 def torch_name(flax_path: Iterable[object]) -> tuple[str, bool]:
     """('bert', 'layers', 0, 'attention', 'query', 'kernel') -> ('bert.layers.0...weight', True)."""
