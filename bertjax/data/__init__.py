@@ -8,6 +8,7 @@ for pre-training, and labelled examples for fine-tuning.
     masking.py    80/10/10 dynamic masking, whole-word masking
     batches.py    resumable, process-sharded pre-training batches
     labelled.py   labelled examples (text, text_pair, label) and the bundled genre task
+    tagging.py    tagged sentences (CoNLL, JSON lines; BIO/IOB2), labels aligned to WordPiece
 
     from bertjax.data import WordPieceTokenizer, corpus_documents, write_shards, PretrainingBatches
 
