@@ -146,3 +146,16 @@ def test_config_naming_another_head_is_refused(tmp_path, capsys):
     err = _export_fails(path, tmp_path, capsys)
     assert (f"{path / 'config.json'} names BertForMaskedLM, but the weights hold no mlm_head and "
             "hold qa_outputs") in err
+
+
+def test_missing_and_misshaped_arrays_are_named(tmp_path, capsys):
+    from flax.serialization import msgpack_restore, msgpack_serialize
+
+    path = _copy("FlaxBertForTokenClassification", tmp_path)
+    params = msgpack_restore((path / "flax_model.msgpack").read_bytes())
+    del params["bert"]["encoder"]["layer"]["1"]["output"]["dense"]["bias"]
+    params["classifier"]["kernel"] = params["classifier"]["kernel"][:, :4]  # 5 labels -> 4
+    (path / "flax_model.msgpack").write_bytes(msgpack_serialize(params))
+    err = _export_fails(path, tmp_path, capsys)
+    assert "missing key bert.layers.1.output.bias (expected shape (36,))" in err
+    assert "wrong shape for token_classifier.weight: expected (5, 36), found (4, 36)" in err
