@@ -49,7 +49,7 @@ def read_examples(
     content = read_text(path, what)
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json"):
-        records = _json_lines(path, content)
+        records = json_records(path, content)
     elif suffix == ".csv":
         records = _csv_rows(path, content)
     else:
@@ -138,7 +138,9 @@ def _all_or_none_labelled(examples: Sequence[Example], field: str) -> None:
                          f"{labelled.where} has one; label every example or none")
 
 
-def _json_lines(path: Path, content: str) -> list[tuple[str, dict]]:
+def json_records(path: Path, content: str) -> list[tuple[str, dict]]:
+    """("file:line", object) for each non-blank line of a JSON-lines file's `content`; a line
+    that is not a JSON object is a ValueError naming it."""
     out = []
     for n, line in enumerate(content.splitlines(), 1):
         if not line.strip():

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bertjax.data.labelled import json_records
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.files import read_text
 
@@ -92,16 +93,7 @@ def _conll_sentences(path: Path, content: str) -> list[TaggedSentence]:
 def _json_sentences(path: Path, content: str, tokens_field: str, tags_field: str
                     ) -> list[TaggedSentence]:
     sentences = []
-    for n, line in enumerate(content.removeprefix("\ufeff").splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{n}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{where} is not a JSON object: {err}") from err
-        if not isinstance(record, dict):
-            raise ValueError(f"{where} is not a JSON object")
+    for where, record in json_records(path, content.removeprefix("\ufeff")):
         tokens = _string_list(record, tokens_field, where, "token", "--tokens-field")
         tags = _string_list(record, tags_field, where, "tag", "--tags-field")
         if len(tags) != len(tokens):
