@@ -138,3 +138,31 @@ def test_optim_section_is_the_optimizers_own_config() -> None:
     ]:
         with pytest.raises(ValueError, match=re.escape(message)):
             rc.load(None, override)
+
+
+def test_held_out_batches_are_masked_at_bert_rate_whatever_the_run_trains_with(
+        tmp_path: Path) -> None:
+    """Held-out accuracies compare across recipes: the evaluation masks 15% of the candidates
+    (the same pairs and positions as a 15% run's), and a run at another rate is also evaluated
+    at its own rate on the same pairs."""
+    import numpy as np
+
+    from bertjax.train.pretrain_data import open_data
+    from bertjax.train.rundir import RunDir
+
+    def rate(batches: list[dict]) -> float:  # masked / maskable ([CLS] and two [SEP] are not)
+        masked = sum(float(b["masked_weights"].sum()) for b in batches)
+        return masked / sum(float(b["attention_mask"].sum()) - 3 * len(b["attention_mask"])
+                            for b in batches)
+
+    small = {"data.vocab_size": "300", "data.seq_len": "64", "data.max_predictions": "40",
+             "data.eval_batches": "6"}
+    at_15 = open_data(rc.load(None, small), RunDir(tmp_path / "a"))
+    at_40 = open_data(rc.load(None, {**small, "data.mask_prob": "0.4"}), RunDir(tmp_path / "b"))
+    assert at_15.own_rate_batches == []
+    assert rate(at_15.eval_batches) == pytest.approx(0.15, abs=0.01)
+    assert rate(at_40.own_rate_batches) == pytest.approx(0.40, abs=0.01)
+    for a, b in zip(at_15.eval_batches, at_40.eval_batches, strict=True):
+        assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert (at_40.baseline_token, at_40.baseline_accuracy) == (
+        at_15.baseline_token, at_15.baseline_accuracy)

@@ -530,15 +530,22 @@ def _train(job: _Job, state: TrainState, batches: Prefetch, schedule: StepSchedu
 
 def _evaluate(job: _Job, params: nnx.State, step: int, writer: MetricsWriter) -> dict[str, float]:
     """Held-out means (and the baseline comparison), logged and printed."""
-    strategy, data = job.strategy, job.data
-    sums = [strategy.host_metrics(job.eval_step(params, strategy.shard_batch(b)))
-            for b in data.eval_batches]
-    out = _means({k: sum(s[k] for s in sums) for k in sums[0]})
+    data = job.data
+    out = _held_out_means(job, params, data.eval_batches)
     out.update(baseline_accuracy=data.baseline_accuracy,
                accuracy_ratio=accuracy_ratio(out["mlm_accuracy"], data.baseline_accuracy))
+    if data.own_rate_batches:  # the run masks at another rate than the held-out 15%
+        own = _held_out_means(job, params, data.own_rate_batches)
+        out.update(own_rate_mlm_accuracy=own["mlm_accuracy"], own_rate_mlm_loss=own["mlm_loss"])
     writer.log("eval", step, out, flush=True)
     job.say(_eval_line(step, out))
     return out
+
+
+def _held_out_means(job: _Job, params: nnx.State, batches: list) -> dict[str, float]:
+    strategy = job.strategy
+    sums = [strategy.host_metrics(job.eval_step(params, strategy.shard_batch(b))) for b in batches]
+    return _means({k: sum(s[k] for s in sums) for k in sums[0]})
 
 
 def _stderr(message: str) -> None:
@@ -641,7 +648,9 @@ def _means(sums: dict[str, float]) -> dict[str, float]:
 def _eval_line(step: int, e: dict[str, float]) -> str:
     return (f"step {step}: eval MLM loss {e['mlm_loss']:.4f}, MLM accuracy {e['mlm_accuracy']:.4f} "
             f"(baseline {e['baseline_accuracy']:.4f}, x{e['accuracy_ratio']:.2f}), perplexity "
-            f"{e['perplexity']:.1f}, NSP accuracy {e['nsp_accuracy']:.4f}")
+            f"{e['perplexity']:.1f}, NSP accuracy {e['nsp_accuracy']:.4f}"
+            + (f"; at the run's own masking rate MLM accuracy {e['own_rate_mlm_accuracy']:.4f}"
+               if "own_rate_mlm_accuracy" in e else ""))
 
 
 def _last_eval_record(run: RunDir) -> dict[str, float]:

@@ -25,6 +25,9 @@ SPLITS = ("train", "eval")
 # when they change
 CACHE_OPTIONS = ("data.corpus", "data.vocab_size")
 EVAL_SEED = 12345  # the held-out batches' masks and pairs: the same in every evaluation and run
+# The held-out batches are masked at BERT's rate whatever the run trains with, so accuracies and
+# baseline ratios compare across recipes; a run at another rate is also evaluated at its own.
+EVAL_MASK_PROB = 0.15
 
 Batch = dict[str, np.ndarray]
 
@@ -34,10 +37,12 @@ class PretrainData:
     """What the loop needs from the data pipeline."""
 
     train: PretrainingBatches  # iterator of batches with get_state() / set_state(state)
-    eval_batches: list[Batch]  # fixed held-out batches (this process's rows)
+    eval_batches: list[Batch]  # fixed held-out batches (this process's rows), masked at 15%
     vocab_size: int
     baseline_token: str  # the most frequent held-out target (all processes' rows)
     baseline_accuracy: float  # the accuracy of always predicting it
+    # the same held-out pairs masked at the run's own rate; empty when that is EVAL_MASK_PROB
+    own_rate_batches: list[Batch] = dataclasses.field(default_factory=list)
 
     def batches_with_state(self) -> Iterator[tuple[Batch, dict[str, Any]]]:
         """Training batches, each with the iterator state right after it (what a checkpoint
@@ -69,11 +74,18 @@ def open_data(config: rc.RunConfig, run: RunDir, *, rebuild: bool = False,
                   process_index=jax.process_index(), process_count=jax.process_count(),
                   tokenizer=tok)
     train = PretrainingBatches(run.data("train"), seed=config.train.seed, **common)
-    held_out = PretrainingBatches(run.data("eval"), seed=EVAL_SEED, **common)
-    eval_batches = [next(held_out) for _ in range(d.eval_batches)]
+    eval_batches = _held_out(run, d.eval_batches, {**common, "mask_prob": EVAL_MASK_PROB})
+    own_rate = [] if d.mask_prob == EVAL_MASK_PROB else _held_out(run, d.eval_batches, common)
     token, accuracy = baseline(gather_rows(eval_batches, ("masked_ids", "masked_weights")))
     return PretrainData(train=train, eval_batches=eval_batches, vocab_size=tok.vocab_size,
-                        baseline_token=tok.id_to_token(token), baseline_accuracy=accuracy)
+                        baseline_token=tok.id_to_token(token), baseline_accuracy=accuracy,
+                        own_rate_batches=own_rate)
+
+
+def _held_out(run: RunDir, n: int, options: dict[str, Any]) -> list[Batch]:
+    """The first `n` batches of the held-out split (the same pairs and masks in every run)."""
+    held_out = PretrainingBatches(run.data("eval"), seed=EVAL_SEED, **options)
+    return [next(held_out) for _ in range(n)]
 
 
 def check_corpus(config: rc.RunConfig) -> None:

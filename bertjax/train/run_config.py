@@ -57,7 +57,8 @@ class DataSection:
     vocab_size: int = _f(512, "WordPiece vocabulary size (trained on the training split)")
     seq_len: int = _f(128, "tokens per sequence, [CLS] A [SEP] B [SEP] included")
     max_predictions: int = _f(20, "masked positions per sequence (static shape)")
-    mask_prob: float = _f(0.15, "fraction of tokens chosen for prediction (80/10/10)")
+    mask_prob: float = _f(0.15, "fraction of tokens chosen for prediction (80/10/10); held-out "
+                             "evaluation masks 15% (BERT's rate), and this rate too if it differs")
     batch_size: int = _f(8, "global batch size (sequences per optimizer step, all processes)")
     eval_batches: int = _f(64, "batches of the held-out split in each evaluation")
 
