@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import subprocess
 import sys
 
 import pytest
 
-from bertjax.cli.main import main
+from bertjax.cli.main import COMMANDS, main
 
 
 def test_parity_command_prints_a_passing_table(capsys):
@@ -36,6 +38,16 @@ def test_console_script_help_lists_commands():
     out = subprocess.run([sys.executable, "-m", "bertjax.cli", "--help"], capture_output=True,
                          text=True, check=True).stdout
     assert "parity" in out and "vocab" in out and "data" in out
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_help_formats(command):
+    """argparse %-formats help text: a bare "15%" in any option's help breaks `--help` (it did)."""
+    parser = argparse.ArgumentParser(prog=f"bertjax {command}")
+    importlib.import_module(COMMANDS[command][0]).add_arguments(parser)
+    subcommands = parser._subparsers._group_actions if parser._subparsers else []  # bench WHAT
+    for each in [parser, *(p for action in subcommands for p in action.choices.values())]:
+        assert "--help" in each.format_help()
 
 
 # Runs the CLI with PyTorch and transformers made unimportable, as after `pip install bertjax`.

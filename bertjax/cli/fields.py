@@ -84,7 +84,7 @@ def _parser(option: Option) -> Callable[[str], Any] | None:
 
 
 def option_help(option: Option) -> str:
-    """The help and its default: "tokens per sequence (default: 128)"."""
+    """The help and its default, escaped for argparse: "tokens per sequence (default: 128)"."""
     meta = option.metadata
     if "default_help" in meta:
         default = meta["default_help"]
@@ -93,7 +93,8 @@ def option_help(option: Option) -> str:
         default = f"{cpu} on CPU, {accelerator} on GPU/TPU"
     else:
         default = _show(option.default) if option.default not in (None, ()) else None
-    return option.help if default is None else f"{option.help} (default: {default})"
+    text = option.help if default is None else f"{option.help} (default: {default})"
+    return text.replace("%", "%%")  # argparse %-formats help strings
 
 
 def _show(value: Any) -> str:

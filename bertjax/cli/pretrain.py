@@ -50,7 +50,8 @@ multi-host: start one process per host with the same --coordinator-address and -
 
 def _help(option: rc.Option) -> str:
     choices = f"; one of {', '.join(option.choices)}" if option.choices else ""
-    return f"{option.help}{choices} (default: {option.default!r})"
+    text = f"{option.help}{choices} (default: {option.default!r})"
+    return text.replace("%", "%%")  # argparse %-formats help: "15%" must reach it as "15%%"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
