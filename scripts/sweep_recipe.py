@@ -53,6 +53,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path("runs/sweep"))
     p.add_argument("--calibrate-steps", type=int, default=40)
     p.add_argument("--keep-runs", action="store_true", help="keep each run's directory")
+    p.add_argument("--calibrate-only", action="store_true",
+                   help="measure every candidate shape's step rate (on a quiet machine), no runs")
     return p.parse_args(argv)
 
 
@@ -121,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         overrides = CANDIDATES[name]
         rate = steps_per_s(shape_of(overrides), args, cache)
         steps = max(10, int(args.budget_s * rate))
+        if args.calibrate_only:
+            print(f"{name}: {rate:.2f} steps/s -> {steps} steps in {args.budget_s:.0f}s")
+            continue
         for seed in args.seeds:
             prior = [r for r in done if (r["name"], r["seed"], r["budget_s"]) ==
                      (name, seed, args.budget_s)]
