@@ -19,6 +19,10 @@ import numpy as np
 
 from bertjax.config import LOSS_WEIGHT_FLOOR
 
+# The label a loss skips: PyTorch's and transformers' -100. The data layer, which imports no core
+# module, writes the same value as `bertjax.data.tagging.IGNORE` (a test holds them equal).
+IGNORE_INDEX = -100
+
 
 def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
     """Softmax cross-entropy of float32 `logits` (..., V) at integer `labels` (...): the same
@@ -99,7 +103,7 @@ def classification_sums(logits: jax.Array, labels: jax.Array) -> dict[str, jax.A
     across micro-batches and devices: summed cross-entropy, the row count, right predictions."""
     ce = cross_entropy(logits.astype(jnp.float32), labels)  # (B,)
     return {
-        "loss_sum": jnp.sum(ce),
+        "loss_sum": jnp.sum(jnp.where(labelled, ce, 0.0)),
         "count": jnp.float32(labels.shape[0]),
         "correct": jnp.sum(jnp.argmax(logits, -1) == labels).astype(jnp.float32),
     }
@@ -109,3 +113,24 @@ def classification_loss(logits: jax.Array, labels: jax.Array) -> jax.Array:
     """The batch's mean cross-entropy (what fine-tuning minimises; parity compares it)."""
     sums = classification_sums(logits, labels)
     return sums["loss_sum"] / sums["count"]
+
+
+def token_classification_sums(logits: jax.Array, labels: jax.Array) -> dict[str, jax.Array]:
+    """Sums over a batch of per-token logits (B, S, L) and labels (B, S), positions labelled
+    `IGNORE_INDEX` (-100: special tokens, padding, a word's later pieces) left out: summed
+    cross-entropy, the labelled positions, right predictions among them."""
+    labelled = labels != IGNORE_INDEX  # (B, S)
+    safe = jnp.where(labelled, labels, 0)  # an ignored position's pick is masked out below
+    ce = cross_entropy(logits.astype(jnp.float32), safe)  # (B, S)
+    return {
+        "loss_sum": jnp.sum(jnp.where(labelled, ce, 0.0)),
+        "count": jnp.sum(labelled).astype(jnp.float32),
+        "correct": jnp.sum((jnp.argmax(logits, -1) == labels) & labelled).astype(jnp.float32),
+    }
+
+
+def token_classification_loss(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    """The mean cross-entropy over labelled positions (transformers' BertForTokenClassification
+    `labels` loss; 0, not NaN, with none labelled)."""
+    sums = token_classification_sums(logits, labels)
+    return sums["loss_sum"] / jnp.maximum(sums["count"], 1.0)

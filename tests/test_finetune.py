@@ -59,7 +59,7 @@ def test_the_task_is_learned_and_the_best_epoch_kept(finetuned):
     assert [e["epoch"] for e in evals] == [1, 2, 3]
     best = max(evals, key=lambda e: (e["accuracy"], e["macro_f1"]))
     assert summary["best_epoch"] == best["epoch"] and summary["validation"]["accuracy"] == best["accuracy"]
-    assert summary["labels"] == ["folly", "royal"] and summary["baseline_accuracy"] < 0.7
+    assert summary["labels"] == ["folly", "royal"] and summary["baseline_scores"]["accuracy"] < 0.7
     assert summary["test"]["accuracy"] >= 0.9, summary  # far above the majority baseline
     for name in ("confusion_validation.png", "confusion_test.png"):
         image = matplotlib.image.imread(finetuned / name)

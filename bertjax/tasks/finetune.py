@@ -1,14 +1,18 @@
-"""The fine-tuning job: a sequence classifier trained with AdamW and warm-up, evaluated every epoch,
-the best epoch kept as a Hugging Face directory.
+"""The fine-tuning job: any task (`bertjax.tasks.task.Task`: sequence or token classification)
+trained with AdamW and warm-up, evaluated every epoch, the best epoch kept as a Hugging Face
+directory.
 
-`finetune(model, tokenizer, train, validation, output_dir)` is what `bertjax finetune` runs. The
-output directory holds
+`finetune(model, tokenizer, train, validation, output_dir, task=...)` is what `bertjax finetune`
+runs. The output directory holds
 
-    model/                    the best epoch by validation accuracy (then macro-F1), exported:
-                              transformers' BertForSequenceClassification and AutoTokenizer load it
+    model/                    the best epoch by the task's validation rank (classification:
+                              accuracy then macro-F1; tagging: entity F1 then token accuracy),
+                              exported: transformers' class of the same name and AutoTokenizer
+                              load it
     metrics.jsonl, tensorboard/   train records every `LOG_EVERY` steps, one eval record per epoch
-    confusion_validation.png  (and confusion_test.png): the best model's confusion matrices
-    summary.json              labels, scores, the majority-class baseline, timing
+    the task's report         classification: confusion_validation.png (and confusion_test.png);
+                              tagging: entities_validation.json (and _test): per-type rows
+    summary.json              task, labels, scores, the task's non-neural baseline, timing
 """
 
 from __future__ import annotations
@@ -18,28 +22,25 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
 from flax import nnx
 from tqdm import tqdm
 
-from bertjax.config import BertConfig
-from bertjax.data.labelled import Example, check_labels, majority_baseline
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.files import atomic_directory, check_output_directory, write_json_atomic
-from bertjax.heads import BertForSequenceClassification
 from bertjax.io.models import save_model
-from bertjax.tasks.classification import Scores, label_ids, predict, score
+from bertjax.tasks.classification import ClassificationTask
 from bertjax.tasks.finetune_config import FinetuneConfig
+from bertjax.tasks.task import Task, TaskScores
 from bertjax.train.assembly import assemble
 from bertjax.train.metrics import MetricsWriter
-from bertjax.train.objectives import CLASSIFICATION
 from bertjax.train.optim import OptimConfig
 from bertjax.train.parallel import SingleDevice
 from bertjax.train.step import Batch, Metrics, TrainState
-from bertjax.use.encode import check_max_length, encode
-from bertjax.viz.curves import plot_confusion
+from bertjax.use.encode import check_max_length
 
 __all__ = ["LOG_EVERY", "FinetuneConfig", "FinetuneResult", "check_inputs", "check_output_dir",
            "finetune", "length_grouped_batches"]
@@ -52,41 +53,45 @@ class FinetuneResult:
     """What a run reports; also written to summary.json."""
 
     output_dir: str
+    task: str  # the task's kind
     labels: list[str]
     train_examples: int
     best_epoch: int
     validation: dict[str, float]
     test: dict[str, float] | None
-    baseline_label: str  # the most frequent training label
-    baseline_accuracy: float  # always predicting it, on the test set (validation if none)
+    baseline: str  # the task's non-neural predictor, fitted on the training examples
+    baseline_scores: dict[str, float]  # its scores on the test set (validation if none)
     seconds: float
 
 
 def finetune(
-    model: BertForSequenceClassification,
+    model: Any,
     tokenizer: WordPieceTokenizer,
-    train: Sequence[Example],
-    validation: Sequence[Example],
+    train: Sequence[Any],
+    validation: Sequence[Any],
     output_dir: str | Path,
     config: FinetuneConfig = FinetuneConfig(),  # noqa: B008 - frozen
     *,
-    test: Sequence[Example] | None = None,
+    task: Task | None = None,
+    test: Sequence[Any] | None = None,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
 ) -> FinetuneResult:
-    """Fine-tune `model` (a `BertForSequenceClassification` whose `config.id2label` are the labels)
-    on `train`; returns the scores of the best epoch on `validation` (and `test`).
+    """Fine-tune `model` (the task's head, its `config.id2label` the labels; sequence
+    classification if no `task` is given) on `train`; returns the scores of the best epoch on
+    `validation` (and `test`).
 
     `output_dir` must be new or empty; everything is checked before it is made, and it is written
     aside and renamed into place at the end, so a failed or interrupted run leaves nothing there.
     """
     started = time.perf_counter()
+    task = task or ClassificationTask()
     say = log or _stderr
     out = Path(output_dir)
     check_output_dir(out)
-    check_inputs(model.config, train, validation, test, config)
+    check_inputs(task, model.config, train, validation, test, config)
     with atomic_directory(out, replace=out.exists()) as work:
-        run, state = _set_up(model, tokenizer, train, validation, test, work, config, say)
+        run, state = _set_up(task, model, tokenizer, train, validation, test, work, config, say)
         best = _train(run, state, validation, progress, say)
         return _finish(run, best, test, say, started, out)
 
@@ -98,26 +103,27 @@ def check_output_dir(path: Path, what: str = "output directory") -> None:
                            replace_hint="remove it to fine-tune again there")
 
 
-def check_inputs(model_config: BertConfig, train: Sequence[Example],
-                 validation: Sequence[Example], test: Sequence[Example] | None,
+def check_inputs(task: Task, model_config: Any, train: Sequence[Any],
+                 validation: Sequence[Any], test: Sequence[Any] | None,
                  config: FinetuneConfig) -> None:
     """Everything that can be checked before a run starts: labels, batch size, length."""
     for what, examples in (("the training data", train), ("the validation data", validation),
                            ("the test data", test or [])):
-        check_labels(examples, model_config.id2label, what)
+        task.check(examples, model_config.id2label, what)
     check_max_length(config.max_length, model_config.max_position_embeddings, "--max-length")
     if len(train) < config.batch_size:
         raise ValueError(f"{len(train)} training examples make no batch of {config.batch_size}; "
                          f"lower --batch-size to {len(train)} or less")
-    if any(e.text_pair for e in (*train, *validation, *(test or []))) and config.max_length < 5:
+    if any(getattr(e, "text_pair", None) for e in (*train, *validation, *(test or []))) \
+            and config.max_length < 5:
         raise ValueError(f"--max-length {config.max_length} leaves no room for text pairs "
                          "([CLS] A [SEP] B [SEP]); pass --max-length 5 or more")
 
 
-def _train(run: _Run, state: TrainState, validation: Sequence[Example], progress: bool,
+def _train(run: _Run, state: TrainState, validation: Sequence[Any], progress: bool,
            say: Callable[[str], None]) -> _BestEpoch:
     """Every epoch, then the validation scores; the best epoch is exported to model/."""
-    config, out, y_val = run.config, run.out, label_ids(validation, run.labels)
+    config, out = run.config, run.out
     writer = MetricsWriter(out / "metrics.jsonl", tensorboard_dir=out / "tensorboard")
     rng = np.random.default_rng(config.seed)
     best: _BestEpoch | None = None
@@ -127,12 +133,10 @@ def _train(run: _Run, state: TrainState, validation: Sequence[Example], progress
         for epoch in range(1, config.epochs + 1):
             state, step = _train_epoch(run, state, epoch, rng, writer, bar)
             current = nnx.merge(run.graphdef, state.params)
-            scores = score(predict(current, run.tokenizer, validation,
-                                   max_length=config.max_length, warn=False), y_val)
-            writer.log("eval", step, {"epoch": epoch, **scores.as_dict()}, flush=True)
-            say(f"epoch {epoch}: validation accuracy {scores.accuracy:.4f}, macro-F1 "
-                f"{scores.macro_f1:.4f}, loss {scores.loss:.4f}")
-            if best is None or best.beaten_by(scores):
+            scores = run.task.evaluate(current, run.tokenizer, validation, config.max_length)
+            writer.log("eval", step, {"epoch": epoch, **scores.metrics}, flush=True)
+            say(f"epoch {epoch}: validation {scores.line}")
+            if best is None or scores.rank > best.scores.rank:
                 best = _BestEpoch(epoch, scores, jax.device_get(state.params))
                 save_model(current, out / "model", tokenizer=run.tokenizer)
     finally:
@@ -149,19 +153,19 @@ def _train(run: _Run, state: TrainState, validation: Sequence[Example], progress
 class _Run:
     """A fine-tuning run's fixed parts, made once by `_set_up`."""
 
+    task: Task
     config: FinetuneConfig
-    model_config: BertConfig
+    model_config: Any
     tokenizer: WordPieceTokenizer
-    train: Sequence[Example]
+    train: Sequence[Any]
     out: Path
     strategy: SingleDevice
     graphdef: nnx.GraphDef
     train_step: Callable[[TrainState, Batch], tuple[TrainState, Metrics]]
     train_lengths: np.ndarray  # (N_train,) tokens of each training example, before any cut
-    y_train: np.ndarray  # (N_train,) label ids
     steps_per_epoch: int
-    baseline_label: str
-    baseline_accuracy: float
+    baseline: str
+    baseline_scores: TaskScores
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -170,42 +174,38 @@ class _Run:
 
 @dataclasses.dataclass
 class _BestEpoch:
-    """The best epoch so far by validation accuracy, then macro-F1; its parameters on the host."""
+    """The best epoch so far by the task's validation rank; its parameters on the host."""
 
     epoch: int
-    scores: Scores
+    scores: TaskScores
     params: nnx.State
 
-    def beaten_by(self, scores: Scores) -> bool:
-        return (scores.accuracy, scores.macro_f1) > (self.scores.accuracy, self.scores.macro_f1)
 
-
-def _set_up(model: BertForSequenceClassification, tokenizer: WordPieceTokenizer,
-            train: Sequence[Example], validation: Sequence[Example],
-            test: Sequence[Example] | None, output_dir: str | Path, config: FinetuneConfig,
-            say: Callable[[str], None]) -> tuple[_Run, TrainState]:
+def _set_up(task: Task, model: Any, tokenizer: WordPieceTokenizer, train: Sequence[Any],
+            validation: Sequence[Any], test: Sequence[Any] | None, output_dir: str | Path,
+            config: FinetuneConfig, say: Callable[[str], None]) -> tuple[_Run, TrainState]:
     """Assemble the training (the inputs are checked, `output_dir` exists); the placed state."""
     labels = model.config.id2label
     steps_per_epoch = len(train) // config.batch_size
-    out = Path(output_dir)
     total = steps_per_epoch * config.epochs
     optim = OptimConfig(learning_rate=config.learning_rate, total_steps=total,
                         warmup_steps=round(config.warmup_fraction * total),
                         weight_decay=config.weight_decay)
     strategy = SingleDevice()
-    training = assemble(model, optim, strategy, seed=config.seed, objective=CLASSIFICATION)
-    lengths = _sequence_lengths(tokenizer, [*train, *validation, *(test or [])])
+    training = assemble(model, optim, strategy, seed=config.seed, objective=task.objective)
+    lengths = task.lengths(tokenizer, [*train, *validation, *(test or [])])
     cut = int(np.sum(lengths > config.max_length))
     if cut:
         say(f"{cut} examples are longer than {config.max_length} tokens and are cut to fit")
-    baseline_label, baseline_accuracy = majority_baseline(train, test or validation)
-    say(f"fine-tuning on {len(train)} examples, {len(labels)} labels, {config.epochs} epochs of "
-        f"{steps_per_epoch} steps; majority baseline {baseline_label!r}: {baseline_accuracy:.4f}")
-    run = _Run(config=config, model_config=model.config, tokenizer=tokenizer, train=train,
-               out=out, strategy=strategy, graphdef=training.graphdef,
-               train_step=training.train_step, train_lengths=lengths[:len(train)],
-               y_train=label_ids(train, labels), steps_per_epoch=steps_per_epoch,
-               baseline_label=baseline_label, baseline_accuracy=baseline_accuracy)
+    baseline, baseline_scores = task.baseline(train, test or validation, labels)
+    say(f"fine-tuning {task.kind} on {len(train)} examples, {len(labels)} labels, "
+        f"{config.epochs} epochs of {steps_per_epoch} steps; baseline ({baseline}): "
+        f"{baseline_scores.line}")
+    run = _Run(task=task, config=config, model_config=model.config, tokenizer=tokenizer,
+               train=train, out=Path(output_dir), strategy=strategy,
+               graphdef=training.graphdef, train_step=training.train_step,
+               train_lengths=lengths[:len(train)], steps_per_epoch=steps_per_epoch,
+               baseline=baseline, baseline_scores=baseline_scores)
     return run, strategy.place_state(training.state)
 
 
@@ -214,10 +214,9 @@ def _train_epoch(run: _Run, state: TrainState, epoch: int, rng: np.random.Genera
     """One pass over the training batches; returns the state and the last step's number."""
     config, step = run.config, 0
     for b, rows in enumerate(length_grouped_batches(run.train_lengths, config.batch_size, rng)):
-        batch = _batch(run.tokenizer, [run.train[i] for i in rows], config.max_length,
-                       run.model_config)
-        state, metrics = run.train_step(state, run.strategy.shard_batch(
-            {**batch, "labels": run.y_train[rows]}))
+        batch = run.task.batch(run.tokenizer, [run.train[i] for i in rows], config.max_length,
+                               run.model_config)
+        state, metrics = run.train_step(state, run.strategy.shard_batch(batch))
         step = (epoch - 1) * run.steps_per_epoch + b + 1
         if step % LOG_EVERY == 0 or b == run.steps_per_epoch - 1:
             host = run.strategy.host_metrics(metrics)
@@ -227,27 +226,23 @@ def _train_epoch(run: _Run, state: TrainState, epoch: int, rng: np.random.Genera
     return state, step
 
 
-def _finish(run: _Run, best: _BestEpoch, test: Sequence[Example] | None,
+def _finish(run: _Run, best: _BestEpoch, test: Sequence[Any] | None,
             say: Callable[[str], None], started: float, final: Path) -> FinetuneResult:
-    """The best epoch's confusion matrices and test scores; summary.json written (in `run.out`,
-    which becomes `final`)."""
-    out, labels = run.out, run.labels
-    plot_confusion(best.scores.confusion, labels, out / "confusion_validation.png",
-                   title=f"validation, epoch {best.epoch}")
+    """The best epoch's reports and test scores; summary.json written (in `run.out`, which
+    becomes `final`)."""
+    out, labels, task = run.out, run.labels, run.task
+    task.report(best.scores, labels, out / "validation", f"validation, epoch {best.epoch}")
     test_scores = None
     if test:
-        final = nnx.merge(run.graphdef, best.params)
-        test_scores = score(predict(final, run.tokenizer, test, max_length=run.config.max_length,
-                                    warn=False), label_ids(test, labels))
-        plot_confusion(test_scores.confusion, labels, out / "confusion_test.png", title="test")
-        say(f"test (epoch {best.epoch}): accuracy {test_scores.accuracy:.4f}, macro-F1 "
-            f"{test_scores.macro_f1:.4f} (majority baseline {run.baseline_accuracy:.4f})")
+        model = nnx.merge(run.graphdef, best.params)
+        test_scores = task.evaluate(model, run.tokenizer, test, run.config.max_length)
+        task.report(test_scores, labels, out / "test", "test")
+        say(f"test (epoch {best.epoch}): {test_scores.line}; baseline {run.baseline_scores.line}")
     result = FinetuneResult(
-        output_dir=str(final), labels=list(labels), train_examples=len(run.train),
-        best_epoch=best.epoch, validation=best.scores.as_dict(),
-        test=None if test_scores is None else test_scores.as_dict(),
-        baseline_label=run.baseline_label, baseline_accuracy=run.baseline_accuracy,
-        seconds=time.perf_counter() - started)
+        output_dir=str(final), task=task.kind, labels=list(labels), train_examples=len(run.train),
+        best_epoch=best.epoch, validation=best.scores.metrics,
+        test=None if test_scores is None else test_scores.metrics, baseline=run.baseline,
+        baseline_scores=run.baseline_scores.metrics, seconds=time.perf_counter() - started)
     write_json_atomic(out / "summary.json", dataclasses.asdict(result))
     return result
 
@@ -269,18 +264,3 @@ def length_grouped_batches(lengths: np.ndarray, batch_size: int, rng: np.random.
                               for chunk in np.split(order, range(span, len(order), span))])
     batches = [grouped[i * batch_size:(i + 1) * batch_size] for i in range(n)]
     return [batches[i] for i in rng.permutation(n)]
-
-
-def _batch(tokenizer: WordPieceTokenizer, examples: Sequence[Example], max_length: int,
-           model_config: BertConfig) -> dict[str, np.ndarray]:
-    pairs = [e.text_pair or None for e in examples]  # a row without a pair: [CLS] A [SEP]
-    return encode(tokenizer, [e.text for e in examples], pairs, max_length=max_length,
-                  warn=False).arrays(model_config)
-
-
-def _sequence_lengths(tokenizer: WordPieceTokenizer, examples: Sequence[Example]) -> np.ndarray:
-    """(N,) tokens of each example as [CLS] A [SEP] (B [SEP]), before any cut."""
-    texts = tokenizer.encode_batch([e.text for e in examples])
-    pairs = tokenizer.encode_batch([e.text_pair or "" for e in examples])
-    return np.array([len(a) + len(b) + (3 if e.text_pair else 2)
-                     for a, b, e in zip(texts, pairs, examples, strict=True)], dtype=np.int64)

@@ -15,7 +15,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from bertjax.losses import classification_sums, loss_from_sums, metrics_from_sums, pretraining_sums
+from bertjax.losses import (
+    IGNORE_INDEX,
+    classification_sums,
+    loss_from_sums,
+    metrics_from_sums,
+    pretraining_sums,
+    token_classification_sums,
+)
 
 Batch = dict[str, jax.Array]
 Sums = dict[str, jax.Array]
@@ -69,5 +76,19 @@ CLASSIFICATION = Objective(
     forward_sums=_classification_sums,
     counts=lambda batch: {"sequences": jnp.float32(batch["labels"].shape[0])},
     loss=lambda sums, counts: sums["loss_sum"] / counts["sequences"],
+    metrics=classification_metrics,
+)
+
+
+def _token_classification_sums(model: Any, batch: Batch, rng: jax.Array | None) -> Sums:
+    out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
+                deterministic=rng is None, dropout_rng=rng)
+    return token_classification_sums(out.logits, batch["labels"])
+
+
+TOKEN_CLASSIFICATION = Objective(
+    forward_sums=_token_classification_sums,
+    counts=lambda batch: {"labelled": jnp.sum(batch["labels"] != IGNORE_INDEX).astype(jnp.float32)},
+    loss=lambda sums, counts: sums["loss_sum"] / jnp.maximum(counts["labelled"], 1.0),
     metrics=classification_metrics,
 )

@@ -1,0 +1,59 @@
+"""What the fine-tuning job needs from a task: how its examples become batches, the objective its
+train step minimises, how a model is scored on examples, a non-neural baseline and a report.
+
+`bertjax.tasks.finetune.finetune` runs any `Task`; each task module (classification.py,
+token_classification.py) holds one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from bertjax.config import BertConfig
+from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.train.objectives import Objective
+
+
+@dataclasses.dataclass
+class TaskScores:
+    """A model's (or a baseline's) scores on one set of examples."""
+
+    metrics: dict[str, float]  # logged each epoch and kept in summary.json (a `loss` among them)
+    rank: tuple[float, ...]  # the best epoch has the largest (validation) rank
+    line: str  # one readable line: "accuracy 0.8125, macro-F1 0.8000, loss 0.4121"
+    detail: Any = None  # what `Task.report` draws or writes (a confusion matrix, per-type rows)
+
+
+class Task(Protocol):
+    """One kind of fine-tuning, over examples of its own type."""
+
+    kind: str  # "classification", "token-classification", ...
+    objective: Objective  # what the shared train step minimises
+    model_class: type  # the bertjax head it trains
+
+    def check(self, examples: Sequence[Any], labels: Sequence[str], what: str) -> None:
+        """A ValueError naming the file and line of any example the model cannot take."""
+
+    def lengths(self, tokenizer: WordPieceTokenizer, examples: Sequence[Any]) -> np.ndarray:
+        """(N,) tokens of each example with its special tokens, before any cut."""
+
+    def batch(self, tokenizer: WordPieceTokenizer, examples: Sequence[Any], max_length: int,
+              model_config: BertConfig) -> dict[str, np.ndarray]:
+        """The model's inputs and the objective's labels for these examples."""
+
+    def evaluate(self, model: Any, tokenizer: WordPieceTokenizer, examples: Sequence[Any],
+                 max_length: int) -> TaskScores:
+        """The model's scores on `examples` (inference mode)."""
+
+    def baseline(self, train: Sequence[Any], test: Sequence[Any],
+                 labels: Sequence[str]) -> tuple[str, TaskScores]:
+        """A non-neural predictor fitted on `train`: its description and its scores on `test`."""
+
+    def report(self, scores: TaskScores, labels: Sequence[str], path_stem: Path,
+               title: str) -> None:
+        """Write the scores' detail beside the summary (`path_stem` + a suffix)."""

@@ -1,0 +1,94 @@
+"""Each fine-tuning task's loss against transformers' own: the `labels` loss of its BertFor* class,
+value and the gradient of every parameter, and the objective the train step uses built from sums
+that add up across micro-batches.
+
+Models and batches are test_heads.py's (odd shapes, perturbed biases, padded rows). Tolerances
+(float32): the loss within 1e-5 absolute; gradients within 1e-5 of each parameter's largest
+gradient (at least 1), as test_heads.py states them.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from flax import nnx
+from test_heads import _batch, _hf_model, _worst
+
+from bertjax.io.hf import hf_name
+from bertjax.io.weights import state_to_numpy
+from bertjax.losses import IGNORE_INDEX, token_classification_loss, token_classification_sums
+from bertjax.pretrained import load_hf
+from bertjax.train.objectives import TOKEN_CLASSIFICATION
+
+TOL = 1e-5
+NAME = "BertForTokenClassification"
+
+
+def _labels(mask: np.ndarray, seed: int = 0) -> np.ndarray:
+    """(B, S) labels in [0, 3), ignored on padding and on a few real positions (later pieces)."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 3, mask.shape)
+    labels[mask == 0] = IGNORE_INDEX
+    labels[rng.random(mask.shape) < 0.2] = IGNORE_INDEX
+    return labels
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    hf = _hf_model(NAME)
+    path = tmp_path_factory.mktemp("token") / "in"
+    hf.save_pretrained(path)
+    return hf, load_hf(path)
+
+
+def test_token_classification_loss_and_gradients_equal_transformers(models):
+    hf, ours = models
+    ids, types, mask = _batch(NAME)
+    labels = _labels(mask)
+    hf.zero_grad()
+    out = hf(torch.from_numpy(ids), token_type_ids=torch.from_numpy(types),
+             attention_mask=torch.from_numpy(mask), labels=torch.from_numpy(labels))
+    out.loss.backward()
+    their_grads = {n: p.grad.numpy() for n, p in hf.named_parameters() if p.grad is not None}
+
+    def loss(model):
+        logits = model(jnp.asarray(ids), jnp.asarray(types), jnp.asarray(mask)).logits
+        return token_classification_loss(logits, jnp.asarray(labels))
+
+    value, grads = nnx.value_and_grad(loss)(ours)
+    prefix = type(ours).base_model_prefix
+    our_grads = {hf_name(k, prefix): v for k, v in state_to_numpy(grads).items()}
+    assert abs(float(value) - float(out.loss.detach())) < TOL
+    assert _worst(our_grads, their_grads, relative=True) < TOL
+
+
+def test_the_objective_is_the_mean_over_labelled_positions_of_the_whole_batch(models):
+    _, ours = models
+    ids, types, mask = _batch(NAME)
+    labels = _labels(mask, seed=1)
+    batch = {"input_ids": ids, "token_type_ids": types, "attention_mask": mask, "labels": labels}
+    halves = [{k: v[rows] for k, v in batch.items()} for rows in ([0], [1, 2])]
+    whole = TOKEN_CLASSIFICATION.forward_sums(ours, batch, None)
+    parts = [TOKEN_CLASSIFICATION.forward_sums(ours, h, None) for h in halves]
+    for key in whole:
+        np.testing.assert_allclose(float(whole[key]), sum(float(p[key]) for p in parts),
+                                   rtol=1e-6, err_msg=key)
+    counts = TOKEN_CLASSIFICATION.counts(batch)
+    assert float(counts["labelled"]) == float(np.sum(labels != IGNORE_INDEX))
+    logits = ours(ids, types, mask).logits
+    np.testing.assert_allclose(float(TOKEN_CLASSIFICATION.loss(whole, counts)),
+                               float(token_classification_loss(logits, jnp.asarray(labels))),
+                               rtol=1e-6)
+
+
+def test_ignored_positions_carry_no_loss():
+    logits = jnp.asarray(np.random.default_rng(0).normal(size=(2, 3, 4)), jnp.float32)
+    labels = jnp.asarray([[1, IGNORE_INDEX, 2], [IGNORE_INDEX, IGNORE_INDEX, IGNORE_INDEX]])
+    sums = token_classification_sums(logits, labels)
+    assert float(sums["count"]) == 2.0
+    log_probs = np.asarray(logits - jnp.log(jnp.exp(logits).sum(-1, keepdims=True)))
+    expected = -(log_probs[0, 0, 1] + log_probs[0, 2, 2])  # the two labelled positions
+    assert abs(float(sums["loss_sum"]) - expected) < 1e-5
+    assert float(token_classification_loss(logits[1:], labels[1:])) == 0.0  # none labelled: not NaN
