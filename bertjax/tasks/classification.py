@@ -108,6 +108,13 @@ class ClassificationTask:
     def check(self, examples: Sequence[Example], labels: Sequence[str], what: str) -> None:
         check_labels(examples, labels, what)
 
+    def check_length(self, max_length: int) -> None:
+        pass  # any length from 3 fits; longer text is cut (and counted)
+
+    def units(self, tokenizer: WordPieceTokenizer, examples: Sequence[Example], max_length: int
+              ) -> Sequence[Example]:
+        return examples  # one sequence each
+
     def lengths(self, tokenizer: WordPieceTokenizer, examples: Sequence[Example]) -> np.ndarray:
         texts = tokenizer.encode_batch([e.text for e in examples])
         pairs = tokenizer.encode_batch([e.text_pair or "" for e in examples])

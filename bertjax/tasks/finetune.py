@@ -111,6 +111,7 @@ def check_inputs(task: Task, model_config: Any, train: Sequence[Any],
                            ("the test data", test or [])):
         task.check(examples, model_config.id2label, what)
     check_max_length(config.max_length, model_config.max_position_embeddings, "--max-length")
+    task.check_length(config.max_length)
     if len(train) < config.batch_size:
         raise ValueError(f"{len(train)} training examples make no batch of {config.batch_size}; "
                          f"lower --batch-size to {len(train)} or less")
@@ -157,7 +158,7 @@ class _Run:
     config: FinetuneConfig
     model_config: Any
     tokenizer: WordPieceTokenizer
-    train: Sequence[Any]
+    train: Sequence[Any]  # the training units (examples, or windows of them)
     out: Path
     strategy: SingleDevice
     graphdef: nnx.GraphDef
@@ -166,6 +167,7 @@ class _Run:
     steps_per_epoch: int
     baseline: str
     baseline_scores: TaskScores
+    examples: int  # training examples (before any windows)
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -186,26 +188,30 @@ def _set_up(task: Task, model: Any, tokenizer: WordPieceTokenizer, train: Sequen
             config: FinetuneConfig, say: Callable[[str], None]) -> tuple[_Run, TrainState]:
     """Assemble the training (the inputs are checked, `output_dir` exists); the placed state."""
     labels = model.config.id2label
-    steps_per_epoch = len(train) // config.batch_size
+    units = task.units(tokenizer, train, config.max_length)
+    lengths = task.lengths(tokenizer, units)
+    steps_per_epoch = len(units) // config.batch_size
     total = steps_per_epoch * config.epochs
     optim = OptimConfig(learning_rate=config.learning_rate, total_steps=total,
                         warmup_steps=round(config.warmup_fraction * total),
                         weight_decay=config.weight_decay)
     strategy = SingleDevice()
     training = assemble(model, optim, strategy, seed=config.seed, objective=task.objective)
-    lengths = task.lengths(tokenizer, [*train, *validation, *(test or [])])
-    cut = int(np.sum(lengths > config.max_length))
+    held_out = task.lengths(tokenizer, task.units(tokenizer, [*validation, *(test or [])],
+                                                  config.max_length))
+    cut = int(np.sum(lengths > config.max_length) + np.sum(held_out > config.max_length))
     if cut:
         say(f"{cut} examples are longer than {config.max_length} tokens and are cut to fit")
     baseline, baseline_scores = task.baseline(train, test or validation, labels)
-    say(f"fine-tuning {task.kind} on {len(train)} examples, {len(labels)} labels, "
+    windows = f" ({len(units)} windows)" if len(units) != len(train) else ""
+    say(f"fine-tuning {task.kind} on {len(train)} examples{windows}, {len(labels)} labels, "
         f"{config.epochs} epochs of {steps_per_epoch} steps; baseline ({baseline}): "
         f"{baseline_scores.line}")
     run = _Run(task=task, config=config, model_config=model.config, tokenizer=tokenizer,
-               train=train, out=Path(output_dir), strategy=strategy,
+               train=units, out=Path(output_dir), strategy=strategy,
                graphdef=training.graphdef, train_step=training.train_step,
-               train_lengths=lengths[:len(train)], steps_per_epoch=steps_per_epoch,
-               baseline=baseline, baseline_scores=baseline_scores)
+               train_lengths=lengths, steps_per_epoch=steps_per_epoch,
+               baseline=baseline, baseline_scores=baseline_scores, examples=len(train))
     return run, strategy.place_state(training.state)
 
 
@@ -239,7 +245,7 @@ def _finish(run: _Run, best: _BestEpoch, test: Sequence[Any] | None,
         task.report(test_scores, labels, out / "test", "test")
         say(f"test (epoch {best.epoch}): {test_scores.line}; baseline {run.baseline_scores.line}")
     result = FinetuneResult(
-        output_dir=str(final), task=task.kind, labels=list(labels), train_examples=len(run.train),
+        output_dir=str(final), task=task.kind, labels=list(labels), train_examples=run.examples,
         best_epoch=best.epoch, validation=best.scores.metrics,
         test=None if test_scores is None else test_scores.metrics, baseline=run.baseline,
         baseline_scores=run.baseline_scores.metrics, seconds=time.perf_counter() - started)

@@ -39,12 +39,19 @@ class Task(Protocol):
     def check(self, examples: Sequence[Any], labels: Sequence[str], what: str) -> None:
         """A ValueError naming the file and line of any example the model cannot take."""
 
-    def lengths(self, tokenizer: WordPieceTokenizer, examples: Sequence[Any]) -> np.ndarray:
-        """(N,) tokens of each example with its special tokens, before any cut."""
+    def check_length(self, max_length: int) -> None:
+        """A ValueError naming the option if `max_length` cannot hold the task's inputs."""
 
-    def batch(self, tokenizer: WordPieceTokenizer, examples: Sequence[Any], max_length: int,
+    def units(self, tokenizer: WordPieceTokenizer, examples: Sequence[Any], max_length: int
+              ) -> Sequence[Any]:
+        """What the train step batches: the examples themselves, or the windows of long ones."""
+
+    def lengths(self, tokenizer: WordPieceTokenizer, units: Sequence[Any]) -> np.ndarray:
+        """(N,) tokens of each unit with its special tokens, before any cut."""
+
+    def batch(self, tokenizer: WordPieceTokenizer, units: Sequence[Any], max_length: int,
               model_config: BertConfig) -> dict[str, np.ndarray]:
-        """The model's inputs and the objective's labels for these examples."""
+        """The model's inputs and the objective's labels for these units."""
 
     def evaluate(self, model: Any, tokenizer: WordPieceTokenizer, examples: Sequence[Any],
                  max_length: int) -> TaskScores:

@@ -49,6 +49,13 @@ class TokenClassificationTask:
                                  f"{', '.join(unknown)} (in {what}; the labels come from the "
                                  f"training data: {', '.join(labels)})")
 
+    def check_length(self, max_length: int) -> None:
+        pass  # any length from 3 fits; longer text is cut (and counted)
+
+    def units(self, tokenizer: WordPieceTokenizer, examples: Sequence[TaggedSentence], max_length: int
+              ) -> Sequence[TaggedSentence]:
+        return examples  # one sequence each
+
     def lengths(self, tokenizer: WordPieceTokenizer, examples: Sequence[TaggedSentence]
                 ) -> np.ndarray:
         return piece_counts(tokenizer, examples)
