@@ -66,6 +66,13 @@ BAD_INPUT = [
       "--output-dir", "{tmp}/ft"], "--max-length"),
     (["finetune", "{model}", "--train", "{labels}", "--output-dir", "{tmp}/ft"], "{labels}"),
     (["finetune", "{model}", "--train", "{good}", "--output-dir", "{thesis}"], "{thesis}"),
+    (["finetune", "{model}", "--task", "token-classification", "--train", "{latin1}",
+      "--output-dir", "{tmp}/ft"], "{latin1}"),
+    (["answer", "{model}", "--question", "Who?", "--context-file", "{binary}"], "{binary}"),
+    (["answer", "{model}", "--question", "Who?", "--context", "Hamlet.", "--top-k", "0"],
+     "--top-k"),
+    (["answer", "{model}", "--question", "Who?", "--context", "a", "--context-file", "{text}"],
+     "one of them"),
 ]
 
 

@@ -56,6 +56,9 @@ def test_windows_equal_the_fast_tokenizers_overflow(tokenizers, max_length, stri
         expected = np.full((max_length, 2), NO_OFFSET)
         expected[context] = np.array(theirs["offset_mapping"][r])[context]
         np.testing.assert_array_equal(ours.offsets[r], expected)
+        words = [w if s == 1 else NO_OFFSET
+                 for w, s in zip(theirs.word_ids(r), theirs.sequence_ids(r), strict=True)]
+        np.testing.assert_array_equal(ours.words[r], words)
         s, t = _run_qa_positions(examples[ours.example[r]], theirs, r)
         assert (ours.start_positions[r], ours.end_positions[r]) == (s, t), r
     assert window_count(ours_tok, examples, max_length, stride, 16).tolist() == \

@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "attention": ("bertjax.cli.attention", "attention maps as PNG grids and an HTML viewer"),
     "finetune": ("bertjax.cli.finetune", "fine-tune a sequence classifier"),
     "classify": ("bertjax.cli.classify", "predict labels with a fine-tuned classifier"),
+    "answer": ("bertjax.cli.answer", "the answer to a question, found in a context"),
 }
 
 

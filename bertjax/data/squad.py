@@ -130,6 +130,7 @@ class QAWindows:
     token_type_ids: np.ndarray  # (N, S) int32: 0 for [CLS] question [SEP], 1 for context [SEP]
     attention_mask: np.ndarray  # (N, S) int32
     offsets: np.ndarray  # (N, S, 2) int32: a context piece's [start, end) in its context, else -1
+    words: np.ndarray  # (N, S) int32: a context piece's word (index in its context), else -1
     example: np.ndarray  # (N,) int32: the example each window comes from
     start_positions: np.ndarray  # (N,) int32: the answer's first piece, 0 ([CLS]) if not inside
     end_positions: np.ndarray  # (N,) int32: its last piece, 0 if not inside
@@ -160,7 +161,7 @@ def encode_squad(tokenizer: WordPieceTokenizer, examples: Sequence[QAExample], m
     check_window(max_length, doc_stride, max_query_length)
     questions, contexts = _pieces(tokenizer, examples, max_query_length)
     special = tokenizer.special
-    rows: list[tuple[list[int], int, list[tuple[int, int]], int, int, int]] = []
+    rows: list[tuple[list[int], int, list[tuple[int, int]], list[int], int, int, int]] = []
     for e, (example, question, context) in enumerate(zip(examples, questions, contexts,
                                                          strict=True)):
         room = _room(len(question.ids), max_length)
@@ -170,18 +171,20 @@ def encode_squad(tokenizer: WordPieceTokenizer, examples: Sequence[QAExample], m
             ids = [special.cls, *question.ids, special.sep, *piece_ids, special.sep]
             first = len(question.ids) + 2  # the window's first context position
             s, t = _answer_positions(example, offsets, first)
-            rows.append((ids, first, offsets, e, s, t))
+            rows.append((ids, first, offsets, context.words[start:start + room], e, s, t))
     n = len(rows)
     out = QAWindows(np.full((n, max_length), special.pad, np.int32),
                     np.zeros((n, max_length), np.int32), np.zeros((n, max_length), np.int32),
-                    np.full((n, max_length, 2), NO_OFFSET, np.int32), np.zeros(n, np.int32),
+                    np.full((n, max_length, 2), NO_OFFSET, np.int32),
+                    np.full((n, max_length), NO_OFFSET, np.int32), np.zeros(n, np.int32),
                     np.zeros(n, np.int32), np.zeros(n, np.int32))
-    for r, (ids, first, offsets, e, s, t) in enumerate(rows):
+    for r, (ids, first, offsets, words, e, s, t) in enumerate(rows):
         out.input_ids[r, :len(ids)] = ids
         out.attention_mask[r, :len(ids)] = 1
         out.token_type_ids[r, first:len(ids)] = 1
         if offsets:
             out.offsets[r, first:first + len(offsets)] = offsets
+            out.words[r, first:first + len(words)] = words
         out.example[r], out.start_positions[r], out.end_positions[r] = e, s, t
     return out
 
@@ -218,6 +221,7 @@ def _starts(n: int, room: int, stride: int) -> list[int]:
 class _Pieces:
     ids: list[int]
     offsets: list[tuple[int, int]]
+    words: list[int]
 
 
 def _pieces(tokenizer: WordPieceTokenizer, examples: Sequence[QAExample], max_query_length: int
@@ -226,8 +230,8 @@ def _pieces(tokenizer: WordPieceTokenizer, examples: Sequence[QAExample], max_qu
     encode = tokenizer.tokenizer.encode_batch
     questions = encode([e.question for e in examples], add_special_tokens=False)
     contexts = encode([e.context for e in examples], add_special_tokens=False)
-    return ([_Pieces(q.ids[:max_query_length], []) for q in questions],
-            [_Pieces(c.ids, [tuple(o) for o in c.offsets]) for c in contexts])
+    return ([_Pieces(q.ids[:max_query_length], [], []) for q in questions],
+            [_Pieces(c.ids, [tuple(o) for o in c.offsets], list(c.word_ids)) for c in contexts])
 
 
 def _answer_positions(example: QAExample, offsets: list[tuple[int, int]], first: int
