@@ -134,3 +134,38 @@ def token_classification_loss(logits: jax.Array, labels: jax.Array) -> jax.Array
     `labels` loss; 0, not NaN, with none labelled)."""
     sums = token_classification_sums(logits, labels)
     return sums["loss_sum"] / jnp.maximum(sums["count"], 1.0)
+
+
+def question_answering_sums(start_logits: jax.Array, end_logits: jax.Array,
+                            start_positions: jax.Array, end_positions: jax.Array
+                            ) -> dict[str, jax.Array]:
+    """Sums over a batch of span logits (B, S) and answer positions (B,), as transformers'
+    BertForQuestionAnswering scores them: positions are clamped to [0, S] and S is ignored, so a
+    position past the window is no label; start and end are counted apart. Right predictions
+    count windows whose argmax start and end are both right (among rows with both labelled)."""
+    S = start_logits.shape[-1]
+    out = {}
+    for name, logits, positions in (("start", start_logits, start_positions),
+                                    ("end", end_logits, end_positions)):
+        positions = jnp.clip(positions, 0, S)
+        labelled = positions != S  # (B,)
+        ce = cross_entropy(logits.astype(jnp.float32), jnp.where(labelled, positions, 0))
+        out[f"{name}_loss_sum"] = jnp.sum(jnp.where(labelled, ce, 0.0))
+        out[f"{name}_count"] = jnp.sum(labelled).astype(jnp.float32)
+        out[f"{name}_right"] = (jnp.argmax(logits, -1) == positions) & labelled
+    out["correct"] = jnp.sum(out.pop("start_right") & out.pop("end_right")).astype(jnp.float32)
+    return out
+
+
+def question_answering_loss_from_sums(sums: dict[str, jax.Array], start_count: jax.Array,
+                                      end_count: jax.Array) -> jax.Array:
+    """(mean start CE + mean end CE) / 2 over the given counts (a part with no label adds 0)."""
+    return (sums["start_loss_sum"] / jnp.maximum(start_count, 1.0)
+            + sums["end_loss_sum"] / jnp.maximum(end_count, 1.0)) / 2
+
+
+def question_answering_loss(start_logits: jax.Array, end_logits: jax.Array,
+                            start_positions: jax.Array, end_positions: jax.Array) -> jax.Array:
+    """transformers' BertForQuestionAnswering loss for this batch."""
+    sums = question_answering_sums(start_logits, end_logits, start_positions, end_positions)
+    return question_answering_loss_from_sums(sums, sums["start_count"], sums["end_count"])

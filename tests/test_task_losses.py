@@ -9,6 +9,7 @@ gradient (at least 1), as test_heads.py states them.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -18,9 +19,20 @@ from test_heads import _batch, _hf_model, _worst
 
 from bertjax.io.hf import hf_name
 from bertjax.io.weights import state_to_numpy
-from bertjax.losses import IGNORE_INDEX, token_classification_loss, token_classification_sums
+from bertjax.losses import (
+    IGNORE_INDEX,
+    classification_loss,
+    question_answering_loss,
+    token_classification_loss,
+    token_classification_sums,
+)
 from bertjax.pretrained import load_hf
-from bertjax.train.objectives import TOKEN_CLASSIFICATION
+from bertjax.train.objectives import (
+    MULTIPLE_CHOICE,
+    QUESTION_ANSWERING,
+    TOKEN_CLASSIFICATION,
+    masked_choice_logits,
+)
 
 TOL = 1e-5
 NAME = "BertForTokenClassification"
@@ -35,33 +47,94 @@ def _labels(mask: np.ndarray, seed: int = 0) -> np.ndarray:
     return labels
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    hf = _hf_model(NAME)
-    path = tmp_path_factory.mktemp("token") / "in"
+def _pair(name: str, tmp_path_factory):
+    hf = _hf_model(name)
+    path = tmp_path_factory.mktemp(name) / "in"
     hf.save_pretrained(path)
     return hf, load_hf(path)
 
 
-def test_token_classification_loss_and_gradients_equal_transformers(models):
-    hf, ours = models
-    ids, types, mask = _batch(NAME)
-    labels = _labels(mask)
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    return _pair(NAME, tmp_path_factory)
+
+
+def _compare(hf, ours, batch, hf_labels: dict, our_loss) -> None:
+    """transformers' `loss` with `hf_labels` and its gradients against `our_loss(model)`'s."""
+    ids, types, mask = batch
     hf.zero_grad()
     out = hf(torch.from_numpy(ids), token_type_ids=torch.from_numpy(types),
-             attention_mask=torch.from_numpy(mask), labels=torch.from_numpy(labels))
+             attention_mask=torch.from_numpy(mask),
+             **{k: torch.from_numpy(v) for k, v in hf_labels.items()})
     out.loss.backward()
     their_grads = {n: p.grad.numpy() for n, p in hf.named_parameters() if p.grad is not None}
-
-    def loss(model):
-        logits = model(jnp.asarray(ids), jnp.asarray(types), jnp.asarray(mask)).logits
-        return token_classification_loss(logits, jnp.asarray(labels))
-
-    value, grads = nnx.value_and_grad(loss)(ours)
+    value, grads = nnx.value_and_grad(our_loss)(ours)
     prefix = type(ours).base_model_prefix
     our_grads = {hf_name(k, prefix): v for k, v in state_to_numpy(grads).items()}
     assert abs(float(value) - float(out.loss.detach())) < TOL
     assert _worst(our_grads, their_grads, relative=True) < TOL
+
+
+def _logits(model, batch):
+    return model(*(jnp.asarray(x) for x in batch))
+
+
+def test_token_classification_loss_and_gradients_equal_transformers(models):
+    hf, ours = models
+    batch = _batch(NAME)
+    labels = _labels(batch[2])
+    _compare(hf, ours, batch, {"labels": labels},
+             lambda m: token_classification_loss(_logits(m, batch).logits, jnp.asarray(labels)))
+
+
+def test_question_answering_loss_and_gradients_equal_transformers(tmp_path_factory):
+    """Positions past the window (11 pieces here) are clamped to it and ignored, start and end
+    apart, as transformers does: one row's end and another's start are out."""
+    name = "BertForQuestionAnswering"
+    hf, ours = _pair(name, tmp_path_factory)
+    batch = _batch(name)
+    starts, ends = np.array([2, 40, 0]), np.array([5, 6, 11])
+    _compare(hf, ours, batch, {"start_positions": starts, "end_positions": ends},
+             lambda m: question_answering_loss(_logits(m, batch).start_logits,
+                                               _logits(m, batch).end_logits,
+                                               jnp.asarray(starts), jnp.asarray(ends)))
+    arrays = dict(zip(("input_ids", "token_type_ids", "attention_mask"), batch, strict=True))
+    arrays |= {"start_positions": starts, "end_positions": ends}
+    sums = QUESTION_ANSWERING.forward_sums(ours, arrays, None)
+    counts = QUESTION_ANSWERING.counts(arrays)
+    assert (float(counts["start_count"]), float(counts["end_count"])) == (2.0, 2.0)
+    out = _logits(ours, batch)
+    np.testing.assert_allclose(float(QUESTION_ANSWERING.loss(sums, counts)),
+                               float(question_answering_loss(out.start_logits, out.end_logits,
+                                                             starts, ends)), rtol=1e-6)
+
+
+def test_multiple_choice_loss_and_gradients_equal_transformers(tmp_path_factory):
+    name = "BertForMultipleChoice"
+    hf, ours = _pair(name, tmp_path_factory)
+    batch = _batch(name)
+    labels = np.array([1, 0, 1])
+    _compare(hf, ours, batch, {"labels": labels},
+             lambda m: classification_loss(_logits(m, batch).logits, jnp.asarray(labels)))
+    arrays = dict(zip(("input_ids", "token_type_ids", "attention_mask"), batch, strict=True))
+    arrays |= {"labels": labels, "choice_mask": np.ones((3, 2), np.int32)}
+    sums = MULTIPLE_CHOICE.forward_sums(ours, arrays, None)
+    np.testing.assert_allclose(float(MULTIPLE_CHOICE.loss(sums, MULTIPLE_CHOICE.counts(arrays))),
+                               float(classification_loss(_logits(ours, batch).logits, labels)),
+                               rtol=1e-6)
+
+
+def test_a_padding_choice_has_no_probability_and_no_gradient():
+    logits = jnp.asarray([[0.3, 2.0, -1.0]])
+    mask = jnp.asarray([[1, 1, 0]])
+
+    def loss(x):
+        return classification_loss(masked_choice_logits(x, mask), jnp.asarray([0]))
+
+    grad = np.asarray(jax.grad(loss)(logits))
+    assert grad[0, 2] == 0.0
+    two = classification_loss(logits[:, :2], jnp.asarray([0]))
+    assert abs(float(loss(logits)) - float(two)) < 1e-6  # as if the choice were not there
 
 
 def test_the_objective_is_the_mean_over_labelled_positions_of_the_whole_batch(models):

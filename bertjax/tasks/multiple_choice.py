@@ -1,0 +1,138 @@
+"""Multiple choice (SWAG-style) for the fine-tuning job: each choice is read as `[CLS] context
+[SEP] choice [SEP]`, the inputs of a batch are (B, C, S) with C its largest number of choices,
+and an example with fewer has padding choices that `choice_mask` keeps out of its softmax.
+
+The baseline picks the choice sharing the most words with the context (ties: the first).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+
+from bertjax.data.choices import ChoiceExample
+from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.heads import BertForMultipleChoice
+from bertjax.tasks.task import TaskScores
+from bertjax.train.objectives import MULTIPLE_CHOICE, masked_choice_logits
+from bertjax.use.encode import check_max_length, encode, model_max_length
+
+_WORD = re.compile(r"\w+")
+
+
+class MultipleChoiceTask:
+    """Choose the right continuation: ranked by accuracy; no labels beyond choice indices."""
+
+    kind = "multiple-choice"
+    objective = MULTIPLE_CHOICE
+    model_class = BertForMultipleChoice
+
+    def check(self, examples: Sequence[ChoiceExample], labels: Sequence[str], what: str) -> None:
+        pass  # read_choices checked every record
+
+    def check_length(self, max_length: int) -> None:
+        if max_length < 5:
+            raise ValueError(f"--max-length {max_length} leaves no room for a context and a "
+                             "choice ([CLS] A [SEP] B [SEP]); pass 5 or more")
+
+    def units(self, tokenizer: WordPieceTokenizer, examples: Sequence[ChoiceExample],
+              max_length: int) -> Sequence[ChoiceExample]:
+        return examples
+
+    def lengths(self, tokenizer: WordPieceTokenizer, examples: Sequence[ChoiceExample]
+                ) -> np.ndarray:
+        """The longest choice's [CLS] context [SEP] choice [SEP] of each example."""
+        contexts = tokenizer.encode_batch([e.context for e in examples])
+        choices = tokenizer.encode_batch([c for e in examples for c in e.choices])
+        out, i = [], 0
+        for e, context in zip(examples, contexts, strict=True):
+            out.append(len(context) + 3 + max(len(c) for c in choices[i:i + len(e.choices)]))
+            i += len(e.choices)
+        return np.array(out, np.int64)
+
+    def batch(self, tokenizer: WordPieceTokenizer, examples: Sequence[ChoiceExample],
+              max_length: int, model_config: Any) -> dict[str, np.ndarray]:
+        return {**choice_inputs(tokenizer, examples, max_length, model_config),
+                "labels": np.array([e.label for e in examples], np.int32)}
+
+    def evaluate(self, model: Any, tokenizer: WordPieceTokenizer,
+                 examples: Sequence[ChoiceExample], max_length: int) -> TaskScores:
+        probs = predict_choices(model, tokenizer, examples, max_length=max_length)
+        return _task_scores(examples, probs.argmax(-1), probs)
+
+    def baseline(self, train: Sequence[ChoiceExample], test: Sequence[ChoiceExample],
+                 labels: Sequence[str]) -> tuple[str, TaskScores]:
+        return ("the choice sharing the most words with the context",
+                _task_scores(test, np.array([overlap_choice(e) for e in test]), None))
+
+    def report(self, scores: TaskScores, labels: Sequence[str], path_stem: Path,
+               title: str) -> None:
+        path = path_stem.with_name(f"choices_{path_stem.name}.json")
+        path.write_text(json.dumps({"title": title, **scores.detail}, indent=1) + "\n")
+
+
+def choice_inputs(tokenizer: WordPieceTokenizer, examples: Sequence[ChoiceExample],
+                  max_length: int, model_config: Any = None) -> dict[str, np.ndarray]:
+    """(B, C, S) inputs and the (B, C) `choice_mask` of a batch (C: its most choices); a padding
+    choice is [CLS] context [SEP] with mask 0. Long pairs are cut, the longer segment first."""
+    C = max(len(e.choices) for e in examples)
+    texts = [e.context for e in examples for _ in range(C)]
+    pairs = [e.choices[c] if c < len(e.choices) else None for e in examples for c in range(C)]
+    arrays = encode(tokenizer, texts, pairs, max_length=max_length, warn=False).arrays(model_config)
+    B = len(examples)
+    out = {k: v.reshape(B, C, -1) for k, v in arrays.items()}  # (B * C, S) -> (B, C, S)
+    out["choice_mask"] = np.array([[c < len(e.choices) for c in range(C)] for e in examples],
+                                  np.int32)  # (B, C)
+    return out
+
+
+def predict_choices(model: Any, tokenizer: WordPieceTokenizer,
+                    examples: Sequence[ChoiceExample], *, max_length: int = 128,
+                    batch_size: int = 16) -> np.ndarray:
+    """(N, most choices) probabilities of each choice (0 for choices an example lacks)."""
+    check_max_length(max_length, model_max_length(model), "max_length")
+    most = max(len(e.choices) for e in examples)
+    probs = np.zeros((len(examples), most), np.float32)
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start:start + batch_size]
+        p = np.asarray(_probabilities(model, choice_inputs(tokenizer, chunk, max_length)))
+        probs[start:start + len(chunk), :p.shape[1]] = p
+    return probs
+
+
+@nnx.jit
+def _probabilities(model: Any, arrays: dict[str, Any]) -> jax.Array:
+    logits = model(arrays["input_ids"], arrays["token_type_ids"], arrays["attention_mask"]).logits
+    return jax.nn.softmax(masked_choice_logits(logits, arrays["choice_mask"]), axis=-1)  # (B, C)
+
+
+def overlap_choice(example: ChoiceExample) -> int:
+    """The index of the choice sharing the most distinct words (lower case) with the context."""
+    context = set(_WORD.findall(example.context.lower()))
+    shared = [len(context & set(_WORD.findall(c.lower()))) for c in example.choices]
+    return int(np.argmax(shared))
+
+
+def _task_scores(examples: Sequence[ChoiceExample], predicted: np.ndarray,
+                 probs: np.ndarray | None) -> TaskScores:
+    labels = np.array([e.label for e in examples])
+    accuracy = float(np.mean(predicted == labels))
+    metrics = {"accuracy": accuracy}
+    line = f"accuracy {accuracy:.4f}"
+    if probs is not None:
+        loss = float(-np.mean(np.log(np.maximum(probs[np.arange(len(labels)), labels], 1e-12))))
+        metrics["loss"] = loss
+        line += f", loss {loss:.4f}"
+    chance = float(np.mean([1 / len(e.choices) for e in examples]))
+    detail = {"accuracy": accuracy, "chance": chance, "examples": len(examples),
+              "by_right_choice": {str(c): float(np.mean(predicted[labels == c] == c))
+                                  for c in sorted(set(labels.tolist()))}}
+    return TaskScores(metrics=metrics, rank=(accuracy,), line=line + f" (chance {chance:.4f})",
+                      detail=detail)
