@@ -43,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "finetune": ("bertjax.cli.finetune", "fine-tune a sequence classifier"),
     "classify": ("bertjax.cli.classify", "predict labels with a fine-tuned classifier"),
     "answer": ("bertjax.cli.answer", "the answer to a question, found in a context"),
+    "tag": ("bertjax.cli.tag", "named entities (token classification) in text"),
 }
 
 

@@ -5,4 +5,5 @@
     next_sentence.py  P(IsNext) of sentence pairs
     embed.py          sentence embeddings (mean / [CLS] pooling, as sentence-transformers), nearest lines
     attention.py      attention maps of one input (drawn by `bertjax.viz.attention`)
+    tag.py            named entities per token, as transformers' token-classification pipeline
 """
