@@ -131,6 +131,18 @@ def test_baseline_memorises_each_words_commonest_tag():
     assert scores.metrics["precision"] == 1.0 and scores.metrics["recall"] == 0.5
 
 
+def test_a_model_of_another_head_is_refused(tmp_path):
+    from bertjax.tasks.finetune import finetune
+
+    model, tokenizer = bertjax.from_pretrained(tiny_checkpoint())  # BertForPreTraining
+    sentence = TaggedSentence(("a",), ("O",), "x:1")
+    with pytest.raises(ValueError, match="token-classification fine-tunes a "
+                                         "BertForTokenClassification, got BertForPreTraining"):
+        finetune(model, tokenizer, [sentence], [sentence], tmp_path / "out",
+                 task=TokenClassificationTask())
+    assert not (tmp_path / "out").exists()
+
+
 def test_bad_records_are_named_with_file_and_line(data, tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"tokens": ["a", "b"], "tags": ["O", "B-PER"]}) + "\n"

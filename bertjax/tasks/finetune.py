@@ -89,6 +89,10 @@ def finetune(
     say = log or _stderr
     out = Path(output_dir)
     check_output_dir(out)
+    if not isinstance(model, task.model_class):
+        raise ValueError(f"{task.kind} fine-tunes a {task.model_class.__name__}, got "
+                         f"{type(model).__name__}; load the model with model_cls="
+                         f"{task.model_class.__name__}")
     check_inputs(task, model.config, train, validation, test, config)
     with atomic_directory(out, replace=out.exists()) as work:
         run, state = _set_up(task, model, tokenizer, train, validation, test, work, config, say)
