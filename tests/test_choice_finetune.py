@@ -111,3 +111,17 @@ def test_overlap_baseline_and_bad_records(tmp_path, capsys):
     with pytest.raises(ValueError, match=r"one.jsonl:1: field 'choices' must be a list of 2 to 16"):
         read_choices(one)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_choose_command_ranks_the_choices(finetuned, capsys):
+    model, tokenizer = bertjax.from_pretrained(finetuned / "model", model_cls=BertForMultipleChoice)
+    example = ChoiceExample("Say amen.", ("a plain line", "Amen! a line"), 1, "x")
+    probs = predict_choices(model, tokenizer, [example], max_length=48)[0]
+    assert main(["choose", str(finetuned / "model"), "--context", example.context,
+                 "--choice", example.choices[0], "--choice", example.choices[1],
+                 "--max-length", "48", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["index"] for r in rows] == [1, 0]  # the cue wins, most probable first
+    np.testing.assert_allclose([r["probability"] for r in rows], probs[[1, 0]], atol=1e-7)
+    assert main(["choose", str(finetuned / "model"), "--context", "c", "--choice", "a"]) == 2
+    assert "give 2 to 16 non-empty choices" in capsys.readouterr().err

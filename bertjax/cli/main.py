@@ -40,10 +40,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "embed": ("bertjax.cli.embed", "sentence embeddings of lines of text (.npy)"),
     "similarity": ("bertjax.cli.similarity", "the lines nearest to a query"),
     "attention": ("bertjax.cli.attention", "attention maps as PNG grids and an HTML viewer"),
-    "finetune": ("bertjax.cli.finetune", "fine-tune a sequence classifier"),
+    "finetune": ("bertjax.cli.finetune", "fine-tune for classification, tagging, question "
+                                         "answering or multiple choice"),
     "classify": ("bertjax.cli.classify", "predict labels with a fine-tuned classifier"),
     "answer": ("bertjax.cli.answer", "the answer to a question, found in a context"),
     "tag": ("bertjax.cli.tag", "named entities (token classification) in text"),
+    "choose": ("bertjax.cli.choose", "which choice continues a context (multiple choice)"),
 }
 
 
