@@ -73,6 +73,13 @@ BAD_INPUT = [
      "--top-k"),
     (["answer", "{model}", "--question", "Who?", "--context", "a", "--context-file", "{text}"],
      "one of them"),
+    (["tag", "{model}", " "], "text 1 is empty"),
+    (["tag", "{model}", "Hamlet"], "has no weights for token_classifier"),
+    (["choose", "{model}", "--context", "c", "--choice", "a"], "give 2 to 16 non-empty choices"),
+    (["choose", "{model}", "--context", "c", "--choice", "a", "--choice", "b"],
+     "has no weights for choice_classifier"),
+    (["finetune", "{model}", "--task", "shakespeare-speakers", "--train", "{good}",
+      "--output-dir", "{tmp}/ft"], "brings its own data"),
 ]
 
 
