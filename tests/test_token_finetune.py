@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import types
 
 import numpy as np
 import pytest
@@ -129,6 +130,19 @@ def test_baseline_memorises_each_words_commonest_tag():
     test = [TaggedSentence(("Hamlet", "Horatio"), ("B-PER", "B-PER"), "b:1")]
     name, scores = TokenClassificationTask().baseline(train, test, ("O", "B-PER"))
     assert scores.metrics["precision"] == 1.0 and scores.metrics["recall"] == 0.5
+
+
+def test_label_all_pieces_labels_later_pieces_inside(finetuned):
+    _, tokenizer = bertjax.from_pretrained(finetuned / "model", model_cls=BertForTokenClassification)
+    config = types.SimpleNamespace(id2label=("O", "B-PER", "I-PER"))  # what batch() reads
+    sentence = TaggedSentence(("Rosencrantz", "speaks"), ("B-PER", "O"), "x:1")
+    pieces = len(tokenizer.encode_batch(["Rosencrantz"])[0])
+    assert pieces > 2
+    first = TokenClassificationTask().batch(tokenizer, [sentence], 32, config)["labels"][0]
+    every = TokenClassificationTask(label_all_pieces=True).batch(tokenizer, [sentence], 32,
+                                                                 config)["labels"][0]
+    assert first[1:pieces + 2].tolist() == [1] + [-100] * (pieces - 1) + [0]
+    assert every[1:pieces + 2].tolist() == [1] + [2] * (pieces - 1) + [0]
 
 
 def test_a_model_of_another_head_is_refused(tmp_path):
