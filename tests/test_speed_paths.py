@@ -87,10 +87,14 @@ def test_fused_attention_equals_the_exact_path(dtype):
     if dtype == "float32":
         la, ga = _loss_and_grads(exact, batch)
         lb, gb = _loss_and_grads(fused, batch)
-        floor = GRAD_FLOOR * max(float(np.abs(g).max()) for g in ga.values())
-        worst = max(float(np.abs(ga[n] - gb[n]).max()) / max(float(np.abs(ga[n]).max()), floor)
-                    for n in ga)
-        assert abs(la - lb) <= 1e-5 and worst <= 1e-5, worst
+        assert abs(la - lb) <= 1e-5 and _worst_gradient_error(ga, gb) <= 1e-5
+
+
+def _worst_gradient_error(ga: dict, gb: dict) -> float:
+    """Largest |ga - gb| over each gradient's max magnitude, floored as parity floors it."""
+    floor = GRAD_FLOOR * max(float(np.abs(g).max()) for g in ga.values())
+    return max(float(np.abs(ga[n] - gb[n]).max()) / max(float(np.abs(ga[n]).max()), floor)
+               for n in ga)
 
 
 def test_fused_attention_rules():
@@ -130,8 +134,9 @@ def test_scan_and_remat_change_nothing_but_the_program(changes):
     la, ga = _loss_and_grads(plain, batch, key)
     lb, gb = _loss_and_grads(other, batch, key)
     assert la == lb
-    for n in ga:
-        np.testing.assert_allclose(ga[n], gb[n], rtol=0, atol=1e-7, err_msg=n)
+    # the gradients may differ in the last bits only: the scanned or rematerialised program sums
+    # in another order on some CPUs and XLA versions (CI saw 1.5e-7 on a 0.44 word-embedding entry)
+    assert _worst_gradient_error(ga, gb) <= 1e-6
     # the parameters keep their per-layer names: conversion and checkpoints are unchanged
     assert {k: v.shape for k, v in flax_to_torch(other).items()} == {
         k: v.shape for k, v in flax_to_torch(plain).items()}
