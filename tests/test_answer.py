@@ -55,7 +55,7 @@ def test_the_command_prints_the_pipelines_objects(capsys):
     _same([printed], one["result"])
 
 
-def test_bad_input_is_named(loaded, capsys):
+def test_bad_input_is_named(loaded, capsys, tmp_path):
     model, tokenizer = loaded
     with pytest.raises(ValueError, match="give a question and a context"):
         answer(model, tokenizer, "Who?", " ")
@@ -65,6 +65,11 @@ def test_bad_input_is_named(loaded, capsys):
         answer(model, tokenizer, "Who " * 30, "Hamlet.", max_seq_len=40, doc_stride=8)
     assert main(["answer", str(FIXTURES / "model"), "--question", "Who?"]) == 2
     assert "--context" in capsys.readouterr().err
+    blank = tmp_path / "blank.txt"
+    blank.write_text(" \n")
+    assert main(["answer", str(FIXTURES / "model"), "--question", "Who?", "--context-file",
+                 str(blank)]) == 2
+    assert f"--context-file {blank} is empty" in capsys.readouterr().err
     pretraining = FIXTURES.parent / "flax_v4" / "FlaxBertForMaskedLM"
     assert main(["answer", str(pretraining), "--question", "Who?", "--context", "Hamlet."]) == 2
     assert "qa_outputs" in capsys.readouterr().err

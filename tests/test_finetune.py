@@ -18,7 +18,9 @@ from bertjax.cli.main import main
 from bertjax.data.corpus import shakespeare_genres
 from bertjax.data.labelled import GENRE_HELD_OUT, GENRE_MIN_WORDS, genre_examples, read_examples
 from bertjax.heads import BertForSequenceClassification
-from bertjax.tasks.classification import predict, score
+from bertjax.tasks.classification import ClassificationTask, predict, score
+from bertjax.tasks.finetune import check_inputs
+from bertjax.tasks.finetune_config import FinetuneConfig
 
 
 def _write(path, rows):
@@ -118,6 +120,11 @@ def test_bad_input_is_named(finetuned, task, tmp_path, capsys):
     assert main(["finetune", str(tiny_checkpoint()), "--train", str(tmp_path / "missing.jsonl"),
                  "--output-dir", str(tmp_path / "o")]) == 2
     assert "missing.jsonl does not exist" in capsys.readouterr().err
+
+    # the API takes lists: none to choose the best epoch on is named before anything runs
+    train = read_examples(one)
+    with pytest.raises(ValueError, match="the validation data holds no examples"):
+        check_inputs(ClassificationTask(), None, train, [], None, FinetuneConfig())
 
 
 def test_csv_and_pairs_are_read(tmp_path):

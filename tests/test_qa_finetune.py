@@ -15,8 +15,16 @@ import transformers
 from use_helpers import sentences, tiny_checkpoint
 
 import bertjax
-from bertjax.cli.main import main
-from bertjax.data.squad import QAExample, encode_squad, read_squad, write_squad
+import bertjax.cli.finetune as finetune_command
+from bertjax.cli.main import _parse, main
+from bertjax.data.squad import (
+    QAExample,
+    check_window,
+    default_doc_stride,
+    encode_squad,
+    read_squad,
+    write_squad,
+)
 from bertjax.heads import BertForQuestionAnswering
 from bertjax.tasks.question_answering import Decoding, QuestionAnsweringTask, decode
 
@@ -133,3 +141,32 @@ def test_the_baseline_and_bad_records(data, tmp_path, capsys):
                  "--doc-stride", "40", "--max-query-length", "8"]) == 2
     assert "doc_stride 40 must be below" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_default_stride_fits_every_window():
+    for query in (8, 64):
+        for max_length in range(query + 5, 600):
+            check_window(max_length, default_doc_stride(max_length, query), query)
+    assert default_doc_stride(384, 64) == 96 and default_doc_stride(1024, 64) == 128
+    QuestionAnsweringTask().check_length(128)  # the README's call, FinetuneConfig's max_length
+
+
+def test_squad_v2_is_what_the_training_data_is(data, tmp_path, capsys):
+    v2 = _records(20, 3, impossible=0.5)
+    assert 0 < sum(not e.answerable for e in v2) < len(v2)
+    with pytest.raises(ValueError, match=r"the test data holds questions with no answer \(SQuAD"):
+        QuestionAnsweringTask().check(v2, (), "the test data")
+    QuestionAnsweringTask(version_2=True).check(v2, (), "the test data")
+    write_squad(v2, tmp_path / "v2.json")
+    for train, version_2 in ((data[0], False), (tmp_path / "v2.json", True)):
+        args, _, _ = _parse(["finetune", "M", "--task", "question-answering", "--train",
+                             str(train), "--output-dir", "unused"])
+        task, _ = finetune_command._task_and_labels(args, read_squad(train))
+        assert task.version_2 is version_2
+    # trained on v1.1, scored on v2.0: refused before anything is written
+    out = tmp_path / "out"
+    assert main(["finetune", str(tiny_checkpoint()), "--task", "question-answering", "--train",
+                 str(data[0]), "--validation", str(tmp_path / "v2.json"), "--output-dir",
+                 str(out), "--max-length", "48", "--max-query-length", "8"]) == 2
+    assert "the validation data holds questions with no answer" in capsys.readouterr().err
+    assert not out.exists()

@@ -80,7 +80,7 @@ def test_questions_answer_with_the_speaker_of_the_quoted_line():
         assert len({q.id for q in questions}) == len(questions)
         for q in questions:
             (text, start), = q.answers
-            assert q.context[start:start + len(text)] == text
+            assert text.strip() and q.context[start:start + len(text)] == text  # a name
             quoted = q.question.removeprefix('Who says "').removesuffix('"?')
             line = q.context[start:].split("\n")[0]
             assert line.startswith(f"{text}: {quoted}")

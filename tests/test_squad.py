@@ -149,5 +149,9 @@ def test_squad_scores_take_the_best_gold_and_split_unanswerable():
     assert scores["exact"] == pytest.approx(2 / 3)
     assert scores["f1"] == pytest.approx((1 + 2 / 3 + 1) / 3)
     assert scores["has_answer_total"] == 2 and scores["no_answer_exact"] == 1.0
+    # an answer that normalises to nothing ("The") is answerable, scored against "" (the script)
+    scores = squad_scores({"4": ""}, {"4": ["The"]})
+    assert scores["has_answer_total"] == 1 and scores["has_answer_exact"] == 1.0
+    assert "no_answer_total" not in scores
     with pytest.raises(ValueError, match="1 questions have no prediction"):
         squad_scores({"1": "x", "2": "y"}, golds)

@@ -47,6 +47,9 @@ def _answer(args: argparse.Namespace) -> int:
         raise CommandError("give the context: --context TEXT or --context-file FILE (one of them)")
     context = args.context if args.context is not None else read_text(args.context_file,
                                                                        "--context-file")
+    if args.context is None and not context.strip():
+        raise CommandError(f"--context-file {args.context_file} is empty; give it the text to "
+                           "answer from")
     model, tokenizer = load_model_with(args, "qa_outputs", "BertForQuestionAnswering")
     try:
         answers = answer(model, tokenizer, args.question, context, top_k=args.top_k,

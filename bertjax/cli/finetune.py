@@ -37,8 +37,9 @@ tasks (--task): classification (default), token-classification, question-answeri
     first), scored as seqeval scores entities.
   question-answering: SQuAD v1.1 or v2.0 JSON; contexts longer than --max-length are read in
     windows overlapping by --doc-stride pieces; answers decoded over all windows (--n-best,
-    --max-answer-length; v2.0 files: "" when the [CLS] score beats the best span by
-    --null-threshold); exact match and F1 as the official SQuAD script.
+    --max-answer-length); when the training data has questions with no answer (v2.0), the
+    model answers "" where the [CLS] score beats the best span by --null-threshold; exact
+    match and F1 as the official SQuAD script.
   multiple-choice: JSON lines (context, choices: 2 to 16 texts, label: the right one's index);
     accuracy.
 bundled tasks, each held out by whole plays (the same six for validation, six others for test):
@@ -111,7 +112,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     qa = parser.add_argument_group("question answering")
     qa.add_argument("--doc-stride", type=non_negative_int, default=None,
                     help="pieces two windows of a long context share (default: a quarter of "
-                         "--max-length, at most 128)")
+                         "--max-length, at most 128 and less than a window's context)")
     qa.add_argument("--max-query-length", type=positive_int, default=64,
                     help="questions are cut to this many pieces (default 64)")
     qa.add_argument("--n-best", type=positive_int, default=20,
@@ -119,8 +120,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     qa.add_argument("--max-answer-length", type=positive_int, default=30,
                     help="longest answer in pieces (default 30)")
     qa.add_argument("--null-threshold", type=float, default=0.0,
-                    help="SQuAD v2.0: answer \"\" when the [CLS] score beats the best span by "
-                         "more than this (default 0)")
+                    help="trained on SQuAD v2.0: answer \"\" when the [CLS] score beats the "
+                         "best span by more than this (default 0)")
     data.add_argument("--per-genre", type=positive_int, default=600, metavar="N",
                       help=f"with --task {GENRE_TASK}: at most this many training speeches per "
                            "genre (default 600)")
@@ -204,10 +205,11 @@ def _task_and_labels(args: argparse.Namespace, train: list
 
         decoding = Decoding(n_best=args.n_best, max_answer_length=args.max_answer_length,
                             null_threshold=args.null_threshold)
-        stride = min(args.max_length // 4, 128) if args.doc_stride is None else args.doc_stride
-        return QuestionAnsweringTask(doc_stride=stride,
+        # a model trained on questions with no answer may answer "" (SQuAD v2.0)
+        version_2 = any(not e.answerable for e in train)
+        return QuestionAnsweringTask(doc_stride=args.doc_stride,
                                      max_query_length=args.max_query_length,
-                                     decoding=decoding), None
+                                     version_2=version_2, decoding=decoding), None
     if kind == "multiple-choice":
         from bertjax.tasks.multiple_choice import MultipleChoiceTask
 

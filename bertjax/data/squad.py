@@ -189,6 +189,12 @@ def encode_squad(tokenizer: WordPieceTokenizer, examples: Sequence[QAExample], m
     return out
 
 
+def default_doc_stride(max_length: int, max_query_length: int) -> int:
+    """A quarter of the window, at most run_qa's 128, always below the context pieces a window
+    holds (so every window moves forward)."""
+    return max(0, min(max_length // 4, 128, max_length - max_query_length - 4))
+
+
 def check_window(max_length: int, doc_stride: int, max_query_length: int) -> None:
     """A ValueError naming the option unless windows can hold a question and move forward."""
     if max_query_length < 1:

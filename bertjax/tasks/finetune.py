@@ -1,4 +1,5 @@
-"""The fine-tuning job: any task (`bertjax.tasks.task.Task`: sequence or token classification)
+"""The fine-tuning job: any task (`bertjax.tasks.task.Task`: sequence or token classification,
+extractive question answering, multiple choice)
 trained with AdamW and warm-up, evaluated every epoch, the best epoch kept as a Hugging Face
 directory.
 
@@ -6,12 +7,14 @@ directory.
 runs. The output directory holds
 
     model/                    the best epoch by the task's validation rank (classification:
-                              accuracy then macro-F1; tagging: entity F1 then token accuracy),
+                              accuracy then macro-F1; tagging: entity F1 then token accuracy;
+                              question answering: F1 then exact match; choice: accuracy),
                               exported: transformers' class of the same name and AutoTokenizer
                               load it
     metrics.jsonl, tensorboard/   train records every `LOG_EVERY` steps, one eval record per epoch
     the task's report         classification: confusion_validation.png (and confusion_test.png);
-                              tagging: entities_validation.json (and _test): per-type rows
+                              tagging: entities_validation.json (and _test): per-type rows;
+                              answers_*.json, choices_*.json: each question's prediction
     summary.json              task, labels, scores, the task's non-neural baseline, timing
 """
 
@@ -111,6 +114,9 @@ def check_inputs(task: Task, model_config: Any, train: Sequence[Any],
                  validation: Sequence[Any], test: Sequence[Any] | None,
                  config: FinetuneConfig) -> None:
     """Everything that can be checked before a run starts: labels, batch size, length."""
+    if not validation:
+        raise ValueError("the validation data holds no examples: the best epoch is chosen on "
+                         "them; give --validation FILE or a larger --validation-fraction")
     for what, examples in (("the training data", train), ("the validation data", validation),
                            ("the test data", test or [])):
         task.check(examples, model_config.id2label, what)
@@ -208,7 +214,8 @@ def _set_up(task: Task, model: Any, tokenizer: WordPieceTokenizer, train: Sequen
         say(f"{cut} examples are longer than {config.max_length} tokens and are cut to fit")
     baseline, baseline_scores = task.baseline(train, test or validation, labels)
     windows = f" ({len(units)} windows)" if len(units) != len(train) else ""
-    say(f"fine-tuning {task.kind} on {len(train)} examples{windows}, {len(labels)} labels, "
+    named = f", {len(labels)} labels" if task.kind.endswith("classification") else ""
+    say(f"fine-tuning {task.kind} on {len(train)} examples{windows}{named}, "
         f"{config.epochs} epochs of {steps_per_epoch} steps; baseline ({baseline}): "
         f"{baseline_scores.line}")
     run = _Run(task=task, config=config, model_config=model.config, tokenizer=tokenizer,

@@ -7,7 +7,6 @@ The baseline picks the choice sharing the most words with the context (ties: the
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +19,7 @@ from flax import nnx
 from bertjax.data.choices import ChoiceExample
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.heads import BertForMultipleChoice
-from bertjax.tasks.task import TaskScores
+from bertjax.tasks.task import TaskScores, write_report
 from bertjax.train.objectives import MULTIPLE_CHOICE, masked_choice_logits
 from bertjax.use.encode import check_max_length, encode, model_max_length
 
@@ -74,8 +73,7 @@ class MultipleChoiceTask:
 
     def report(self, scores: TaskScores, labels: Sequence[str], path_stem: Path,
                title: str) -> None:
-        path = path_stem.with_name(f"choices_{path_stem.name}.json")
-        path.write_text(json.dumps({"title": title, **scores.detail}, indent=1) + "\n")
+        write_report(path_stem.with_name(f"choices_{path_stem.name}.json"), title, scores.detail)
 
 
 def choice_inputs(tokenizer: WordPieceTokenizer, examples: Sequence[ChoiceExample],

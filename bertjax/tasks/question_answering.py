@@ -12,7 +12,6 @@ over its windows) beats the best span by more than `null_threshold`.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,11 +22,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from bertjax.data.squad import QAExample, QAWindows, check_window, encode_squad
+from bertjax.data.squad import QAExample, QAWindows, check_window, default_doc_stride, encode_squad
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.heads import BertForQuestionAnswering
 from bertjax.tasks.squad_metric import squad_scores
-from bertjax.tasks.task import TaskScores
+from bertjax.tasks.task import TaskScores, write_report
 from bertjax.train.objectives import QUESTION_ANSWERING
 
 
@@ -56,16 +55,28 @@ class QuestionAnsweringTask:
     objective = QUESTION_ANSWERING
     model_class = BertForQuestionAnswering
 
-    def __init__(self, *, doc_stride: int = 128, max_query_length: int = 64,
-                 decoding: Decoding = Decoding()):  # noqa: B008 - frozen
-        self.doc_stride, self.max_query_length, self.decoding = (doc_stride, max_query_length,
-                                                                 decoding)
+    def __init__(self, *, doc_stride: int | None = None, max_query_length: int = 64,
+                 version_2: bool = False,
+                 decoding: Decoding = Decoding()) -> None:  # noqa: B008 - frozen
+        """`doc_stride` None: `default_doc_stride` of the run's max_length. `version_2`: SQuAD
+        v2.0, questions may have no answer and the model may answer "" (as run_qa's
+        --version_2_with_negative); the same for every set scored."""
+        self.doc_stride, self.max_query_length = doc_stride, max_query_length
+        self.version_2, self.decoding = version_2, decoding
 
     def check(self, examples: Sequence[QAExample], labels: Sequence[str], what: str) -> None:
-        pass  # read_squad checked every answer against its context
+        # read_squad checked every answer against its context
+        if not self.version_2 and any(not e.answerable for e in examples):
+            raise ValueError(f"{what} holds questions with no answer (SQuAD v2.0) but the task "
+                             "is SQuAD v1.1, which never answers \"\"; give the training data "
+                             "questions with no answer (or pass version_2=True)")
 
     def check_length(self, max_length: int) -> None:
-        check_window(max_length, self.doc_stride, self.max_query_length)
+        check_window(max_length, self._stride(max_length), self.max_query_length)
+
+    def _stride(self, max_length: int) -> int:
+        return (default_doc_stride(max_length, self.max_query_length)
+                if self.doc_stride is None else self.doc_stride)
 
     def units(self, tokenizer: WordPieceTokenizer, examples: Sequence[QAExample],
               max_length: int) -> list[_Window]:
@@ -95,8 +106,8 @@ class QuestionAnsweringTask:
             rows = np.arange(first, min(first + batch_size, n))
             s, e, lsum = _logits(model, windows.rows(rows).arrays())
             start[rows], end[rows], loss_sum = np.asarray(s), np.asarray(e), loss_sum + float(lsum)
-        impossible = any(not e.answerable for e in examples)
-        answers = decode(examples, windows, start, end, self.decoding, allow_empty=impossible)
+        answers = decode(examples, windows, start, end, self.decoding,
+                         allow_empty=self.version_2)
         return answers, loss_sum / max(n, 1)
 
     def baseline(self, train: Sequence[QAExample], test: Sequence[QAExample],
@@ -109,13 +120,12 @@ class QuestionAnsweringTask:
 
     def report(self, scores: TaskScores, labels: Sequence[str], path_stem: Path,
                title: str) -> None:
-        path = path_stem.with_name(f"answers_{path_stem.name}.json")
-        path.write_text(json.dumps({"title": title, "predictions": scores.detail}, indent=1,
-                                   ensure_ascii=False) + "\n", encoding="utf-8")
+        write_report(path_stem.with_name(f"answers_{path_stem.name}.json"), title,
+                     {"predictions": scores.detail})
 
     def _windows(self, tokenizer: WordPieceTokenizer, examples: Sequence[QAExample],
                  max_length: int) -> QAWindows:
-        return encode_squad(tokenizer, examples, max_length, self.doc_stride,
+        return encode_squad(tokenizer, examples, max_length, self._stride(max_length),
                             self.max_query_length)
 
 

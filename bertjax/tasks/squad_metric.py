@@ -52,7 +52,8 @@ def squad_scores(predictions: Mapping[str, str], golds: Mapping[str, Sequence[st
     rows = {"has_answer": [], "no_answer": []}
     for qid, answers in golds.items():
         texts = [a for a in answers if normalize_answer(a)] or [""]
-        kind = "has_answer" if texts != [""] else "no_answer"
+        # grouped as the v2.0 script groups (any gold answer), scored against the normalised
+        kind = "has_answer" if any(answers) else "no_answer"
         rows[kind].append((max(exact_match(predictions[qid], a) for a in texts),
                            max(f1(predictions[qid], a) for a in texts)))
     every = rows["has_answer"] + rows["no_answer"]

@@ -2,12 +2,13 @@
 train step minimises, how a model is scored on examples, a non-neural baseline and a report.
 
 `bertjax.tasks.finetune.finetune` runs any `Task`; each task module (classification.py,
-token_classification.py) holds one.
+token_classification.py, question_answering.py, multiple_choice.py) holds one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -64,3 +65,10 @@ class Task(Protocol):
     def report(self, scores: TaskScores, labels: Sequence[str], path_stem: Path,
                title: str) -> None:
         """Write the scores' detail beside the summary (`path_stem` + a suffix)."""
+
+
+def write_report(path: Path, title: str, detail: dict[str, Any]) -> None:
+    """A task's per-example report: `{"title": ..., **detail}` as UTF-8 JSON (inside the run's
+    temporary directory, so a crash leaves no half-written file behind)."""
+    path.write_text(json.dumps({"title": title, **detail}, indent=1, ensure_ascii=False) + "\n",
+                    encoding="utf-8")

@@ -9,7 +9,6 @@ it had most often in training (`O` for unseen words), the classic memorisation b
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +22,7 @@ from bertjax.data.tagging import TaggedSentence, encode_tagged, piece_counts
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.heads import BertForTokenClassification
 from bertjax.tasks.entities import entity_scores
-from bertjax.tasks.task import TaskScores
+from bertjax.tasks.task import TaskScores, write_report
 from bertjax.train.objectives import TOKEN_CLASSIFICATION
 from bertjax.use.encode import check_max_length, model_max_length
 
@@ -80,8 +79,7 @@ class TokenClassificationTask:
 
     def report(self, scores: TaskScores, labels: Sequence[str], path_stem: Path,
                title: str) -> None:
-        path = path_stem.with_name(f"entities_{path_stem.name}.json")
-        path.write_text(json.dumps({"title": title, **scores.detail}, indent=1) + "\n")
+        write_report(path_stem.with_name(f"entities_{path_stem.name}.json"), title, scores.detail)
 
 
 def predict_tags(model: Any, tokenizer: WordPieceTokenizer, sentences: Sequence[TaggedSentence],

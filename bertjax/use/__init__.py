@@ -6,4 +6,5 @@
     embed.py          sentence embeddings (mean / [CLS] pooling, as sentence-transformers), nearest lines
     attention.py      attention maps of one input (drawn by `bertjax.viz.attention`)
     tag.py            named entities per token, as transformers' token-classification pipeline
+    answer.py         answer spans over a context's windows, as transformers' question-answering pipeline
 """
