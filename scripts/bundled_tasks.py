@@ -1,7 +1,8 @@
 #!/usr/bin/env python
-"""Fine-tune every bundled Shakespeare task from a model and from a random init of its shape, one
-run after another, and print the README's table (test metric, validation metric, the task's
-non-neural baseline, best epoch, wall time).
+"""Fine-tune bundled Shakespeare tasks (by default the three scene tasks; the genre task has its
+own table) from a model and from a random init of its shape, one run after another, and print
+the rows of the README's table (test metric, validation metric, the task's non-neural baseline,
+best epoch, wall time).
 
     python scripts/bundled_tasks.py --model path/to/all-MiniLM-L6-v2 --out runs/tasks
     python scripts/bundled_tasks.py --model ... --tasks shakespeare-speakers --inits random

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bertjax.data.corpus import play_scenes, spoken_scenes
+from bertjax.data.corpus import play_scenes, shakespeare_scenes, spoken_scenes
 from bertjax.data.labelled import GENRE_HELD_OUT
 from bertjax.data.scene_tasks import (
     PER_PLAY,
@@ -92,6 +92,11 @@ def test_next_line_choices_are_four_speeches_with_the_true_one_labelled():
     assert all(len(e.choices) == 4 and 0 <= e.label < 4 for e in examples)
     labels = [e.label for e in examples]
     assert min(labels.count(k) for k in range(4)) > len(examples) / 8  # shuffled, not fixed
+    for e in examples:  # the context ends a speech, the right choice begins the next one
+        play, _, scene, _, speech = e.where.rsplit(" ", 4)
+        speeches = [text.split() for _, text in shakespeare_scenes(play)[int(scene) - 1]]
+        assert e.context.split() == speeches[int(speech) - 1][-24:]
+        assert e.choices[e.label].split() == speeches[int(speech)][:16]
 
 
 def test_the_tasks_are_the_same_in_every_call():

@@ -141,14 +141,20 @@ def _questions(play: str, rng: random.Random, lines: int, words: int) -> list[QA
 
 
 @functools.cache
-def next_line_choices(split: str, choices: int = 4, words: int = 30) -> list[ChoiceExample]:
-    """Up to `PER_PLAY` examples per play: a speech (its first `words` words) and `choices`
-    speeches of the same scene, one of them the speech that follows it, in a seeded order."""
-    return _per_play(split, lambda play, rng: _next_lines(play, rng, choices, words))
+def next_line_choices(split: str, choices: int = 4, words: int = 16,
+                      context_words: int = 24) -> list[ChoiceExample]:
+    """Up to `PER_PLAY` examples per play: the end of a speech (its last `context_words` words:
+    what a reply answers) and `choices` speeches of the same scene (their first `words` words),
+    one of them the speech that follows it, in a seeded order. At these lengths a pair fits in
+    64 pieces of all-MiniLM-L6-v2's vocabulary 98% of the time."""
+    return _per_play(split, lambda play, rng: _next_lines(play, rng, choices, words,
+                                                          context_words))
 
 
-def _next_lines(play: str, rng: random.Random, choices: int, words: int) -> list[ChoiceExample]:
+def _next_lines(play: str, rng: random.Random, choices: int, words: int,
+                context_words: int) -> list[ChoiceExample]:
     cut = lambda text: " ".join(text.split()[:words])  # noqa: E731
+    end = lambda text: " ".join(text.split()[-context_words:])  # noqa: E731
     candidates = [(s, i) for s, scene in enumerate(shakespeare_scenes(play))
                   if len(scene) >= choices + 2 for i in range(len(scene) - 1)]
     out = []
@@ -157,6 +163,6 @@ def _next_lines(play: str, rng: random.Random, choices: int, words: int) -> list
         others = [j for j in range(len(scene)) if j not in (i, i + 1)]
         options = [i + 1, *rng.sample(others, choices - 1)]
         rng.shuffle(options)
-        out.append(ChoiceExample(cut(scene[i][1]), tuple(cut(scene[j][1]) for j in options),
+        out.append(ChoiceExample(end(scene[i][1]), tuple(cut(scene[j][1]) for j in options),
                                  options.index(i + 1), f"{play} scene {s + 1} speech {i + 1}"))
     return out
