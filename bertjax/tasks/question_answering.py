@@ -68,8 +68,9 @@ class QuestionAnsweringTask:
         # read_squad checked every answer against its context
         if not self.version_2 and any(not e.answerable for e in examples):
             raise ValueError(f"{what} holds questions with no answer (SQuAD v2.0) but the task "
-                             "is SQuAD v1.1, which never answers \"\"; give the training data "
-                             "questions with no answer (or pass version_2=True)")
+                             "is SQuAD v1.1, which never answers \"\": train on data with such "
+                             "questions (bertjax finetune then answers \"\" too) or pass "
+                             "QuestionAnsweringTask(version_2=True)")
 
     def check_length(self, max_length: int) -> None:
         check_window(max_length, self._stride(max_length), self.max_query_length)
