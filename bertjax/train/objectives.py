@@ -63,9 +63,14 @@ PRETRAINING = Objective(
 )
 
 
+def _forward(model: Any, batch: Batch, rng: jax.Array | None) -> Any:
+    """A fine-tuning head's output on a batch; dropout on when a key is given."""
+    return model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
+                 deterministic=rng is None, dropout_rng=rng)
+
+
 def _classification_sums(model: Any, batch: Batch, rng: jax.Array | None) -> Sums:
-    out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
-                deterministic=rng is None, dropout_rng=rng)
+    out = _forward(model, batch, rng)
     return classification_sums(out.logits, batch["labels"])
 
 
@@ -84,8 +89,7 @@ CLASSIFICATION = Objective(
 
 
 def _token_classification_sums(model: Any, batch: Batch, rng: jax.Array | None) -> Sums:
-    out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
-                deterministic=rng is None, dropout_rng=rng)
+    out = _forward(model, batch, rng)
     return token_classification_sums(out.logits, batch["labels"])
 
 
@@ -98,8 +102,7 @@ TOKEN_CLASSIFICATION = Objective(
 
 
 def _question_answering_sums(model: Any, batch: Batch, rng: jax.Array | None) -> Sums:
-    out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
-                deterministic=rng is None, dropout_rng=rng)
+    out = _forward(model, batch, rng)
     return question_answering_sums(out.start_logits, out.end_logits, batch["start_positions"],
                                    batch["end_positions"])
 
@@ -133,8 +136,7 @@ def masked_choice_logits(logits: jax.Array, choice_mask: jax.Array) -> jax.Array
 
 
 def _multiple_choice_sums(model: Any, batch: Batch, rng: jax.Array | None) -> Sums:
-    out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
-                deterministic=rng is None, dropout_rng=rng)
+    out = _forward(model, batch, rng)
     return classification_sums(masked_choice_logits(out.logits, batch["choice_mask"]),
                                batch["labels"])
 
