@@ -81,6 +81,20 @@ def _max_abs(x: Any) -> float:
     return float(np.max(np.abs(x))) if x.size else 0.0
 
 
+def gradient_floor(ref_grads: dict[str, Any]) -> float:
+    """`GRAD_FLOOR` times the largest reference gradient: no gradient is judged on a smaller scale."""
+    return GRAD_FLOOR * max(_max_abs(g) for g in ref_grads.values())
+
+
+def gradient_errors(ours: dict[str, Any], ref: dict[str, Any]) -> dict[str, float]:
+    """Each gradient's max abs difference over its reference's max magnitude (floored)."""
+    if set(ours) != set(ref):
+        raise ValueError(f"gradient names differ: {sorted(set(ours) ^ set(ref))}")
+    floor = gradient_floor(ref)
+    return {n: _max_abs(np.asarray(ours[n], np.float64) - np.asarray(ref[n], np.float64))
+            / max(_max_abs(ref[n]), floor) for n in ref}
+
+
 def _row(
     name: str, ours: Any, ref: Any, tolerance: float, relative: bool = False, floor: float = 0.0
 ) -> Row:
@@ -204,7 +218,7 @@ def compare(
                 f"gradient names differ: only bertjax {sorted(set(our_grads) - set(ref_grads))}, "
                 f"only PyTorch {sorted(set(ref_grads) - set(our_grads))}"
             )
-        floor = GRAD_FLOOR * max(_max_abs(g) for g in ref_grads.values())
+        floor = gradient_floor(ref_grads)
         rows += [
             _row(f"grad.{n}", our_grads[n], ref_grads[n], grad_tolerance, relative=True,
                  floor=floor)

@@ -25,7 +25,7 @@ from bertjax.io.weights import state_to_numpy
 from bertjax.losses import classification_loss
 from bertjax.pretrained import load_hf, save_hf
 from parity.convert import flax_to_torch, to_torch_model, torch_to_flax
-from parity.tensors import GRAD_FLOOR
+from parity.tensors import gradient_errors
 
 TOL = 1e-5
 HF = dict(vocab_size=90, hidden_size=48, num_hidden_layers=2, num_attention_heads=3,
@@ -54,13 +54,6 @@ def _batch(seed: int = 0) -> dict[str, np.ndarray]:
     types = (np.arange(14)[None, :] >= 6).astype(np.int64) * mask
     return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask,
             "labels": rng.integers(0, 3, 4).astype(np.int64)}
-
-
-def _grad_diffs(ours: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> dict[str, float]:
-    assert set(ours) == set(ref)
-    floor = GRAD_FLOOR * max(float(np.abs(g).max()) for g in ref.values())
-    return {n: float(np.abs(ours[n] - ref[n]).max()) / max(float(np.abs(ref[n]).max()), floor)
-            for n in ref}
 
 
 @pytest.fixture(scope="module")
@@ -117,8 +110,8 @@ def test_every_gradient_agrees_three_ways(three):
                               t["labels"]).backward()
     mine = {n: p.grad.numpy() for n, p in mirror.named_parameters()}
     assert len(grads) == len(list(theirs.parameters())) == 2 * 2 * 8 + 5 + 2 + 2
-    worst_ours = max(_grad_diffs(grads, ref).values())
-    worst_mirror = max(_grad_diffs(mine, ref).values())
+    worst_ours = max(gradient_errors(grads, ref).values())
+    worst_mirror = max(gradient_errors(mine, ref).values())
     assert worst_ours <= TOL and worst_mirror <= TOL, (worst_ours, worst_mirror)
 
 
