@@ -43,9 +43,8 @@ class BertMLMHead(nnx.Module):
 
     def __call__(self, h: jax.Array, word_embeddings: nnx.Embed) -> jax.Array:
         h = self.layer_norm(self.activation(self.transform(h)))  # (B, P, H)
-        embedding = word_embeddings.embedding[...].astype(h.dtype)  # (V, H)
-        logits = jnp.einsum("bph,vh->bpv", h, embedding, preferred_element_type=jnp.float32)
-        return numerics.add_bias(logits, self.bias[...])  # (B, P, V) float32
+        logits = numerics.tied_decoder(h, word_embeddings.embedding[...])  # (B, P, V) float32
+        return numerics.add_broadcast(logits, self.bias[...])  # (B, P, V) float32
 
 
 class _WithEncoder(nnx.Module):

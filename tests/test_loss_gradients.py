@@ -38,12 +38,22 @@ def test_cross_entropy_equals_optax_value_and_gradient(shape: tuple[int, ...], v
     np.testing.assert_allclose(np.asarray(g_ours), np.asarray(g_theirs), rtol=0, atol=1e-6)
 
 
-def test_add_bias_gradient_equals_autodiff():
-    x, _ = _logits_and_labels((3, 5), 301)
-    bias = jax.random.normal(jax.random.key(1), (301,))
-    g = jax.random.normal(jax.random.key(2), x.shape)
-    np.testing.assert_array_equal(np.asarray(numerics.add_bias(x, bias)), np.asarray(x + bias))
-    ours = jax.grad(lambda x, b: jnp.sum(numerics.add_bias(x, b) * g), argnums=(0, 1))(x, bias)
-    plain = jax.grad(lambda x, b: jnp.sum((x + b) * g), argnums=(0, 1))(x, bias)
-    for a, b in zip(ours, plain, strict=True):  # sums of 15 O(1) terms: 1e-6 relative
+@pytest.mark.parametrize(("shape", "y_shape"), [((3, 5, 301), (301,)), ((4, 6, 8), (6, 8))])
+def test_add_broadcast_gradient_equals_autodiff(shape, y_shape):
+    """A bias over the last axis and the position rows over the batch axis."""
+    x = jax.random.normal(jax.random.key(0), shape)
+    y = jax.random.normal(jax.random.key(1), y_shape)
+    g = jax.random.normal(jax.random.key(2), shape)
+    np.testing.assert_array_equal(np.asarray(numerics.add_broadcast(x, y)), np.asarray(x + y))
+    ours = jax.grad(lambda x, y: jnp.sum(numerics.add_broadcast(x, y) * g), argnums=(0, 1))(x, y)
+    plain = jax.grad(lambda x, y: jnp.sum((x + y) * g), argnums=(0, 1))(x, y)
+    for a, b in zip(ours, plain, strict=True):  # sums of at most 15 O(1) terms: 1e-6 relative
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
+    # bfloat16 rows: the gradient keeps y's dtype, summed in float32
+    y16 = y.astype(jnp.bfloat16)
+    _, vjp = jax.vjp(numerics.add_broadcast, x.astype(jnp.bfloat16), y16)
+    dy = vjp(g.astype(jnp.bfloat16))[1]
+    assert dy.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(dy, np.float32), np.asarray(plain[1]), rtol=2e-2, atol=2e-2)
+
+

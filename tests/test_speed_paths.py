@@ -225,3 +225,50 @@ def test_auto_fuses_only_where_cudnn_takes_the_heads(monkeypatch):
     base = BertConfig.from_preset("base")
     assert inputs.may_fuse_attention(base.replace(dtype="bfloat16"))
     assert not inputs.may_fuse_attention(base)  # float32: auto stays exact, any mask goes
+
+
+def _dot_operand_dtypes(jaxpr) -> list[tuple[str, ...]]:
+    """The operand dtypes of every dot_general in `jaxpr` and the jaxprs inside it, in order."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            found.append(tuple(str(v.aval.dtype) for v in eqn.invars))
+        for value in eqn.params.values():
+            inner = getattr(value, "jaxpr", None)
+            if inner is not None and hasattr(inner, "eqns"):
+                found += _dot_operand_dtypes(inner)
+    return found
+
+
+def _decoder_grads(decoder, h, table, g):
+    _, vjp = jax.vjp(decoder, h, table)
+    return vjp(g)
+
+
+def test_tied_decoder_backward_runs_in_the_compute_dtype():
+    rng = np.random.default_rng(0)
+    h = jnp.asarray(rng.normal(size=(3, 5, 16)), jnp.bfloat16)  # (B, P, H)
+    table = jnp.asarray(rng.normal(scale=0.1, size=(40, 16)), jnp.float32)  # (V, H)
+    g = jnp.asarray(rng.normal(size=(3, 5, 40)), jnp.float32)  # (B, P, V) the logits' gradient
+
+    def autodiff(h, table):  # what the decoder was before: float32 operands in the backward
+        return jnp.einsum("bph,vh->bpv", h, table.astype(h.dtype),
+                          preferred_element_type=jnp.float32)
+
+    np.testing.assert_array_equal(np.asarray(numerics.tied_decoder(h, table)),
+                                  np.asarray(autodiff(h, table)))  # the same forward
+    dh, dt = _decoder_grads(numerics.tied_decoder, h, table, g)
+    rh, rt = _decoder_grads(autodiff, h, table, g)
+    assert dh.dtype == jnp.bfloat16 and dt.dtype == jnp.float32
+    # bfloat16 operands (8 mantissa bits) against float32 ones: within 1e-2 of each one's scale
+    for ours, ref in ((dh, rh), (dt, rt)):
+        ours, ref = np.asarray(ours, np.float32), np.asarray(ref, np.float32)
+        assert np.abs(ours - ref).max() <= 1e-2 * np.abs(ref).max()
+    backward = jax.make_jaxpr(lambda g: _decoder_grads(numerics.tied_decoder, h, table, g))(g)
+    # the forward's matmul, then the backward's two: every one takes bfloat16 operands
+    assert _dot_operand_dtypes(backward.jaxpr) == [("bfloat16", "bfloat16")] * 3
+    # float32 compute: the plain einsum, autodiff's own backward (the parity path is untouched)
+    h32 = h.astype(jnp.float32)
+    for ours, ref in zip(_decoder_grads(numerics.tied_decoder, h32, table, g),
+                         _decoder_grads(autodiff, h32, table, g), strict=True):
+        np.testing.assert_array_equal(np.asarray(ours), np.asarray(ref))
