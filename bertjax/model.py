@@ -86,7 +86,9 @@ class BertEmbeddings(nnx.Module):
     Only the word embeddings are a gather. Positions are a slice of their table and token types a
     one-hot matmul (google-research/bert does both), so their gradients are a pad and a matmul:
     not a scatter-add into a 2-row table where every token of the batch collides, which took a
-    third of a GPU training step.
+    third of a GPU training step. The slice's rows are added with `numerics.add_broadcast`, whose
+    gradient sums over the batch with a matmul, not a reduction that makes XLA GPU transpose the
+    residual stream around every layer.
     """
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
@@ -110,11 +112,8 @@ class BertEmbeddings(nnx.Module):
         one_hot = jax.nn.one_hot(token_type_ids, table.shape[0], dtype=dtype)  # (B, S, T)
         types = jnp.einsum("bst,th->bsh", one_hot, table,
                            precision=jax.lax.Precision.HIGHEST)  # exact rows (no TF32 rounding)
-        x = (
-            self.word_embeddings(input_ids)
-            + positions.astype(dtype)[None]
-            + types
-        )  # (B, S, H)
+        x = numerics.add_broadcast(self.word_embeddings(input_ids),
+                                   positions.astype(dtype)) + types  # (B, S, H), the mirror's order
         return self.dropout(self.layer_norm(x), deterministic=deterministic, rngs=rngs)
 
 

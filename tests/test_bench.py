@@ -80,18 +80,19 @@ def test_flop_formula_counts_every_matmul_of_the_model(seq, batch, predictions) 
     forward + backward, exactly. The only slack allowed is a one-hot token-type matmul
     (2 * type_vocab * H per token forward, once more backward for the table's gradient), which an
     implementation may use instead of a gather and which is not part of BERT's count; and in the
-    backward the MLM bias's gradient, a sum over the logits' rows that `numerics.add_bias` writes
-    as a ones-vector matmul (2 * V per prediction)."""
+    backward the gradients that `numerics.add_broadcast` writes as ones-vector matmuls: the MLM
+    bias's, a sum over the logits' rows (2 * V per prediction), and the position rows', a sum over
+    the batch (2 * H per token)."""
     config, params, forward, loss = _tiny_forward(seq, batch, predictions)
     tokens = batch * seq
     one_hot = 2 * config.type_vocab_size * config.hidden_size * tokens
-    bias_gradient = 2 * batch * predictions * config.vocab_size
+    ones_gradients = 2 * batch * predictions * config.vocab_size + 2 * config.hidden_size * tokens
     counted_forward = _dot_flops(jax.make_jaxpr(forward)(params).jaxpr)
     counted_training = _dot_flops(jax.make_jaxpr(jax.grad(loss))(params).jaxpr)
     formula_forward = model_flops_per_token(config, seq, predictions, training=False) * tokens
     formula_training = model_flops_per_token(config, seq, predictions, training=True) * tokens
     assert counted_forward - formula_forward in (0, one_hot)
-    assert counted_training - formula_training in (bias_gradient, 2 * one_hot + bias_gradient)
+    assert counted_training - formula_training in (ones_gradients, 2 * one_hot + ones_gradients)
     assert formula_training == 3 * formula_forward
 
 
