@@ -157,11 +157,12 @@ def _flax_side(model: BertForPreTraining, batch: dict[str, np.ndarray], masked: 
         out = forward(params)
         return pretraining_loss(out.mlm_logits, out.nsp_logits, jbatch)[0], out
 
+    # jitted: run op by op, every primitive compiles apart, which on a GPU took minutes for base
     with jax.default_matmul_precision("highest"):
         if masked:
-            (_, out), grads = jax.value_and_grad(loss, has_aux=True)(params)
+            (_, out), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
             return out, state_to_numpy(grads)
-        return forward(params), None
+        return jax.jit(forward)(params), None
 
 
 def _torch_side(model: BertForPreTraining, batch: dict[str, np.ndarray], masked: bool) -> Any:
