@@ -18,7 +18,7 @@ import tokenizers
 import torch
 import transformers
 from flax import nnx
-from use_helpers import sentences, tiny_run
+from use_helpers import peaked_checkpoint, sentences, tiny_run
 
 import bertjax
 from bertjax import BertConfig, BertForPreTraining
@@ -36,16 +36,7 @@ TEXTS = ["To be, or not to be: that is the [MASK].", "The [MASK] of Denmark is [
 
 @pytest.fixture(scope="module")
 def peaked(tmp_path_factory) -> Path:
-    """A tiny checkpoint whose MLM distributions are peaked (large random weights), so the top-k
-    order is decided by clear margins rather than float32 round-off."""
-    from bertjax.data import WordPieceTokenizer
-
-    tokenizer = WordPieceTokenizer.train(sentences(), vocab_size=400)
-    config = BertConfig.from_preset("tiny", vocab_size=tokenizer.vocab_size, initializer_range=0.3,
-                                    pad_token_id=tokenizer.special.pad)
-    out = tmp_path_factory.mktemp("peaked") / "model"
-    bertjax.save_pretrained(BertForPreTraining(config, rngs=nnx.Rngs(4)), out, tokenizer)
-    return out
+    return peaked_checkpoint(tmp_path_factory.mktemp("peaked") / "model")
 
 
 @pytest.fixture(scope="module")

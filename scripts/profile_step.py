@@ -1,0 +1,172 @@
+"""Profile bertjax's training step (the bench's, `bertjax.bench.jax_rows`) and sum device time
+by kernel name: where a step's time goes, in order.
+
+    python scripts/profile_step.py --preset base --batch 256 --dtype bfloat16 --dropout 0.1 \
+        --set attention_probs_dropout_prob=0 --out prof.json
+
+It traces `--steps` steps after a warm-up with `jax.profiler.trace(create_perfetto_trace=True)`,
+reads the Perfetto JSON it writes and sums each complete event's duration per name on the
+device's timelines (processes named `/device:GPU:*`; on a CPU, the XLA ops of the host), then
+prints the top kernels with their share of the traced device time and of the step's wall time.
+Kernel names are grouped by a short stem (digits stripped) as well, so that one fusion kind's
+many instances add up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gzip
+import json
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from bertjax.bench.batch import MODEL_KEYS, pretraining_batch
+from bertjax.bench.options import BenchSettings
+from bertjax.cli.bench import parse_override
+from bertjax.train.assembly import assemble
+from bertjax.train.parallel import SingleDevice
+from bertjax.train.schedule import OptimConfig
+
+TOP = 30
+
+
+def _device_pids(events: list[dict[str, Any]]) -> dict[int, str]:
+    """Perfetto process ids of the accelerator timelines (or, with none, of the host's XLA ops)."""
+    names = {e["pid"]: e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "process_name"}
+    devices = {pid: name for pid, name in names.items() if "/device:" in name}
+    return devices or {pid: name for pid, name in names.items() if "/host:CPU" in name}
+
+
+def kernel_times(trace_path: Path) -> tuple[dict[str, dict[str, float]], dict[int, str]]:
+    """Summed microseconds per event name on the device timelines, by line: "kernels" (the
+    "Stream #N" threads of a GPU), "ops" (the "XLA Ops" thread: HLO names; on a CPU every XLA
+    op of the host), "modules" (the "XLA Modules" thread). Also the pids read."""
+    data = json.loads(gzip.decompress(trace_path.read_bytes()))
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    pids = _device_pids(events)
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+               if e.get("ph") == "M" and e.get("name") == "thread_name" and e.get("pid") in pids}
+    on_gpu = any(name.startswith("Stream") for name in threads.values())
+    sums: dict[str, dict[str, float]] = collections.defaultdict(lambda: collections.defaultdict(float))
+    for e in events:
+        if e.get("ph") != "X" or e.get("pid") not in pids or "dur" not in e:
+            continue
+        thread = threads.get((e["pid"], e.get("tid")), "")
+        line = ("kernels" if thread.startswith("Stream") else "ops" if "XLA Ops" in thread
+                else "modules" if "XLA Modules" in thread else None) if on_gpu else "ops"
+        if line:
+            sums[line][e["name"]] += float(e["dur"])
+    return {k: dict(v) for k, v in sums.items()}, pids
+
+
+def stem(name: str) -> str:
+    """A kernel name without its numbering: 'loop_add_fusion_12' -> 'loop_add_fusion'."""
+    return re.sub(r"(_\d+)+$|\.\d+$", "", name)
+
+
+def profile(settings: BenchSettings, steps: int, warmup: int, out_dir: Path) -> dict[str, Any]:
+    s = settings.resolve(jax.default_backend())
+    config = s.bert_config(s.dtypes[0])
+    strategy = SingleDevice()
+    host = pretraining_batch(config, s.batch, s.seq, s.predictions, s.seed)
+    batch = strategy.shard_batch({k: host[k] for k in MODEL_KEYS})
+    from flax import nnx
+
+    from bertjax.heads import BertForPreTraining
+
+    training = assemble(BertForPreTraining(config, rngs=nnx.Rngs(0)),
+                        OptimConfig(total_steps=1_000_000), strategy, seed=0,
+                        prng_impl=s.prng_impl)
+    state = strategy.place_state(training.state)
+    for _ in range(warmup):
+        state, metrics = training.train_step(state, batch)
+    jax.block_until_ready(metrics)
+    start = time.perf_counter()
+    for _ in range(steps):  # untraced, back to back: the step rate the trace should explain
+        state, metrics = training.train_step(state, batch)
+    jax.block_until_ready(metrics)
+    untraced = (time.perf_counter() - start) / steps
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 0  # tracing Python calls would slow the host ten times
+    options.host_tracer_level = 1
+    start = time.perf_counter()
+    with jax.profiler.trace(str(out_dir), create_perfetto_trace=True, profiler_options=options):
+        for _ in range(steps):
+            state, metrics = training.train_step(state, batch)
+        jax.block_until_ready(metrics)
+    wall = (time.perf_counter() - start) / steps
+    trace = next(out_dir.rglob("perfetto_trace.json.gz"))
+    lines, pids = kernel_times(trace)
+    main_line = "kernels" if "kernels" in lines else "ops"
+    report: dict[str, Any] = {
+        "config": {"preset": s.preset, "batch": s.batch, "seq": s.seq, "dtype": config.dtype,
+                   "dropout": [config.hidden_dropout_prob, config.attention_probs_dropout_prob],
+                   "attn_implementation": config.attn_implementation, "prng": s.prng_impl,
+                   "overrides": dict(s.overrides)},
+        "device": str(jax.devices()[0].device_kind),
+        "timelines": sorted(pids.values()),
+        "traced_steps": steps,
+        "wall_ms_per_step_traced": 1e3 * wall,
+        "wall_ms_per_step_untraced": 1e3 * untraced,
+        "device_ms_per_step": sum(lines.get(main_line, {}).values()) / steps / 1e3,
+    }
+    for line, sums in lines.items():
+        stems: dict[str, float] = collections.defaultdict(float)
+        for name, us in sums.items():
+            stems[stem(name)] += us
+        report[f"{line}_us_per_step"] = _per_step(sums, steps)
+        report[f"{line}_stems_us_per_step"] = _per_step(stems, steps)
+    return report
+
+
+def _per_step(sums: dict[str, float], steps: int) -> dict[str, float]:
+    return dict(sorted(((k, v / steps) for k, v in sums.items()), key=lambda kv: -kv[1]))
+
+
+def print_report(report: dict[str, Any]) -> None:
+    c = report["config"]
+    total = report["device_ms_per_step"] * 1e3
+    print(f"profile: {report['device']} {c}; wall {report['wall_ms_per_step_untraced']:.1f} "
+          f"ms/step ({report['wall_ms_per_step_traced']:.1f} traced), device busy "
+          f"{report['device_ms_per_step']:.1f} ms/step on "
+          f"{', '.join(report['timelines'])}")
+    for key in [k for k in report if k.endswith("_us_per_step")]:
+        print(f"  top {TOP} by {key.removesuffix('_us_per_step')}: us/step  % of device time")
+        for name, us in list(report[key].items())[:TOP]:
+            print(f"    {us:9.1f}  {100 * us / total:5.1f}%  {name[:110]}")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default=None)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=None)
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--dropout", type=float, default=None)
+    parser.add_argument("--prng", default="threefry2x32")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], type=parse_override)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--out", default=None, help="write the report as JSON here")
+    args = parser.parse_args(argv)
+    settings = BenchSettings(preset=args.preset, seq=args.seq, batch=args.batch,
+                             dtypes=(args.dtype,), dropout=args.dropout, prng_impl=args.prng,
+                             overrides=tuple(args.overrides))
+    with tempfile.TemporaryDirectory(prefix="bertjax-profile-") as tmp:
+        report = profile(settings, args.steps, args.warmup, Path(tmp))
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    print_report(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
