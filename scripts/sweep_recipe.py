@@ -9,6 +9,7 @@ percentage (`optim.warmup_steps=10%`) is that share of the candidate's steps.
 
     python scripts/sweep_recipe.py --budget-s 150 --out runs/sweep            # proxies
     python scripts/sweep_recipe.py --budget-s 560 --seeds 0 1 --only a b      # finalists
+    python scripts/sweep_recipe.py --steps 1500 --seeds 0 1 --only a b        # at a step count
 
 Every finished run appends one JSON line to OUT/results.jsonl (a rerun skips what is there);
 the table printed at the end (markdown) is what the README keeps. Runs go one at a time: never
@@ -23,9 +24,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-# name -> overrides; "default" is the recipe `bertjax pretrain` runs with no options
+# name -> overrides on the recipe `bertjax pretrain` runs with no options ("default", which has
+# local_attention_layers=4 since 2026-11-25; "bert-init" is the default before that)
 CANDIDATES: dict[str, list[str]] = {
     "default": [],
+    "bert-init": ["model.local_attention_layers=0"],
     "warm10": ["optim.warmup_steps=10%"],
     "lr5e-4": ["optim.learning_rate=5e-4", "optim.warmup_steps=10%"],
     "lr2e-3": ["optim.learning_rate=2e-3", "optim.warmup_steps=10%"],
@@ -38,6 +41,13 @@ CANDIDATES: dict[str, list[str]] = {
     "b2-0.98": ["optim.b2=0.98", "optim.warmup_steps=10%"],
     "mask30": ["data.mask_prob=0.3", "data.max_predictions=40", "optim.warmup_steps=10%"],
     "mask40": ["data.mask_prob=0.4", "data.max_predictions=52", "optim.warmup_steps=10%"],
+    "seq32-b32": ["model.local_attention_layers=0", "data.seq_len=32", "data.batch_size=32",
+                  "data.max_predictions=6"],
+    # heads that start out reading their neighbours (bertjax.train.local_init)
+    "local1": ["model.local_attention_layers=1"],
+    "local2": ["model.local_attention_layers=2"],
+    "local4": ["model.local_attention_layers=4"],
+    "local4-mask30": ["data.mask_prob=0.3", "data.max_predictions=40"],
 }
 SHAPE_KEYS = ("model.preset", "data.batch_size", "data.seq_len", "data.max_predictions",
               "data.vocab_size")
@@ -48,6 +58,8 @@ DEFAULT_SHAPE = {"model.preset": "mini", "data.batch_size": "8", "data.seq_len":
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--budget-s", type=float, default=150.0, help="training seconds per run")
+    p.add_argument("--steps", type=int, default=None,
+                   help="run every candidate for this many steps instead of --budget-s seconds")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--only", nargs="+", default=None, choices=sorted(CANDIDATES))
     p.add_argument("--out", type=Path, default=Path("runs/sweep"))
@@ -121,14 +133,17 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in args.only or CANDIDATES:
         overrides = CANDIDATES[name]
-        rate = steps_per_s(shape_of(overrides), args, cache)
-        steps = max(10, int(args.budget_s * rate))
+        if args.steps and not args.calibrate_only:
+            steps = args.steps
+        else:
+            rate = steps_per_s(shape_of(overrides), args, cache)
+            steps = max(10, int(args.budget_s * rate))
         if args.calibrate_only:
             print(f"{name}: {rate:.2f} steps/s -> {steps} steps in {args.budget_s:.0f}s")
             continue
         for seed in args.seeds:
-            prior = [r for r in done if (r["name"], r["seed"], r["budget_s"]) ==
-                     (name, seed, args.budget_s)]
+            prior = [r for r in done if (r["name"], r["seed"], r["budget_s"], r["steps"]) ==
+                     (name, seed, args.budget_s, steps)]
             if prior:
                 rows.append(prior[0])
                 continue

@@ -40,6 +40,7 @@ from bertjax.train.assembly import Strategy, assemble
 from bertjax.train.checkpoint import Checkpointer, abstract_like
 from bertjax.train.distributed import allgather_json, any_process, barrier
 from bertjax.train.interrupt import CtrlC, PretrainInterrupted
+from bertjax.train.local_init import local_attention_init
 from bertjax.train.metrics import MetricsWriter, read_jsonl
 from bertjax.train.parallel import make_strategy
 from bertjax.train.prefetch import Prefetch
@@ -323,6 +324,9 @@ def _set_up(config: rc.RunConfig, run: RunDir, start: RunStart, ctrl_c: CtrlC,
                                 keep_best=1, quarantine=run.corrupt_checkpoints)
     try:
         model = BertForPreTraining(config.bert_config(data.vocab_size), rngs=nnx.Rngs(train.seed))
+        if config.model.local_attention_layers:
+            local_attention_init(model, layers=min(config.model.local_attention_layers,
+                                                   model.bert.config.num_hidden_layers))
         training = assemble(model, optim, strategy, seed=train.seed, prng_impl=train.prng_impl)
         del model
         ctrl_c.poll()
