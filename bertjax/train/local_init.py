@@ -8,9 +8,10 @@ predictor that sees no context (README, "the recipe sweep"). In the spirit of mi
 initialisation (Trockman & Kolter, 2023: attention weights initialised to what trained ones look
 like), this sets weights so that chosen heads start as relative-position heads:
 
-- the position table's first 2m dimensions hold sinusoids `a*sin(w_k i), a*cos(w_k i)` (m
-  frequencies from pi down to pi/8); the word and token-type rows are zero there, so after the
-  embedding LayerNorm those dimensions carry the position alone;
+- the position table holds sinusoids `a*sin(w_k i), a*cos(w_k i)` (m = head size / 2
+  frequencies from pi down to pi/8) in its first 2m dimensions and zeros in the rest; the word
+  and token-type rows are zero in those 2m, so after the embedding LayerNorm they carry the
+  position alone;
 - in each chosen layer, head h's query maps the pairs through the rotation by `w_k * offset_h`
   and its key through the identity (its first 2m head dimensions, nothing else in them), so
   `q_i . k_j` is proportional to `sum_k cos(w_k (j - i - offset_h))`, which peaks at
@@ -75,7 +76,7 @@ def local_attention_init(model: nnx.Module, *, layers: int = 1,
         for linear, rows in ((target.query, query), (target.key, key)):
             kernel = np.array(linear.kernel[...])  # (H, H), or (L, H, H) stacked
             bias = np.array(linear.bias[...])  # (H,), or (L, H)
-            k, b = (kernel[i], bias[i]) if attention else (kernel, bias)
+            k, b = (kernel[i], bias[i]) if attention is not None else (kernel, bias)
             k[:, columns] = 0.0  # the positional head dimensions read the positions only
             k[: 2 * m, columns] = rows[:, columns]
             b[columns] = 0.0
