@@ -4,6 +4,8 @@ model that reads its neighbour learns to, where BERT's random init has not yet).
 
 from __future__ import annotations
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,6 +16,7 @@ from bertjax import BertConfig, BertForPreTraining
 from bertjax.train import run_config as rc
 from bertjax.train.local_init import OFFSETS, frequencies, local_attention_init
 from bertjax.train.optim import OptimConfig, learning_rate_schedule, make_optimizer
+from bertjax.train.rundir import RunDir
 from bertjax.train.step import create_train_state, make_train_step
 
 VOCAB, SEQ = 64, 32
@@ -113,3 +116,18 @@ def test_local_init_learns_to_read_a_neighbour_that_random_init_has_not_yet() ->
     local, random = _copy_task_accuracy(1), _copy_task_accuracy(None)
     assert local > 0.6, local  # measured 0.90 (0.016 with the heads looking at offset 0)
     assert random < 0.1, random  # measured 0.016: chance is 1 in 59
+
+
+def test_a_run_saved_before_the_option_resumes_as_it_was_made(tmp_path) -> None:
+    """A run_config.json without `model.local_attention_layers` (written before it existed) was
+    made with BERT's init: it reads as 0, so a bare --resume equals it, and the new default is
+    named as a difference rather than taken silently."""
+    saved = rc.RunConfig().to_dict()
+    del saved["model"]["local_attention_layers"]
+    run = RunDir(tmp_path)
+    run.config.write_text(json.dumps(saved))
+    loaded = run.saved_config()
+    assert loaded["model"]["local_attention_layers"] == 0
+    assert rc.differences(loaded, rc.RunConfig.from_dict(loaded)) == []
+    assert rc.differences(loaded, rc.RunConfig()) == [
+        "model.local_attention_layers: saved 0, requested 4"]

@@ -101,6 +101,19 @@ DEFAULTS: dict[str, Any] = {
 }
 # Fields of a section that are not options: RunConfig sets optim.total_steps to train.steps.
 DERIVED = ("optim.total_steps",)
+# Options added after runs were saved without them, with the value those runs were made with:
+# a saved configuration that lacks one reads as that value (so such a run still resumes).
+ADDED_LATER: dict[str, Any] = {"model.local_attention_layers": 0}
+
+
+def complete_saved(saved: dict[str, Any]) -> dict[str, Any]:
+    """A saved `{section: {field: value}}` with every ADDED_LATER option it lacks filled in."""
+    out = {section: dict(fields) for section, fields in saved.items()}
+    for name, value in ADDED_LATER.items():
+        section, field = name.split(".")
+        if isinstance(out.get(section), dict):
+            out[section].setdefault(field, value)
+    return out
 
 
 @dataclasses.dataclass(frozen=True)

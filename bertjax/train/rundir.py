@@ -9,6 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from bertjax.train.run_config import complete_saved
+
 # What a run directory holds, in the order a run makes it (also printed by `bertjax pretrain
 # --help`).
 CONTENTS: tuple[tuple[str, str], ...] = (
@@ -98,7 +100,7 @@ class RunDir:
         if not isinstance(saved, dict) or not all(isinstance(v, dict) for v in saved.values()):
             raise ValueError(f"{self.config} is not a JSON object of option sections; "
                              f"{self._config_fix()}")
-        return saved
+        return complete_saved(saved)
 
     def _config_fix(self) -> str:
         steps = self.checkpoint_steps()
