@@ -17,10 +17,9 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from bertjax.data.batches import PretrainingBatches
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.train import run_config as rc
-from bertjax.train.pretrain_data import EVAL_MASK_PROB, EVAL_SEED
+from bertjax.train.pretrain_data import held_out_batches, training_batches
 from bertjax.train.rundir import RunDir
 
 
@@ -39,20 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     run = RunDir(args.run_dir)
     config = rc.load(run.config)  # the run's saved configuration
-    d = config.data
     tok = WordPieceTokenizer.load(run.tokenizer)
-    common = dict(seq_len=d.seq_len, global_batch_size=d.batch_size,
-                  max_predictions=d.max_predictions, process_index=0, process_count=1,
-                  tokenizer=tok)
-    train = PretrainingBatches(run.data("train"), seed=config.train.seed, mask_prob=d.mask_prob,
-                               **common)
+    train = training_batches(run, config, tok)
     counts = np.full((tok.vocab_size, tok.vocab_size), 1e-3)  # (input, target), smoothed
     for seen, target in inputs_and_targets(next(train) for _ in range(args.train_batches)):
         np.add.at(counts, (seen, target), 1.0)
     probs = counts / counts.sum(axis=1, keepdims=True)
-    held_out = PretrainingBatches(run.data("eval"), seed=EVAL_SEED, mask_prob=EVAL_MASK_PROB,
-                                  **common)
-    pairs = list(inputs_and_targets(next(held_out) for _ in range(d.eval_batches)))
+    pairs = list(inputs_and_targets(held_out_batches(run, config, tok)))
     seen = np.concatenate([s for s, _ in pairs])
     target = np.concatenate([t for _, t in pairs])
     commonest = np.bincount(target).max() / len(target)

@@ -19,10 +19,9 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from bertjax.data.batches import PretrainingBatches
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.train import run_config as rc
-from bertjax.train.pretrain_data import EVAL_MASK_PROB, EVAL_SEED
+from bertjax.train.pretrain_data import held_out_batches, training_batches
 from bertjax.train.rundir import RunDir
 
 
@@ -56,20 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     run = RunDir(args.run_dir)
     config = rc.load(run.config)  # the run's saved configuration
-    d = config.data
     tok = WordPieceTokenizer.load(run.tokenizer)
     s = tok.special
     special = {s.pad, s.cls, s.sep, s.mask, s.unk}
-    common = dict(seq_len=d.seq_len, global_batch_size=d.batch_size,
-                  max_predictions=d.max_predictions, process_index=0, process_count=1,
-                  tokenizer=tok)
-    train = PretrainingBatches(run.data("train"), seed=config.train.seed, mask_prob=d.mask_prob,
-                               **common)
+    train = training_batches(run, config, tok)
     threshold, train_accuracy = best_threshold(
         *overlaps((next(train) for _ in range(args.train_batches)), special))
-    held_out = PretrainingBatches(run.data("eval"), seed=EVAL_SEED, mask_prob=EVAL_MASK_PROB,
-                                  **common)
-    feature, label = overlaps((next(held_out) for _ in range(d.eval_batches)), special)
+    feature, label = overlaps(held_out_batches(run, config, tok), special)
     accuracy = float(np.mean((feature >= threshold) == (label == 0)))
     print(f"{len(label)} held-out pairs ({np.mean(label == 0):.3f} IsNext): B's pieces found in "
           f"A, IsNext {feature[label == 0].mean():.3f} vs NotNext {feature[label == 1].mean():.3f}")

@@ -17,7 +17,6 @@ import os
 import random
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import jax
@@ -25,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from use_helpers import peaked_checkpoint, sentences, tiny_checkpoint
+from use_helpers import peaked_checkpoint, pipeline_fill_mask, sentences, tiny_checkpoint
 
 import bertjax
 from bertjax import BertConfig, BertForPreTraining
@@ -209,8 +208,6 @@ def peaked(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize(("precision", "tolerance"), [("highest", 1e-5), (None, 2e-3)])
 def test_fill_mask_on_the_gpu_equals_transformers(peaked, precision, tolerance):
-    import transformers
-
     from bertjax.use.fill_mask import fill_mask
 
     texts = ["To be, or not to be: that is the [MASK].", "[MASK] lord, my [MASK] lord!"]
@@ -218,13 +215,8 @@ def test_fill_mask_on_the_gpu_equals_transformers(peaked, precision, tolerance):
     assert {d.platform for d in jax.tree.leaves(nnx.state(model))[0].devices()} == {"gpu"}
     with jax.default_matmul_precision(precision):
         ours = fill_mask(model, tokenizer, texts, top_k=5)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        pipe = transformers.pipeline("fill-mask", model=str(peaked), tokenizer=str(peaked),
-                                     device="cuda")
-    for text, predictions in zip(texts, ours, strict=True):
-        ref = pipe(text, top_k=5)
-        ref = [ref] if isinstance(ref[0], dict) else ref
+    refs = pipeline_fill_mask(peaked, texts, device="cuda")
+    for predictions, ref in zip(ours, refs, strict=True):
         for mine, theirs in zip(predictions, ref, strict=True):
             assert mine[0].id == theirs[0]["token"]
             diff = max(abs(p.probability - r["score"]) for p, r in zip(mine, theirs, strict=True))

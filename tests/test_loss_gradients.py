@@ -55,5 +55,3 @@ def test_add_broadcast_gradient_equals_autodiff(shape, y_shape):
     dy = vjp(g.astype(jnp.bfloat16))[1]
     assert dy.dtype == jnp.bfloat16
     np.testing.assert_allclose(np.asarray(dy, np.float32), np.asarray(plain[1]), rtol=2e-2, atol=2e-2)
-
-

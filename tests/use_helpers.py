@@ -56,6 +56,21 @@ def peaked_checkpoint(out: Path) -> Path:
     return out
 
 
+def pipeline_fill_mask(model_dir: Path, texts: list[str], device: str) -> list[list[list[dict]]]:
+    """transformers' `pipeline("fill-mask")` on `model_dir`: per text, per [MASK], its top 5
+    (`{"token", "score", ...}` dicts); a one-mask text's flat list is wrapped as one mask."""
+    import warnings
+
+    import transformers
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pipe = transformers.pipeline("fill-mask", model=str(model_dir), tokenizer=str(model_dir),
+                                     device=device)
+    refs = [pipe(text, top_k=5) for text in texts]
+    return [[ref] if isinstance(ref[0], dict) else ref for ref in refs]
+
+
 def tiny_run(run: Path) -> Path:
     """A `bertjax pretrain` run of 6 steps at `run`, checkpoints at 3 and 6 (evaluated at both)."""
     from bertjax.cli.main import main

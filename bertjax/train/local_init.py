@@ -65,9 +65,10 @@ def local_attention_init(model: nnx.Module, *, layers: int = 1,
     # after it are amplitude * scale; q.k at the peak is (c * amplitude * scale)^2 * m
     scale = 1.0 / math.sqrt(3 * (h - 2 * m) * sigma**2 / h)
     c = math.sqrt(peak_logit * math.sqrt(d) / m) / (amplitude * scale)
+    w = frequencies(m)
     query = np.zeros((2 * m, config.num_attention_heads * d))  # (2m, H): the position rows
     for head in range(config.num_attention_heads):
-        query[:, head * d: head * d + 2 * m] = c * _rotation(frequencies(m), offsets[head % len(offsets)])
+        query[:, head * d: head * d + 2 * m] = c * _rotation(w, offsets[head % len(offsets)])
     key = np.tile(np.pad(c * np.eye(2 * m), ((0, 0), (0, d - 2 * m))), config.num_attention_heads)
     columns = (np.arange(h) % d) < 2 * m  # each head's first 2m dimensions
     attention = bert.layers.attention if config.scan_layers else None

@@ -69,23 +69,38 @@ def open_data(config: rc.RunConfig, run: RunDir, *, rebuild: bool = False,
             _complete(config, run, poll)
     barrier("bertjax_pretrain_data_ready")  # process 0's vocabulary and shards are on disk
     tok = WordPieceTokenizer.load(run.tokenizer)
-    common = dict(seq_len=d.seq_len, global_batch_size=d.batch_size,
-                  max_predictions=d.max_predictions, mask_prob=d.mask_prob,
-                  process_index=jax.process_index(), process_count=jax.process_count(),
-                  tokenizer=tok)
-    train = PretrainingBatches(run.data("train"), seed=config.train.seed, **common)
-    eval_batches = _held_out(run, d.eval_batches, {**common, "mask_prob": EVAL_MASK_PROB})
-    own_rate = [] if d.mask_prob == EVAL_MASK_PROB else _held_out(run, d.eval_batches, common)
+    train = training_batches(run, config, tok)
+    eval_batches = held_out_batches(run, config, tok)
+    own_rate = ([] if d.mask_prob == EVAL_MASK_PROB
+                else held_out_batches(run, config, tok, mask_prob=d.mask_prob))
     token, accuracy = baseline(gather_rows(eval_batches, ("masked_ids", "masked_weights")))
     return PretrainData(train=train, eval_batches=eval_batches, vocab_size=tok.vocab_size,
                         baseline_token=tok.id_to_token(token), baseline_accuracy=accuracy,
                         own_rate_batches=own_rate)
 
 
-def _held_out(run: RunDir, n: int, options: dict[str, Any]) -> list[Batch]:
-    """The first `n` batches of the held-out split (the same pairs and masks in every run)."""
-    held_out = PretrainingBatches(run.data("eval"), seed=EVAL_SEED, **options)
-    return [next(held_out) for _ in range(n)]
+def _batch_options(config: rc.RunConfig, tok: WordPieceTokenizer) -> dict[str, Any]:
+    """How the run's batches are shaped, and this process's rows of them."""
+    d = config.data
+    return dict(seq_len=d.seq_len, global_batch_size=d.batch_size,
+                max_predictions=d.max_predictions, process_index=jax.process_index(),
+                process_count=jax.process_count(), tokenizer=tok)
+
+
+def training_batches(run: RunDir, config: rc.RunConfig, tok: WordPieceTokenizer
+                     ) -> PretrainingBatches:
+    """The run's training batches, from the start: its seed, its masking rate."""
+    return PretrainingBatches(run.data("train"), seed=config.train.seed,
+                              mask_prob=config.data.mask_prob, **_batch_options(config, tok))
+
+
+def held_out_batches(run: RunDir, config: rc.RunConfig, tok: WordPieceTokenizer, *,
+                     mask_prob: float = EVAL_MASK_PROB) -> list[Batch]:
+    """The first `data.eval_batches` batches of the held-out split, masked at `mask_prob` (the
+    same pairs and masks in every evaluation and run)."""
+    held_out = PretrainingBatches(run.data("eval"), seed=EVAL_SEED, mask_prob=mask_prob,
+                                  **_batch_options(config, tok))
+    return [next(held_out) for _ in range(config.data.eval_batches)]
 
 
 def check_corpus(config: rc.RunConfig) -> None:
