@@ -28,10 +28,12 @@ from flax import nnx
 from bertjax.bench.batch import MODEL_KEYS, pretraining_batch
 from bertjax.bench.timing import Gemm, Job, Probe, RowSpec, child_main, peak_rss_bytes, time_steps
 from bertjax.heads import BertForPreTraining
+from bertjax.host_memory import keep_freed_memory
 from bertjax.train.assembly import assemble
 from bertjax.train.parallel import SingleDevice
 
 GEMM_REPEATS = 5
+HOST_MEMORY = "not set: imported, not run as the bench's child"
 
 
 def _cpu_model() -> str:
@@ -140,6 +142,7 @@ def bertjax_row(spec: RowSpec) -> dict[str, Any]:
         "loss": float(last[0]["loss"]) if spec.mode == "train" else None,
         "parameters": parameters,
         "matmul_precision": str(jax.config.jax_default_matmul_precision or "default"),
+        "host_memory": HOST_MEMORY,  # bertjax.host_memory.keep_freed_memory()
         "device": " ".join(dict.fromkeys(["jax", strategy.device.platform,
                                           strategy.device.device_kind])),  # "jax cpu", "jax gpu H100"
         "versions": {"jax": jax.__version__, "flax": version("flax"), "optax": version("optax")},
@@ -156,4 +159,5 @@ def run_job(job: Job) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    HOST_MEMORY = keep_freed_memory()  # as the command line does, before JAX starts
     sys.exit(child_main(run_job, sys.argv[1:]))

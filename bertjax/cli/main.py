@@ -24,6 +24,7 @@ from bertjax.cli.errors import (
     print_error,
     show_traceback,
 )
+from bertjax.host_memory import keep_freed_memory
 
 # command name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -89,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     (also while the command's modules are still being imported)."""
     argv = sys.argv[1:] if argv is None else argv
     name = " ".join(argv[:1]) or "bertjax"
+    keep_freed_memory()  # before JAX starts its threads: a CPU step reuses its memory
     try:
         args, unknown, parser = _parse(argv)
         module = importlib.import_module(COMMANDS[args.command][0])

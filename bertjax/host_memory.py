@@ -1,0 +1,66 @@
+"""Host memory for XLA on a CPU: keep freed blocks for reuse instead of handing them back.
+
+XLA's CPU runtime allocates the temporaries of each execution as one block (854 MB for the bench's
+training step of `mini`, seq 128, batch 32) and frees it when the step ends. glibc serves a block
+that large with a fresh `mmap` and unmaps it on `free`, so every step page-faults its whole
+temporary memory again: 208k faults and ~370 ms of kernel time per step on two cores, with the
+first touches landing inside the matmuls. `keep_freed_memory()` asks glibc to serve large blocks
+from one heap and keep it (`mallopt`: one arena, no `mmap`, trim threshold 2 GiB), so the next step
+reuses the same, already mapped pages. Measured over 100 such steps (2-core Intel Xeon): mean
+step 993 -> 837 ms, 84 of 100 steps without a page fault, peak RSS 1.6 -> 3.9 GB: the freed
+blocks stay mapped, and when a small allocation splits one the next is placed anew.
+
+It has to run before JAX starts its thread pools (a thread keeps the malloc arena it first
+allocated in), so the command line calls it first thing; a Python user who trains on a CPU calls
+it before touching JAX. It imports no JAX and changes nothing on a machine with an accelerator
+plugin installed (JAX would run there, with other memory), outside glibc, or with
+`BERTJAX_KEEP_FREED_MEMORY=0`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import importlib.metadata
+import os
+import platform
+
+DISABLE_ENV = "BERTJAX_KEEP_FREED_MEMORY"
+# glibc's mallopt parameters (malloc.h)
+M_TRIM_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -4, -8
+TRIM_THRESHOLD = 2**31 - 1  # the largest int mallopt takes: keep up to 2 GiB free at the heap's top
+ACCELERATOR_PLUGINS = ("jax-cuda12-plugin", "jax-cuda13-plugin", "jax-rocm6-plugin",
+                       "jax-rocm7-plugin", "libtpu")
+
+
+def _accelerator_plugin() -> str | None:
+    """The first installed JAX accelerator plugin, unless JAX_PLATFORMS puts the CPU first."""
+    platforms = os.environ.get("JAX_PLATFORMS", "")
+    if platforms.split(",")[0].strip() == "cpu":
+        return None
+    for name in ACCELERATOR_PLUGINS:
+        try:
+            importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        return name
+    return None
+
+
+def keep_freed_memory() -> str:
+    """Make glibc keep large freed blocks for reuse (see the module docstring); call before JAX
+    starts. Returns what was done: "kept", or why not ("disabled by ...", "not glibc ...",
+    "accelerator plugin ...")."""
+    if os.environ.get(DISABLE_ENV, "1") == "0":
+        return f"disabled by {DISABLE_ENV}=0"
+    libc_name, _ = platform.libc_ver()
+    if platform.system() != "Linux" or libc_name != "glibc":
+        return f"not glibc ({platform.system()} {libc_name or 'unknown libc'}): left as it is"
+    plugin = _accelerator_plugin()
+    if plugin:
+        return f"accelerator plugin {plugin} installed: left as it is"
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    for param, value in ((M_ARENA_MAX, 1), (M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, TRIM_THRESHOLD)):
+        if libc.mallopt(param, value) != 1:
+            return f"mallopt({param}, {value}) refused: left as it is"
+    return "kept"
