@@ -24,6 +24,7 @@ import ctypes.util
 import importlib.metadata
 import os
 import platform
+import sys
 
 DISABLE_ENV = "BERTJAX_KEEP_FREED_MEMORY"
 # glibc's mallopt parameters (malloc.h)
@@ -47,15 +48,28 @@ def _accelerator_plugin() -> str | None:
     return None
 
 
+def _jax_started() -> bool:
+    """Whether JAX has opened its backends (and started the thread pools) in this process."""
+    if "jax" not in sys.modules:
+        return False
+    try:
+        from jax._src import xla_bridge
+    except ImportError:  # a JAX without this private module: assume it may have started
+        return True
+    return bool(xla_bridge.backends_are_initialized())
+
+
 def keep_freed_memory() -> str:
     """Make glibc keep large freed blocks for reuse (see the module docstring); call before JAX
     starts. Returns what was done: "kept", or why not ("disabled by ...", "not glibc ...",
-    "accelerator plugin ...")."""
+    "accelerator plugin ...", "JAX has started ...")."""
     if os.environ.get(DISABLE_ENV, "1") == "0":
         return f"disabled by {DISABLE_ENV}=0"
     libc_name, _ = platform.libc_ver()
     if platform.system() != "Linux" or libc_name != "glibc":
         return f"not glibc ({platform.system()} {libc_name or 'unknown libc'}): left as it is"
+    if _jax_started():
+        return "JAX has started already (its threads keep their arenas): left as it is"
     plugin = _accelerator_plugin()
     if plugin:
         return f"accelerator plugin {plugin} installed: left as it is"

@@ -81,3 +81,13 @@ def test_left_alone_where_an_accelerator_plugin_is_installed(monkeypatch):
 def test_jax_platforms_cpu_first_counts_as_no_accelerator(monkeypatch):
     monkeypatch.setenv("JAX_PLATFORMS", "cpu,cuda")
     assert host_memory._accelerator_plugin() is None
+
+
+def test_left_alone_once_jax_has_started(monkeypatch):
+    """Half a setting (its threads in their own arenas) would keep memory without the speed."""
+    import jax.numpy as jnp
+
+    jnp.ones(1).block_until_ready()  # JAX's backend is up in this test process
+    monkeypatch.delenv(host_memory.DISABLE_ENV, raising=False)
+    monkeypatch.setattr(host_memory, "_accelerator_plugin", lambda: None)
+    assert host_memory.keep_freed_memory().startswith("JAX has started already")

@@ -16,7 +16,7 @@ import optax
 import pytest
 
 from bertjax import numerics
-from bertjax.losses import cross_entropy
+from bertjax.losses import argmax_is, cross_entropy
 
 
 def _logits_and_labels(shape: tuple[int, ...], vocab: int) -> tuple[jax.Array, jax.Array]:
@@ -36,6 +36,23 @@ def test_cross_entropy_equals_optax_value_and_gradient(shape: tuple[int, ...], v
     g_theirs = jax.grad(lambda x: jnp.sum(
         optax.softmax_cross_entropy_with_integer_labels(x, labels) * weights))(logits)
     np.testing.assert_allclose(np.asarray(g_ours), np.asarray(g_theirs), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(("shape", "vocab"), [((6, 9), 301), ((40,), 2)])
+def test_argmax_is_matches_argmax_with_ties(shape: tuple[int, ...], vocab: int):
+    """Whole-number logits in a narrow range tie often; labels on every tied maximum, the first of
+    them (argmax's pick) and elsewhere; a NaN row matches nothing."""
+    k1, k2 = jax.random.split(jax.random.key(3))
+    logits = jnp.round(2.0 * jax.random.normal(k1, (*shape, vocab)))  # ties in most rows
+    top = logits == jnp.max(logits, -1, keepdims=True)
+    labels = [jnp.argmax(logits, -1), jax.random.randint(k2, shape, 0, vocab),
+              jnp.argmax(jnp.where(top, jnp.arange(vocab), -1), -1)]  # the last tied maximum
+    assert int(jnp.sum(jnp.sum(top, -1) > 1)) > 0  # the ties are there
+    for y in labels:
+        np.testing.assert_array_equal(np.asarray(argmax_is(logits, y)),
+                                      np.asarray(jnp.argmax(logits, -1) == y))
+    nan_row = logits.at[(0,) * len(shape)].set(jnp.nan)
+    assert not bool(argmax_is(nan_row, labels[0])[(0,) * len(shape)])
 
 
 @pytest.mark.parametrize(("shape", "y_shape"), [((3, 5, 301), (301,)), ((4, 6, 8), (6, 8))])
