@@ -39,7 +39,8 @@ class BertOutput:
 
 
 def linear(config: BertConfig, n_in: int, n_out: int, rngs: nnx.Rngs) -> nnx.Linear:
-    """A dense layer computing in the config's dtype with float32 parameters, BERT's init."""
+    """A dense layer computing in the config's dtype with float32 parameters, BERT's init; its
+    matmul sees the inputs as one (rows, n_in) matrix (`numerics.rows_dot_general`)."""
     return nnx.Linear(
         n_in,
         n_out,
@@ -47,6 +48,7 @@ def linear(config: BertConfig, n_in: int, n_out: int, rngs: nnx.Rngs) -> nnx.Lin
         param_dtype=jnp.float32,
         kernel_init=nnx.initializers.normal(config.initializer_range),
         bias_init=nnx.initializers.zeros,
+        dot_general=numerics.rows_dot_general,
         rngs=rngs,
     )
 

@@ -7,6 +7,7 @@ checks the two against each other and against transformers.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +40,25 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 
 def activation(name: str) -> Callable[[jax.Array], jax.Array]:
     return ACTIVATIONS[name]
+
+
+def rows_dot_general(x: jax.Array, kernel: jax.Array, dimension_numbers: Any, **kwargs: Any
+                     ) -> jax.Array:
+    """`nnx.Linear`'s `lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))` on x
+    (..., n_in) seen as one (rows, n_in) matrix, the same products in the same order.
+
+    The kernel's gradient is then a product over one row axis. Over (B, S) XLA CPU first
+    transposed the (B, S, n_out) output gradient into an (n_out, B * S) copy: 8 ms per
+    feed-forward layer of the CPU bench (16 MB at 2 GB/s), four per step.
+    """
+    (contract_x, contract_k), batch = dimension_numbers
+    if tuple(contract_x) != (x.ndim - 1,) or tuple(contract_k) != (0,) or batch != ((), ()):
+        raise ValueError(f"rows_dot_general takes a dense layer's contraction, not {dimension_numbers}")
+    if x.ndim == 2 or kwargs.get("out_sharding") is not None:  # an explicit output sharding
+        return jax.lax.dot_general(x, kernel, dimension_numbers, **kwargs)  # names (..., n_out)
+    rows = x.reshape(-1, x.shape[-1])  # (N, n_in): N = the product of x's leading axes
+    out = jax.lax.dot_general(rows, kernel, (((1,), (0,)), ((), ())), **kwargs)  # (N, n_out)
+    return out.reshape(*x.shape[:-1], kernel.shape[-1])  # (..., n_out)
 
 
 @jax.custom_vjp
@@ -82,9 +102,12 @@ def tied_decoder(h: jax.Array, embedding: jax.Array) -> jax.Array:
     3.2 ms of a 63 ms BERT-base step on an H100) instead of bfloat16 ones. The embedding's
     gradient is still accumulated and returned in float32.
     """
+    rows = h.reshape(-1, h.shape[-1])  # (N, H): one row axis, as `rows_dot_general` explains
     if h.dtype == jnp.float32:
-        return jnp.einsum("...h,vh->...v", h, embedding, preferred_element_type=jnp.float32)
-    return _tied_decoder_16bit(h, embedding)
+        logits = jnp.einsum("nh,vh->nv", rows, embedding, preferred_element_type=jnp.float32)
+    else:
+        logits = _tied_decoder_16bit(rows, embedding)
+    return logits.reshape(*h.shape[:-1], embedding.shape[0])  # (..., V)
 
 
 @jax.custom_vjp
