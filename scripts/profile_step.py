@@ -4,6 +4,9 @@ by kernel name: where a step's time goes, in order.
     python scripts/profile_step.py --preset base --batch 256 --dtype bfloat16 --dropout 0.1 \
         --set attention_probs_dropout_prob=0 --out prof.json
 
+`--split` instead times the step's forward pass (the loss) against forward + backward (its
+gradient), jitted apart, no optimizer: medians of `--steps` calls after `--warmup`.
+
 It traces `--steps` steps after a warm-up with `jax.profiler.trace(create_perfetto_trace=True)`,
 reads the Perfetto JSON it writes and sums each complete event's duration per name on the
 device's timelines (processes named `/device:GPU:*`; on a CPU, the XLA ops of the host), then
@@ -30,6 +33,7 @@ import jax
 from bertjax.bench.batch import MODEL_KEYS, pretraining_batch
 from bertjax.bench.options import BenchSettings
 from bertjax.cli.bench import parse_override
+from bertjax.host_memory import keep_freed_memory
 from bertjax.train.assembly import assemble
 from bertjax.train.parallel import SingleDevice
 from bertjax.train.schedule import OptimConfig
@@ -127,6 +131,38 @@ def profile(settings: BenchSettings, steps: int, warmup: int, out_dir: Path) -> 
     return report
 
 
+def forward_backward_split(settings: BenchSettings, steps: int, warmup: int) -> dict[str, float]:
+    """Median ms of the jitted pre-training loss and of its gradient on the bench's batch."""
+    from flax import nnx
+
+    from bertjax.heads import BertForPreTraining
+    from bertjax.train.objectives import PRETRAINING
+
+    s = settings.resolve(jax.default_backend())
+    config = s.bert_config(s.dtypes[0])
+    host = pretraining_batch(config, s.batch, s.seq, s.predictions, s.seed)
+    batch = {k: jax.numpy.asarray(v) for k, v in host.items()}
+    graphdef, params = nnx.split(BertForPreTraining(config, rngs=nnx.Rngs(0)), nnx.Param)
+    counts = PRETRAINING.counts(batch)
+
+    def loss(p: Any) -> jax.Array:
+        return PRETRAINING.loss(PRETRAINING.forward_sums(nnx.merge(graphdef, p), batch, None), counts)
+
+    def median_ms(fn: Any) -> float:
+        for _ in range(warmup + 1):
+            jax.block_until_ready(fn(params))
+        times = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            jax.block_until_ready(fn(params))
+            times.append(time.perf_counter() - start)
+        return 1e3 * sorted(times)[len(times) // 2]
+
+    forward, both = median_ms(jax.jit(loss)), median_ms(jax.jit(jax.grad(loss)))
+    return {"forward_ms": forward, "forward_backward_ms": both,
+            "backward_over_forward": (both - forward) / forward}
+
+
 def _per_step(sums: dict[str, float], steps: int) -> dict[str, float]:
     return dict(sorted(((k, v / steps) for k, v in sums.items()), key=lambda kv: -kv[1]))
 
@@ -156,10 +192,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--out", default=None, help="write the report as JSON here")
+    parser.add_argument("--split", action="store_true",
+                        help="time the forward against forward + backward instead of profiling")
     args = parser.parse_args(argv)
+    keep_freed_memory()  # as the command line does, before JAX starts
     settings = BenchSettings(preset=args.preset, seq=args.seq, batch=args.batch,
                              dtypes=(args.dtype,), dropout=args.dropout, prng_impl=args.prng,
                              overrides=tuple(args.overrides))
+    if args.split:
+        split = forward_backward_split(settings, args.steps, args.warmup)
+        print(f"forward {split['forward_ms']:.0f} ms, forward + backward "
+              f"{split['forward_backward_ms']:.0f} ms: the backward is "
+              f"{split['backward_over_forward']:.2f}x the forward")
+        return 0
     with tempfile.TemporaryDirectory(prefix="bertjax-profile-") as tmp:
         report = profile(settings, args.steps, args.warmup, Path(tmp))
     if args.out:

@@ -8,7 +8,8 @@ the same layer or one below it; `bertjax.data` imports no framework. The layers,
     train, tasks, bench      jobs: pre-training, fine-tuning, benchmarks
     io, use, viz             checkpoint formats; using a loaded model; pictures
     core                     config, model, heads, numerics, inputs, losses
-    data, plumbing           corpora to batches (no framework); bertjax/files.py, bertjax/config.py
+    data, plumbing           corpora to batches (no framework); bertjax/files.py, bertjax/config.py,
+                             bertjax/host_memory.py
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ FRAMEWORKS = ("jax", "flax", "optax", "orbax", "torch", "transformers")
 RANKS = {"cli": 5, "api": 4, "train": 3, "tasks": 3, "bench": 3, "io": 2, "use": 2, "viz": 2,
          "core": 1, "data": 0, "plumbing": 0}
 TOP_LEVEL = {"__init__": "api", "pretrained": "api", "files": "plumbing", "config": "plumbing",
+             "host_memory": "plumbing",
              "model": "core", "heads": "core", "numerics": "core", "inputs": "core", "losses": "core"}
 
 
