@@ -48,16 +48,19 @@ def _loss_and_grads(model, batch, dropout_rng=None):
     return float(value), state_to_numpy(grads)
 
 
-def test_backward_pass_scatters_only_into_the_word_embeddings_and_never_the_logits():
-    model = BertForPreTraining(CONFIG, rngs=nnx.Rngs(0))
-    graphdef, params = nnx.split(model, nnx.Param)
-    batch = _batch()
+def _backward_hlo(batch: dict[str, np.ndarray]) -> str:
+    """The compiled (optimised) HLO of the pre-training loss's gradient on `batch`."""
+    graphdef, params = nnx.split(BertForPreTraining(CONFIG, rngs=nnx.Rngs(0)), nnx.Param)
 
     def loss(p):
         out = nnx.merge(graphdef, p)(*(batch[k] for k in KEYS))
         return pretraining_loss(out.mlm_logits, out.nsp_logits, batch)[0]
 
-    hlo = jax.jit(jax.grad(loss)).lower(params).compile().as_text()
+    return jax.jit(jax.grad(loss)).lower(params).compile().as_text()
+
+
+def test_backward_pass_scatters_only_into_the_word_embeddings_and_never_the_logits():
+    hlo = _backward_hlo(_batch())
     scattered = re.findall(r"= f32\[([\d,]+)\]\{[^}]*\} scatter\(", hlo)
     H = CONFIG.hidden_size
     assert f"{CONFIG.vocab_size},{H}" in scattered  # the word embeddings: a gather's gradient
@@ -77,15 +80,8 @@ def test_kernel_gradients_copy_no_transposed_output_gradient():
     (`numerics.rows_dot_general`), so a kernel's gradient contracts one row axis. Contracting
     (B, S) made XLA CPU copy the output's gradient transposed, (features, B, S): the
     intermediate layer's and the MLM logits' the largest (8 and 20 ms of the CPU bench's step)."""
-    model = BertForPreTraining(CONFIG, rngs=nnx.Rngs(0))
-    graphdef, params = nnx.split(model, nnx.Param)
     batch = _batch()
-
-    def loss(p):
-        out = nnx.merge(graphdef, p)(*(batch[k] for k in KEYS))
-        return pretraining_loss(out.mlm_logits, out.nsp_logits, batch)[0]
-
-    hlo = jax.jit(jax.grad(loss)).lower(params).compile().as_text()
+    hlo = _backward_hlo(batch)
     (B, S), P = batch["input_ids"].shape, batch["masked_positions"].shape[1]
     shapes = set(re.findall(r"= f32\[([\d,]+)\]\{[^}]*\} (?:fusion|copy|transpose)\(", hlo))
     for features, rows in ((CONFIG.intermediate_size, (B, S)), (CONFIG.vocab_size, (B, P))):
