@@ -71,6 +71,7 @@ def test_without_it_every_call_faults_its_temporaries_again():
 
 def test_left_alone_where_an_accelerator_plugin_is_installed(monkeypatch):
     monkeypatch.setattr(host_memory, "_accelerator_plugin", lambda: "jax-cuda12-plugin")
+    monkeypatch.setattr(host_memory, "_jax_started", lambda: False)  # other tests may have
     monkeypatch.delenv(host_memory.DISABLE_ENV, raising=False)
     called = []
     monkeypatch.setattr(host_memory.ctypes, "CDLL", lambda *a: called.append(a))
