@@ -20,9 +20,10 @@ plugin installed (JAX would run there, with other memory), outside glibc, or wit
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import importlib.metadata
+import importlib.util
 import os
+import pkgutil
 import platform
 import sys
 
@@ -30,22 +31,32 @@ DISABLE_ENV = "BERTJAX_KEEP_FREED_MEMORY"
 # glibc's mallopt parameters (malloc.h)
 M_TRIM_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -4, -8
 TRIM_THRESHOLD = 2**31 - 1  # the largest int mallopt takes: keep up to 2 GiB free at the heap's top
-ACCELERATOR_PLUGINS = ("jax-cuda12-plugin", "jax-cuda13-plugin", "jax-rocm6-plugin",
-                       "jax-rocm7-plugin", "libtpu")
+TPU_PACKAGES = ("libtpu", "libtpu-nightly")  # JAX's TPU backend: a package, not a plugin
 
 
-def _accelerator_plugin() -> str | None:
-    """The first installed JAX accelerator plugin, unless JAX_PLATFORMS puts the CPU first."""
-    platforms = os.environ.get("JAX_PLATFORMS", "")
-    if platforms.split(",")[0].strip() == "cpu":
-        return None
-    for name in ACCELERATOR_PLUGINS:
+def _installed_plugins() -> list[str]:
+    """JAX's PJRT plugins as JAX discovers them (`jax_plugins` entry points and modules of the
+    `jax_plugins` namespace package: CUDA, ROCm, Metal, ...) and the TPU runtime, found without
+    importing JAX."""
+    found = [e.name for e in importlib.metadata.entry_points(group="jax_plugins")]
+    spec = importlib.util.find_spec("jax_plugins")
+    if spec is not None and spec.submodule_search_locations:
+        found += [m.name for m in pkgutil.iter_modules(spec.submodule_search_locations)]
+    for name in TPU_PACKAGES:
         try:
             importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             continue
-        return name
-    return None
+        found.append(name)
+    return found
+
+
+def _accelerator_plugin() -> str | None:
+    """The first installed JAX accelerator plugin, unless JAX_PLATFORMS puts the CPU first."""
+    if os.environ.get("JAX_PLATFORMS", "").split(",")[0].strip() == "cpu":
+        return None
+    plugins = _installed_plugins()
+    return plugins[0] if plugins else None
 
 
 def _jax_started() -> bool:
@@ -73,8 +84,10 @@ def keep_freed_memory() -> str:
     plugin = _accelerator_plugin()
     if plugin:
         return f"accelerator plugin {plugin} installed: left as it is"
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    libc = ctypes.CDLL(None)  # the C library already loaded into this process
+    done = []
     for param, value in ((M_ARENA_MAX, 1), (M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, TRIM_THRESHOLD)):
         if libc.mallopt(param, value) != 1:
-            return f"mallopt({param}, {value}) refused: left as it is"
+            return f"mallopt({param}, {value}) refused; applied before it: {done or 'nothing'}"
+        done.append(param)
     return "kept"

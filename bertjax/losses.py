@@ -35,7 +35,11 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
     logit with an iota compare instead costs a pass over the logits in the forward (XLA CPU
     writes the selected array out before it sums it: 20 ms of the bench's step). Here the
     forward picks with a gather of one number per row, and the backward is one elementwise
-    pass that recomputes the softmax from the saved logsumexp. Labels must be in [0, V).
+    pass that recomputes the softmax from the saved logsumexp. A label outside [0, V) (such as
+    transformers' -100) picks nothing: its loss is the logsumexp and its gradient the softmax,
+    as the iota-compare formula gave. Reverse mode only (`jax.grad`, `jax.vjp`): forward mode
+    (`jax.jvp`, `jax.jacfwd`) raises, as for any `jax.custom_vjp`; a `custom_jvp` would keep
+    `softmax - one_hot` from the forward pass for the backward, one more pass over the logits.
     """
     return _cross_entropy_fwd(logits, labels)[0]
 
@@ -43,8 +47,9 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
 def _cross_entropy_fwd(logits: jax.Array, labels: jax.Array
                        ) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Array]]:
     lse = jax.nn.logsumexp(logits, axis=-1)  # (...)
-    picked = jnp.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]  # (...)
-    return lse - picked, (logits, lse, labels)
+    in_range = (labels >= 0) & (labels < logits.shape[-1])  # (...)
+    picked = jnp.take_along_axis(logits, labels[..., None], axis=-1, mode="clip")[..., 0]
+    return lse - jnp.where(in_range, picked, 0.0), (logits, lse, labels)
 
 
 def _cross_entropy_bwd(saved: tuple[jax.Array, jax.Array, jax.Array], g: jax.Array
@@ -65,7 +70,7 @@ def argmax_is(logits: jax.Array, labels: jax.Array) -> jax.Array:
     `jnp.argmax` is one reduction over (value, index) pairs, which XLA CPU does not vectorise: over
     the MLM logits of the CPU bench (608 x 30522) it took 38 ms of a 930 ms training step, the max
     and the min a few ms each (the max is the one logsumexp takes anyway). A row with a NaN
-    matches no label.
+    matches no label in [0, V).
     """
     top = jnp.max(logits, axis=-1, keepdims=True)  # (..., 1)
     vocab = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)  # (..., V)

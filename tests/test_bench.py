@@ -248,6 +248,9 @@ def _check_report(report: dict, out: str, mode: str, names: list[str]) -> None:
         assert r["mfu_vs_datasheet"] is None
         assert r["peak_memory_bytes"] > 50 * 2**20 and r["memory_source"].startswith("peak RSS")
         assert r["first_step_s"] > 0
+        # the JAX child calls keep_freed_memory (the tests' conftest switches it off)
+        assert r["host_memory"] == ("disabled by BERTJAX_KEEP_FREED_MEMORY=0"
+                                    if r["impl"] == "bertjax" else "glibc's defaults")
         if eager is not None:
             assert r["vs_hf_eager"] == pytest.approx(r["tokens_per_s"] / eager["tokens_per_s"])
         if mode == "train":

@@ -91,4 +91,22 @@ def test_left_alone_once_jax_has_started(monkeypatch):
     jnp.ones(1).block_until_ready()  # JAX's backend is up in this test process
     monkeypatch.delenv(host_memory.DISABLE_ENV, raising=False)
     monkeypatch.setattr(host_memory, "_accelerator_plugin", lambda: None)
+    called = []
+    monkeypatch.setattr(host_memory.ctypes, "CDLL", lambda *a: called.append(a))
     assert host_memory.keep_freed_memory().startswith("JAX has started already")
+    assert not called
+
+
+@pytest.mark.parametrize(("argv", "runs_jax"), [
+    (["pretrain", "--preset", "mini"], True), (["bench", "train"], True),
+    (["fill-mask", "RUN", "text"], True), (["vocab", "corpus.txt"], False),
+    (["data", "--corpus", "x"], False), (["bench", "data"], False)])
+def test_the_command_line_sets_it_first_for_commands_that_run_jax(monkeypatch, argv, runs_jax):
+    from bertjax.cli import main as cli
+
+    assert cli._runs_jax(argv) is runs_jax
+    called = []
+    monkeypatch.setattr(cli, "keep_freed_memory", lambda: called.append(True) or "kept")
+    with pytest.raises(SystemExit):
+        cli.main([*argv[:2 if argv[0] == "bench" else 1], "--help"])
+    assert called == ([True] if runs_jax else [])

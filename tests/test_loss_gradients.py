@@ -38,6 +38,18 @@ def test_cross_entropy_equals_optax_value_and_gradient(shape: tuple[int, ...], v
     np.testing.assert_allclose(np.asarray(g_ours), np.asarray(g_theirs), rtol=0, atol=1e-6)
 
 
+def test_cross_entropy_of_a_label_outside_the_vocabulary_picks_nothing():
+    """-100 (transformers' ignore index) or V: the loss is the logsumexp, its gradient the softmax
+    (forward and backward agree), never a wrapped-around or NaN pick."""
+    logits, _ = _logits_and_labels((3,), 11)
+    labels = jnp.array([-100, 11, 4])
+    np.testing.assert_array_equal(np.asarray(cross_entropy(logits, labels))[:2],
+                                  np.asarray(jax.nn.logsumexp(logits, -1))[:2])
+    grads = jax.grad(lambda x: jnp.sum(cross_entropy(x, labels)))(logits)
+    np.testing.assert_allclose(np.asarray(grads[:2]), np.asarray(jax.nn.softmax(logits[:2])),
+                               rtol=0, atol=1e-6)
+
+
 @pytest.mark.parametrize(("shape", "vocab"), [((6, 9), 301), ((40,), 2)])
 def test_argmax_is_matches_argmax_with_ties(shape: tuple[int, ...], vocab: int):
     """Whole-number logits in a narrow range tie often; labels on every tied maximum, the first of

@@ -55,6 +55,8 @@ def summarize_row(
         "loss": raw.get("loss"),
         "parameters": raw["parameters"],
         "matmul_precision": raw["matmul_precision"],  # float32 matmuls: JAX's / torch's setting
+        # bertjax rows: what bertjax.host_memory.keep_freed_memory did; PyTorch rows run as shipped
+        "host_memory": raw.get("host_memory", "glibc's defaults"),
         "device": raw["device"],
         "versions": raw["versions"],
         "step_times_s": list(raw["step_times_s"]),

@@ -66,6 +66,16 @@ def _command(argv: list[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
+# commands that run no JAX computation: they keep glibc's defaults for their tokenizer threads
+WITHOUT_JAX = {("vocab",), ("data",), ("bench", "data")}
+
+
+def _runs_jax(argv: list[str]) -> bool:
+    """Whether the command in `argv` computes with JAX (decided before anything is imported)."""
+    words = [a for a in argv if not a.startswith("-")]
+    return not any(tuple(words[:len(c)]) == c for c in WITHOUT_JAX)
+
+
 def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str], argparse.ArgumentParser]:
     """(options, unknown arguments, the command's parser). Options may come before, between or
     after the positional arguments (`fill-mask RUN --top-k 3 "text"`), as users type them."""
@@ -90,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     (also while the command's modules are still being imported)."""
     argv = sys.argv[1:] if argv is None else argv
     name = " ".join(argv[:1]) or "bertjax"
-    keep_freed_memory()  # before JAX starts its threads: a CPU step reuses its memory
+    if _runs_jax(argv):
+        keep_freed_memory()  # before JAX starts its threads: a CPU step reuses its memory
     try:
         args, unknown, parser = _parse(argv)
         module = importlib.import_module(COMMANDS[args.command][0])
