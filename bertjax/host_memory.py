@@ -11,10 +11,10 @@ step 993 -> 837 ms, 84 of 100 steps without a page fault, peak RSS 1.6 -> 3.9 GB
 blocks stay mapped, and when a small allocation splits one the next is placed anew.
 
 It has to run before JAX starts its thread pools (a thread keeps the malloc arena it first
-allocated in), so the command line calls it first thing; a Python user who trains on a CPU calls
-it before touching JAX. It imports no JAX and changes nothing on a machine with an accelerator
-plugin installed (JAX would run there, with other memory), outside glibc, or with
-`BERTJAX_KEEP_FREED_MEMORY=0`.
+allocated in), so the command line calls it first thing (for every command that computes with
+JAX); a Python user who trains on a CPU calls it before touching JAX. It imports no JAX and
+changes nothing on a machine with an accelerator plugin installed (JAX would run there, with
+other memory), outside glibc, once JAX has started, or with `BERTJAX_KEEP_FREED_MEMORY=0`.
 """
 
 from __future__ import annotations
