@@ -17,8 +17,6 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from bertjax.data.tokenizer import WordPieceTokenizer
-from bertjax.train import run_config as rc
 from bertjax.train.pretrain_data import held_out_batches, training_batches
 from bertjax.train.rundir import RunDir
 
@@ -37,8 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train-batches", type=int, default=3000)
     args = p.parse_args(argv)
     run = RunDir(args.run_dir)
-    config = rc.load(run.config)  # the run's saved configuration
-    tok = WordPieceTokenizer.load(run.tokenizer)
+    config, tok = run.finished_config()
     train = training_batches(run, config, tok)
     counts = np.full((tok.vocab_size, tok.vocab_size), 1e-3)  # (input, target), smoothed
     for seen, target in inputs_and_targets(next(train) for _ in range(args.train_batches)):

@@ -19,8 +19,6 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from bertjax.data.tokenizer import WordPieceTokenizer
-from bertjax.train import run_config as rc
 from bertjax.train.pretrain_data import held_out_batches, training_batches
 from bertjax.train.rundir import RunDir
 
@@ -54,8 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train-batches", type=int, default=2000)
     args = p.parse_args(argv)
     run = RunDir(args.run_dir)
-    config = rc.load(run.config)  # the run's saved configuration
-    tok = WordPieceTokenizer.load(run.tokenizer)
+    config, tok = run.finished_config()
     s = tok.special
     special = {s.pad, s.cls, s.sep, s.mask, s.unk}
     train = training_batches(run, config, tok)

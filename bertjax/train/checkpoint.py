@@ -42,7 +42,6 @@ import orbax.checkpoint as ocp
 
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.io.weights import build_model, saved_params_to_numpy
-from bertjax.train import run_config as rc
 from bertjax.train.distributed import barrier
 from bertjax.train.rundir import RunDir
 
@@ -432,12 +431,7 @@ def load_run_model(
     """(model, tokenizer) of a `bertjax pretrain` run directory: its checkpoint `step`, by default
     the best (`read_run_params`), as a `model_cls` (`bertjax.io.weights.build_model`)."""
     run = RunDir(root)
-    saved = run.saved_config()  # damaged: a ValueError naming the file and how to restore it
-    if not isinstance(saved, dict):
-        raise ValueError(f"{run.config} is missing or not a JSON object; pass a `bertjax "
-                         "pretrain` run directory or a Hugging Face model")
-    config = rc.RunConfig.from_dict(saved, source=str(run.config))
-    tokenizer = WordPieceTokenizer.load(run.tokenizer)
+    config, tokenizer = run.finished_config()
     step, params = read_run_params(run, step)
     bert_config = config.bert_config(tokenizer.vocab_size).replace(
         **{"pad_token_id": tokenizer.special.pad, **config_overrides})

@@ -9,7 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from bertjax.train.run_config import complete_saved
+from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.train.run_config import RunConfig, complete_saved
 
 # What a run directory holds, in the order a run makes it (also printed by `bertjax pretrain
 # --help`).
@@ -101,6 +102,16 @@ class RunDir:
             raise ValueError(f"{self.config} is not a JSON object of option sections; "
                              f"{self._config_fix()}")
         return complete_saved(saved)
+
+    def finished_config(self) -> tuple[RunConfig, WordPieceTokenizer]:
+        """The configuration and tokenizer of a run that has started: what reading a trained run
+        (its model, its batches) needs. A ValueError if the directory holds no run."""
+        saved = self.saved_config()  # damaged: a ValueError naming the file and how to restore it
+        if not isinstance(saved, dict):
+            raise ValueError(f"{self.config} is missing or not a JSON object; pass a `bertjax "
+                             "pretrain` run directory or a Hugging Face model")
+        return (RunConfig.from_dict(saved, source=str(self.config)),
+                WordPieceTokenizer.load(self.tokenizer))
 
     def _config_fix(self) -> str:
         steps = self.checkpoint_steps()
