@@ -10,6 +10,7 @@ V vocabulary, I intermediate.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -119,6 +120,54 @@ class BertEmbeddings(nnx.Module):
         return self.dropout(self.layer_norm(x), deterministic=deterministic, rngs=rngs)
 
 
+def exact_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    attention_mask: jax.Array,
+    dropout: Callable[[jax.Array], jax.Array],
+    chunks: int | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    """Scaled dot-product attention over q, k, v (B, S, A, D) with a key padding mask (B, S):
+    float32 scores and masked softmax, `dropout` on the probabilities, the context in v's dtype.
+    Returns the context (B, S, A, D) and the probabilities before dropout (B, A, S, S).
+
+    `chunks` (`numerics.cpu_attention_chunks`, for a CPU) computes heads-major, in that many
+    slices of the batch for XLA CPU to run side by side; None leaves the layout to the compiler.
+    The same products per sequence and head either way, so the same numbers.
+    """
+    if chunks is None:
+        return _attend(q, k, v, attention_mask, dropout, heads_major=False)
+    bounds = [len(q) * i // chunks for i in range(chunks + 1)]
+    parts = [_attend(q[a:b], k[a:b], v[a:b], attention_mask[a:b], dropout, heads_major=True)
+             for a, b in itertools.pairwise(bounds) if b > a]
+    if len(parts) == 1:
+        return parts[0]
+    return (jnp.concatenate([c for c, _ in parts]),  # (B, S, A, D)
+            jnp.concatenate([p for _, p in parts]))  # (B, A, S, S)
+
+
+# The batched matmuls of `_attend`, as laid out in memory: (b, S, A, D) operands, or heads-major
+# (b, A, S, D) ones whose batch axes lead, not strided through (S, A).
+_SCORES = {False: "bqad,bkad->baqk", True: "baqd,bakd->baqk"}
+_CONTEXT = {False: "baqk,bkad->bqad", True: "baqk,bakd->baqd"}
+
+
+def _attend(q: jax.Array, k: jax.Array, v: jax.Array, attention_mask: jax.Array,
+            dropout: Callable[[jax.Array], jax.Array], *, heads_major: bool
+            ) -> tuple[jax.Array, jax.Array]:
+    """`exact_attention` of q, k, v (b, S, A, D), optionally computed heads-major."""
+    if heads_major:
+        q, k, v = (x.transpose(0, 2, 1, 3) for x in (q, k, v))  # (b, A, S, D)
+    scores = jnp.einsum(_SCORES[heads_major], q, k, preferred_element_type=jnp.float32)
+    scores = scores / jnp.sqrt(jnp.float32(q.shape[-1]))  # (b, A, S, S) float32
+    probs = numerics.masked_softmax(scores, attention_mask[:, None, None, :])
+    context = jnp.einsum(_CONTEXT[heads_major], dropout(probs).astype(v.dtype), v)
+    if heads_major:
+        context = context.transpose(0, 2, 1, 3)  # (b, A, S, D) -> (b, S, A, D)
+    return context, probs  # (b, S, A, D), (b, A, S, S)
+
+
 class BertAttention(nnx.Module):
     """Multi-head self-attention with a key padding mask; returns (output, probabilities).
 
@@ -166,11 +215,11 @@ class BertAttention(nnx.Module):
                 q, k, v, key_value_seq_lengths=lengths, implementation="cudnn" if cudnn else "xla")
             probs = None
         else:
-            scores = jnp.einsum("bqad,bkad->baqk", q, k, preferred_element_type=jnp.float32)
-            scores = scores / jnp.sqrt(jnp.float32(self.head_dim))  # (B, A, S, S) float32
-            probs = numerics.masked_softmax(scores, attention_mask[:, None, None, :])
-            dropped = self.attention_dropout(probs, deterministic=deterministic, rngs=rngs)
-            context = jnp.einsum("baqk,bkad->bqad", dropped.astype(v.dtype), v)  # (B, S, A, D)
+            def dropout(probs: jax.Array) -> jax.Array:
+                return self.attention_dropout(probs, deterministic=deterministic, rngs=rngs)
+
+            chunks = numerics.cpu_attention_chunks(B, drops_probs)
+            context, probs = exact_attention(q, k, v, attention_mask, dropout, chunks)
         context = context.reshape(B, S, H)  # (B, S, H)
         out = self.output_dropout(self.output(context), deterministic=deterministic, rngs=rngs)
         return out, probs
