@@ -133,16 +133,19 @@ def exact_attention(
     Returns the context (B, S, A, D) and the probabilities before dropout (B, A, S, S).
 
     `chunks` (`numerics.cpu_attention_chunks`, for a CPU) computes heads-major, in that many
-    slices of the batch for XLA CPU to run side by side; None leaves the layout to the compiler.
-    The same products per sequence and head either way, so the same numbers.
+    slices of the batch for XLA CPU to run side by side; `dropout` is then called once per
+    slice, so give several only with a dropout that draws nothing. None leaves the layout to
+    the compiler. The same products per sequence and head either way: the same numbers up to
+    float32 rounding.
     """
     if chunks is None:
         return _attend(q, k, v, attention_mask, dropout, heads_major=False)
-    bounds = [len(q) * i // chunks for i in range(chunks + 1)]
+    chunks = max(1, min(chunks, len(q)))
+    if chunks == 1:  # one slice (an empty batch included)
+        return _attend(q, k, v, attention_mask, dropout, heads_major=True)
+    bounds = [len(q) * i // chunks for i in range(chunks + 1)]  # slice i: rows bounds[i]:bounds[i+1]
     parts = [_attend(q[a:b], k[a:b], v[a:b], attention_mask[a:b], dropout, heads_major=True)
-             for a, b in itertools.pairwise(bounds) if b > a]
-    if len(parts) == 1:
-        return parts[0]
+             for a, b in itertools.pairwise(bounds)]
     return (jnp.concatenate([c for c, _ in parts]),  # (B, S, A, D)
             jnp.concatenate([p for _, p in parts]))  # (B, A, S, S)
 
@@ -162,7 +165,7 @@ def _attend(q: jax.Array, k: jax.Array, v: jax.Array, attention_mask: jax.Array,
     scores = jnp.einsum(_SCORES[heads_major], q, k, preferred_element_type=jnp.float32)
     scores = scores / jnp.sqrt(jnp.float32(q.shape[-1]))  # (b, A, S, S) float32
     probs = numerics.masked_softmax(scores, attention_mask[:, None, None, :])
-    context = jnp.einsum(_CONTEXT[heads_major], dropout(probs).astype(v.dtype), v)
+    context = jnp.einsum(_CONTEXT[heads_major], dropout(probs).astype(v.dtype), v)  # v's layout
     if heads_major:
         context = context.transpose(0, 2, 1, 3)  # (b, A, S, D) -> (b, S, A, D)
     return context, probs  # (b, S, A, D), (b, A, S, S)

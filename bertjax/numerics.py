@@ -179,20 +179,18 @@ def cudnn_attention_applies(dtype: jnp.dtype, head_dim: int) -> bool:
 
 def cpu_attention_chunks(batch: int, drops_probs: bool) -> int | None:
     """How many slices of the batch the exact attention computes apart on a CPU (see
-    `bertjax.model.exact_attention`): one per core XLA computes on, at most one per sequence;
-    one with probability dropout, so that its random draws do not depend on the core count.
-    None on a GPU/TPU, whose compilers lay the batched matmuls out themselves.
+    `bertjax.model.exact_attention`): one per core XLA computes on (read when the model is
+    traced), at most one per sequence. One slice with probability dropout (its random draws
+    stay those of the whole batch) and with several devices (slicing a sharded batch would move
+    rows between devices; processes could differ in cores). None on a GPU/TPU, whose compilers
+    lay the batched matmuls out themselves.
 
-    XLA CPU runs a batched matmul (the scores' and the context's B * A products of S x S x D)
-    on one thread, and independent operations side by side: slices keep every core busy. On
-    the CPU bench (`bertjax bench train`, 2 cores, mini, float32; runs alternated with the
-    previous code) the training step went from 686-694 to 632-636 ms; apart, in one process,
-    the heads-major layout bought ~14 ms and two slices ~12 ms more; four slices on two cores
-    measured slower than two.
+    XLA CPU runs a batched matmul on one thread, and independent operations side by side: on
+    2 cores the CPU bench's step gained ~8% (README, Benchmarks); more cores are unmeasured.
     """
     if jax.default_backend() != "cpu":
         return None
-    if drops_probs:
+    if drops_probs or jax.device_count() > 1:
         return 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, min(batch, cores or 1))
