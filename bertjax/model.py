@@ -176,7 +176,7 @@ class BertAttention(nnx.Module):
 
     Two paths (`config.attn_implementation`): "exact" computes the scores with an einsum and a
     float32 masked softmax, drops attention probabilities out and returns them (the parity
-    reference); "fused" calls `jax.nn.dot_product_attention` with the padding as sequence
+    reference; `exact_attention`, on a CPU heads-major in slices of the batch); "fused" calls `jax.nn.dot_product_attention` with the padding as sequence
     lengths, so `attention_mask` must be right padding (every input bertjax makes is), returns no
     probabilities and applies no dropout to them: cuDNN's flash attention where it applies (an
     NVIDIA GPU, bfloat16/float16 compute, head size a multiple of 8 up to 128), XLA otherwise.
