@@ -176,9 +176,10 @@ class BertAttention(nnx.Module):
 
     Two paths (`config.attn_implementation`): "exact" computes the scores with an einsum and a
     float32 masked softmax, drops attention probabilities out and returns them (the parity
-    reference; `exact_attention`, on a CPU heads-major in slices of the batch); "fused" calls `jax.nn.dot_product_attention` with the padding as sequence
-    lengths, so `attention_mask` must be right padding (every input bertjax makes is), returns no
-    probabilities and applies no dropout to them: cuDNN's flash attention where it applies (an
+    reference; `exact_attention`, on a CPU heads-major in slices of the batch); "fused" calls
+    `jax.nn.dot_product_attention` with the padding as sequence lengths, so `attention_mask`
+    must be right padding (every input bertjax makes is), returns no probabilities and applies
+    no dropout to them: cuDNN's flash attention where it applies (an
     NVIDIA GPU, bfloat16/float16 compute, head size a multiple of 8 up to 128), XLA otherwise.
     "auto" is fused where cuDNN applies and neither is needed, exact otherwise; an explicit
     "fused" refuses probability dropout.

@@ -3,8 +3,8 @@ tables, fused attention against the exact path, layers under lax.scan and remate
 against the plain loop, per-layer dropout keys, the dropout PRNG choice, host-to-device prefetch.
 
 Tolerances: fused vs exact 1e-5 max abs on float32 outputs and 1e-5 relative on gradients (the
-issue's bar); bfloat16 2e-2 of the logits' scale. scan and remat equal the loop's outputs exactly,
-its loss within 1e-6 relative and its gradients within 1e-6 (another summation order). The CPU
+issue's bar); bfloat16 2e-2 of the logits' scale. scan and remat give the loop's outputs exactly,
+and its loss and gradients within 1e-6 (relative for the loss: another summation order). The CPU
 attention layout against the compiler's: 1e-6 relative (1e-7 abs) on contexts and probabilities,
 1e-5 (1e-6 abs) on gradients and the model's outputs; bfloat16 contexts within 1e-2.
 """
