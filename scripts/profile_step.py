@@ -9,15 +9,19 @@ gradient), jitted apart, no optimizer: medians of `--steps` calls after `--warmu
 
 It traces `--steps` steps after a warm-up with `jax.profiler.trace(create_perfetto_trace=True)`,
 reads the Perfetto JSON it writes and sums each complete event's duration per name on the
-device's timelines (processes named `/device:GPU:*`; on a CPU, the XLA ops of the host), then
+device's timelines (processes named `/device:GPU:*`; on a CPU, the XLA ops of the host, not
+the runtime's events around them), then
 prints the top kernels with their share of the traced device time and of the step's wall time.
 Kernel names are grouped by a short stem (digits stripped) as well, so that one fusion kind's
 many instances add up.
 
 On a CPU the trace overstates every op that runs on several threads: on the 2-core bench machine
 a lone 4096 x 256 x 1024 matmul ran 7.2 ms untraced and 15.5 ms traced, while single-threaded
-ops (XLA's batched matmuls) keep their time. Rank CPU ops with it; confirm a change by timing
-the step (`bertjax bench train`, or both versions compiled in one process, steps alternated).
+ops (XLA's batched matmuls) keep their time. `--cores 1` runs the process on one core, where
+every op is single-threaded and the trace adds about a tenth evenly (the bench's step: 1,244 ms
+untraced, 1,391 ms traced; 640 ms untraced on both cores): the shares it prints are then the
+step's work. Rank CPU ops with it; confirm a change by timing the step (`bertjax bench train`,
+or both versions compiled in one process, steps alternated).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import argparse
 import collections
 import gzip
 import json
+import os
 import re
 import sys
 import tempfile
@@ -70,10 +75,18 @@ def kernel_times(trace_path: Path) -> tuple[dict[str, dict[str, float]], dict[in
             continue
         thread = threads.get((e["pid"], e.get("tid")), "")
         line = ("kernels" if thread.startswith("Stream") else "ops" if "XLA Ops" in thread
-                else "modules" if "XLA Modules" in thread else None) if on_gpu else "ops"
+                else "modules" if "XLA Modules" in thread else None) if on_gpu else (
+            "ops" if _is_hlo_name(e["name"]) else None)
         if line:
             sums[line][e["name"]] += float(e["dur"])
     return {k: dict(v) for k, v in sums.items()}, pids
+
+
+def _is_hlo_name(name: str) -> bool:
+    """An XLA op's own event on a CPU's host timeline, not the runtime's wrappers around the ops
+    ("ThunkExecutor::Execute", "PjitFunction(train_step)", "end: dot.3"), whose time holds
+    theirs: HLO names have no spaces, "::" or parentheses."""
+    return not any(mark in name for mark in (" ", "::", "("))
 
 
 def stem(name: str) -> str:
@@ -199,7 +212,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", default=None, help="write the report as JSON here")
     parser.add_argument("--split", action="store_true",
                         help="time the forward against forward + backward instead of profiling")
+    parser.add_argument("--cores", type=int, default=None,
+                        help="run on this many of the process's cores (Linux), set before JAX "
+                             "starts: 1 makes a CPU trace honest")
     args = parser.parse_args(argv)
+    if args.cores is not None:
+        cores = sorted(os.sched_getaffinity(0))
+        if not 1 <= args.cores <= len(cores):
+            parser.error(f"--cores takes 1 to {len(cores)} (this process's cores), not {args.cores}")
+        os.sched_setaffinity(0, cores[:args.cores])  # XLA sizes its thread pool from this
     keep_freed_memory()  # as the command line does, before JAX starts
     settings = BenchSettings(preset=args.preset, seq=args.seq, batch=args.batch,
                              dtypes=(args.dtype,), dropout=args.dropout, prng_impl=args.prng,
