@@ -97,7 +97,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--validation", metavar="FILE", help="validation examples")
     data.add_argument("--validation-fraction", type=_held_out_share, default=0.1, metavar="F",
                       help="without --validation: hold out this share of --train, in (0, 1) "
-                           "(default 0.1)")
+                           "(default 0.1; question answering holds out whole contexts)")
     data.add_argument("--test", metavar="FILE", help="test examples, scored once with the best epoch")
     data.add_argument("--text-field", default="text")
     data.add_argument("--pair-field", default="text_pair")
@@ -168,7 +168,11 @@ def _examples(args: argparse.Namespace) -> tuple[list, list, list | None]:
         validation = _read(args, args.validation, "--validation")
     else:
         try:
-            train, validation = split_examples(train, args.validation_fraction, args.seed)
+            # questions about one context stay on one side: the model never trains on the
+            # passage a held-out question asks about
+            by_context = (lambda e: e.context) if _kind(args) == "question-answering" else None
+            train, validation = split_examples(train, args.validation_fraction, args.seed,
+                                               group=by_context, unit="context")
         except ValueError as err:
             raise CommandError(f"--train {args.train}: {err}; give more examples or a "
                                "--validation FILE") from err

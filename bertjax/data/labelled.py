@@ -14,11 +14,14 @@ import io
 import json
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from bertjax.data.corpus import shakespeare_genres, shakespeare_speeches
 from bertjax.files import read_text
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,17 +192,32 @@ def check_labels(examples: Sequence[Example], labels: Sequence[str], what: str) 
                          f"{unseen[0].where}); known labels: {', '.join(labels)}")
 
 
-def split_examples(examples: Sequence[Example], fraction: float, seed: int
-                   ) -> tuple[list[Example], list[Example]]:
-    """(rest, held out): `fraction` of the examples, drawn at random with `seed`."""
+def split_examples(examples: Sequence[T], fraction: float, seed: int,
+                   group: Callable[[T], Hashable] | None = None, unit: str = "group"
+                   ) -> tuple[list[T], list[T]]:
+    """(rest, held out): `fraction` of the examples, drawn at random with `seed`, in their order.
+
+    With `group`, examples of one group stay together (questions about one context): whole
+    groups are drawn, in random order, until at least the fraction is held out, so that nothing
+    held out was seen in training through its neighbours; `unit` names a group in errors.
+    """
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"the validation fraction must be in (0, 1), got {fraction}")
-    order = list(range(len(examples)))
+    keys = [group(e) if group else i for i, e in enumerate(examples)]
+    members: dict[Hashable, list[int]] = {}
+    for i, key in enumerate(keys):
+        members.setdefault(key, []).append(i)
+    order = list(members)
     random.Random(seed).shuffle(order)
     n = max(1, round(fraction * len(examples)))
-    if n >= len(examples):
-        raise ValueError(f"{len(examples)} examples are too few to hold {fraction:.0%} out")
-    held = set(order[:n])
+    held: set[int] = set()
+    for key in order:
+        if len(held) >= n:
+            break
+        held.update(members[key])
+    if len(held) >= len(examples):
+        over = f" over {len(members)} {unit}(s), held out a {unit} at a time," if group else ""
+        raise ValueError(f"{len(examples)} examples{over} are too few to hold {fraction:.0%} out")
     return ([e for i, e in enumerate(examples) if i not in held],
             [e for i, e in enumerate(examples) if i in held])
 

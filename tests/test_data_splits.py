@@ -1,0 +1,68 @@
+"""Held-out splits of a training file (`bertjax.data.labelled.split_examples`), and the split
+`bertjax finetune` makes of a question-answering file: whole contexts, never one passage on both
+sides (a model that trained on the passage has read the held-out question's answer)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bertjax.cli import finetune
+from bertjax.cli.main import _parse
+from bertjax.data.labelled import split_examples
+from bertjax.data.squad import QAExample, read_squad, write_squad
+
+
+def test_a_split_is_reproducible_disjoint_and_keeps_the_order():
+    examples = list(range(50))
+    rest, held = split_examples(examples, 0.2, seed=3)
+    assert len(held) == 10 and sorted(rest + held) == examples
+    assert rest == sorted(rest) and held == sorted(held)
+    assert split_examples(examples, 0.2, seed=3) == (rest, held)
+    assert split_examples(examples, 0.2, seed=4)[1] != held
+
+
+def test_a_grouped_split_holds_whole_groups_out():
+    examples = [(g, i) for g in range(12) for i in range(g % 4 + 1)]  # groups of 1 to 4
+    for seed in range(20):
+        rest, held = split_examples(examples, 0.25, seed, group=lambda e: e[0])
+        assert {g for g, _ in rest}.isdisjoint({g for g, _ in held})
+        assert sorted(rest + held) == examples
+        assert len(held) >= round(0.25 * len(examples))
+        assert rest  # something is left to train on
+    assert split_examples(examples, 0.25, 1, group=lambda e: e[0]) == \
+        split_examples(examples, 0.25, 1, group=lambda e: e[0])
+
+
+def test_one_group_cannot_be_split():
+    with pytest.raises(ValueError, match=r"5 examples over 1 context\(s\), held out a context at "
+                                         r"a time, are too few to hold 10% out"):
+        split_examples([("same", i) for i in range(5)], 0.1, 0, group=lambda e: e[0],
+                       unit="context")
+    with pytest.raises(ValueError, match="1 examples are too few to hold 50% out"):
+        split_examples(["only"], 0.5, 0)
+
+
+def _questions(tmp_path):
+    """30 questions about 8 passages (2 to 6 each), in a SQuAD file."""
+    examples = []
+    for p in range(8):
+        context = f"Passage {p}: Horatio speaks to Hamlet at the platform number {p}."
+        for q in range(2 + p % 5):
+            examples.append(QAExample(f"{p}-{q}", f"Who speaks ({q})?", context,
+                                      (("Horatio", context.index("Horatio")),), f"{p}-{q}"))
+    path = tmp_path / "train.json"
+    write_squad(examples, path)
+    return path, read_squad(path)
+
+
+def test_finetune_holds_out_whole_contexts_of_a_squad_file(tmp_path):
+    path, examples = _questions(tmp_path)
+    for seed in range(5):
+        args = _parse(["finetune", "run", "--task", "question-answering", "--train", str(path),
+                       "--output-dir", str(tmp_path / "out"), "--validation-fraction", "0.2",
+                       "--seed", str(seed)])[0]
+        train, validation, test = finetune._examples(args)
+        assert test is None
+        assert {e.context for e in train}.isdisjoint({e.context for e in validation})
+        assert sorted(e.id for e in train + validation) == sorted(e.id for e in examples)
+        assert len(validation) >= 6  # 20% of 30 questions, whole passages
