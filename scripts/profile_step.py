@@ -18,10 +18,10 @@ many instances add up.
 On a CPU the trace overstates every op that runs on several threads: on the 2-core bench machine
 a lone 4096 x 256 x 1024 matmul ran 7.2 ms untraced and 15.5 ms traced, while single-threaded
 ops (XLA's batched matmuls) keep their time. `--cores 1` runs the process on one core, where
-every op is single-threaded and the trace adds about a tenth evenly (the bench's step: 1,244 ms
-untraced, 1,391 ms traced; 640 ms untraced on both cores): the shares it prints are then the
-step's work. Rank CPU ops with it; confirm a change by timing the step (`bertjax bench train`,
-or both versions compiled in one process, steps alternated).
+every op is single-threaded and the trace adds 4-12% evenly (the bench's step, two runs: 1,215
+and 1,244 ms untraced, 1,264 and 1,391 ms traced; 640 ms untraced on both cores): the shares it
+prints are then the step's work. Rank CPU ops with it; confirm a change by timing the step
+(`bertjax bench train`, or both versions compiled in one process, steps alternated).
 """
 
 from __future__ import annotations
@@ -74,19 +74,14 @@ def kernel_times(trace_path: Path) -> tuple[dict[str, dict[str, float]], dict[in
         if e.get("ph") != "X" or e.get("pid") not in pids or "dur" not in e:
             continue
         thread = threads.get((e["pid"], e.get("tid")), "")
+        # on a CPU an XLA op's own event names its HLO op; the runtime's around them do not
+        # ("ThunkExecutor::Execute" spans a whole step, "ParseArguments", "end: dot.3")
         line = ("kernels" if thread.startswith("Stream") else "ops" if "XLA Ops" in thread
                 else "modules" if "XLA Modules" in thread else None) if on_gpu else (
-            "ops" if _is_hlo_name(e["name"]) else None)
+            "ops" if e.get("args", {}).get("hlo_op") else None)
         if line:
             sums[line][e["name"]] += float(e["dur"])
     return {k: dict(v) for k, v in sums.items()}, pids
-
-
-def _is_hlo_name(name: str) -> bool:
-    """An XLA op's own event on a CPU's host timeline, not the runtime's wrappers around the ops
-    ("ThunkExecutor::Execute", "PjitFunction(train_step)", "end: dot.3"), whose time holds
-    theirs: HLO names have no spaces, "::" or parentheses."""
-    return not any(mark in name for mark in (" ", "::", "("))
 
 
 def stem(name: str) -> str:
@@ -217,6 +212,9 @@ def main(argv: list[str]) -> int:
                              "starts: 1 makes a CPU trace honest")
     args = parser.parse_args(argv)
     if args.cores is not None:
+        if not hasattr(os, "sched_setaffinity"):
+            parser.error("--cores needs Linux (os.sched_setaffinity); run without it, or pin the "
+                         "process with the system's own tool")
         cores = sorted(os.sched_getaffinity(0))
         if not 1 <= args.cores <= len(cores):
             parser.error(f"--cores takes 1 to {len(cores)} (this process's cores), not {args.cores}")

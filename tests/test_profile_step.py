@@ -38,31 +38,41 @@ def _trace(tmp_path: Path, events: list[dict[str, Any]]) -> Path:
 
 def test_a_cpu_trace_sums_the_ops_not_the_runtime_around_them(profile_step: Any,
                                                               tmp_path: Path) -> None:
-    def op(name: str, dur: float) -> dict[str, Any]:
-        return {"ph": "X", "pid": 1, "tid": 7, "name": name, "ts": 0, "dur": dur}
+    def event(name: str, dur: float, hlo: bool = False) -> dict[str, Any]:
+        args = {"hlo_op": name, "hlo_module": "jit_train_step"} if hlo else {}
+        return {"ph": "X", "pid": 1, "tid": 7, "name": name, "ts": 0, "dur": dur, "args": args}
 
     trace = _trace(tmp_path, [
-        op("ThunkExecutor::Execute", 100.0), op("ThunkExecutor::Execute (wait for completion)", 99.0),
-        op("PjitFunction(train_step)", 101.0), op("Handle inputs", 2.0), op("end: dot.3", 0.5),
-        op("dot.3", 60.0), op("ynn_fusion.12", 30.0), op("wrapped_reduce-window.4", 5.0),
-        op("dot.3", 4.0),
+        event("ThunkExecutor::Execute", 100.0), event("PjitFunction(train_step)", 101.0),
+        event("ThunkExecutor::Execute (wait for completion)", 99.0), event("ParseArguments", 1.0),
+        event("AllocateOutputBuffersWithInputReuse", 1.0), event("end: dot.3", 0.5),
+        event("dot.3", 60.0, hlo=True), event("ynn_fusion.12", 30.0, hlo=True),
+        event("wrapped_reduce-window.4", 5.0, hlo=True), event("dot.3", 4.0, hlo=True),
     ])
     sums, pids = profile_step.kernel_times(trace)
     assert pids == {1: "/host:CPU"}
     assert sums == {"ops": {"dot.3": 64.0, "ynn_fusion.12": 30.0, "wrapped_reduce-window.4": 5.0}}
 
 
-def test_cores_pins_the_process_before_it_profiles(profile_step: Any,
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="--cores needs Linux")
+def test_cores_pins_the_process_before_it_profiles(profile_step: Any, capsys: Any,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     cores = sorted(os.sched_getaffinity(0))
-    pinned: list[list[int]] = []
-    monkeypatch.setattr(profile_step.os, "sched_setaffinity", lambda pid, cpus: pinned.append(cpus))
-    monkeypatch.setattr(profile_step, "forward_backward_split", lambda *a: {
-        "forward_ms": 1.0, "forward_backward_ms": 3.0, "backward_over_forward": 2.0})
+    calls: list[Any] = []
+    monkeypatch.setattr(profile_step.os, "sched_setaffinity", lambda pid, cpus: calls.append(cpus))
+    monkeypatch.setattr(profile_step, "keep_freed_memory", lambda: calls.append("memory"))
+
+    def split(*args: Any) -> dict[str, float]:
+        calls.append("profiled")
+        return {"forward_ms": 1.0, "forward_backward_ms": 3.0, "backward_over_forward": 2.0}
+
+    monkeypatch.setattr(profile_step, "forward_backward_split", split)
     assert profile_step.main(["--split", "--cores", "1"]) == 0
-    assert pinned == [cores[:1]]
-    with pytest.raises(SystemExit):
-        profile_step.main(["--split", "--cores", str(len(cores) + 1)])
-    with pytest.raises(SystemExit):
-        profile_step.main(["--split", "--cores", "0"])
-    assert pinned == [cores[:1]]  # a refused count changes nothing
+    assert calls == [cores[:1], "memory", "profiled"]  # pinned before JAX or glibc are touched
+    for refused in (str(len(cores) + 1), "0"):
+        with pytest.raises(SystemExit) as exit_:
+            profile_step.main(["--split", "--cores", refused])
+        assert exit_.value.code == 2
+        assert f"--cores takes 1 to {len(cores)} (this process's cores), not {refused}" in \
+            capsys.readouterr().err
+    assert calls == [cores[:1], "memory", "profiled"]  # a refused count changes nothing

@@ -174,8 +174,8 @@ def _examples(args: argparse.Namespace) -> tuple[list, list, list | None]:
             train, validation = split_examples(train, args.validation_fraction, args.seed,
                                                group=by_context, unit="context")
         except ValueError as err:
-            raise CommandError(f"--train {args.train}: {err}; give more examples or a "
-                               "--validation FILE") from err
+            raise CommandError(f"--train {args.train}: {err}; give more examples, a smaller "
+                               "--validation-fraction or a --validation FILE") from err
     test = _read(args, args.test, "--test") if args.test else None
     return train, validation, test
 

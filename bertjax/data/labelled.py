@@ -197,29 +197,34 @@ def split_examples(examples: Sequence[T], fraction: float, seed: int,
                    ) -> tuple[list[T], list[T]]:
     """(rest, held out): `fraction` of the examples, drawn at random with `seed`, in their order.
 
-    With `group`, examples of one group stay together (questions about one context): whole
-    groups are drawn, in random order, until at least the fraction is held out, so that nothing
-    held out was seen in training through its neighbours; `unit` names a group in errors.
+    With `group`, examples of one group stay together (questions about one context), so that
+    nothing held out was seen in training through its neighbours: groups are taken in random
+    order, each that still fits within the fraction, so at most the fraction is held out (fewer
+    when the groups do not add up to it) and, when every group is larger, the first smallest
+    one. `unit` names a group in errors.
     """
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"the validation fraction must be in (0, 1), got {fraction}")
-    keys = [group(e) if group else i for i, e in enumerate(examples)]
+    n = max(1, round(fraction * len(examples)))
+    if n >= len(examples):
+        raise ValueError(f"{len(examples)} examples are too few to hold {fraction:.0%} out")
     members: dict[Hashable, list[int]] = {}
-    for i, key in enumerate(keys):
-        members.setdefault(key, []).append(i)
+    for i, e in enumerate(examples):
+        members.setdefault(group(e) if group is not None else i, []).append(i)
     order = list(members)
     random.Random(seed).shuffle(order)
-    n = max(1, round(fraction * len(examples)))
-    held: set[int] = set()
+    held: list[int] = []
     for key in order:
-        if len(held) >= n:
-            break
-        held.update(members[key])
-    if len(held) >= len(examples):
-        over = f" over {len(members)} {unit}(s), held out a {unit} at a time," if group else ""
-        raise ValueError(f"{len(examples)} examples{over} are too few to hold {fraction:.0%} out")
-    return ([e for i, e in enumerate(examples) if i not in held],
-            [e for i, e in enumerate(examples) if i in held])
+        if len(held) + len(members[key]) <= n:
+            held += members[key]
+    if not held:  # every group is larger than the fraction
+        held = members[min(order, key=lambda k: len(members[k]))]
+    if len(held) == len(examples):
+        raise ValueError(f"{len(examples)} examples are all about one {unit}: none can be held "
+                         f"out a {unit} at a time")
+    chosen = set(held)
+    return ([e for i, e in enumerate(examples) if i not in chosen],
+            [e for i, e in enumerate(examples) if i in chosen])
 
 
 def majority_baseline(train: Sequence[Example], test: Sequence[Example]) -> tuple[str, float]:
