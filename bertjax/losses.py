@@ -33,9 +33,9 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
     Autodiff of optax's formula scatters into a buffer the size of the logits (608 x 30522 in
     the CPU bench) that XLA then copies and reduces apart from the softmax; picking the label's
     logit with an iota compare instead costs a pass over the logits in the forward (XLA CPU
-    writes the selected array out before it sums it). Here the
-    forward picks with a gather of one number per row, and the backward is one elementwise
-    pass that recomputes the softmax from the saved logsumexp. A label outside [0, V) (such as
+    writes the selected array out before it sums it). Here the forward picks with a gather of
+    one number per row, and the backward is one elementwise pass that recomputes the softmax
+    from the saved logsumexp. A label outside [0, V) (such as
     transformers' -100) picks nothing: its loss is the logsumexp and its gradient the softmax,
     as the iota-compare formula gave. Reverse mode only (`jax.grad`, `jax.vjp`): forward mode
     (`jax.jvp`, `jax.jacfwd`) raises, as for any `jax.custom_vjp`; a `custom_jvp` would keep

@@ -41,7 +41,8 @@ from typing import Any
 import jax
 
 from bertjax.bench.batch import MODEL_KEYS, pretraining_batch
-from bertjax.bench.options import BenchSettings
+from bertjax.bench.options import BenchSettings, available_cores
+from bertjax.bench.timing import pin_cores
 from bertjax.cli.bench import parse_override
 from bertjax.host_memory import keep_freed_memory
 from bertjax.train.assembly import assemble
@@ -215,10 +216,10 @@ def main(argv: list[str]) -> int:
         if not hasattr(os, "sched_setaffinity"):
             parser.error("--cores needs Linux (os.sched_setaffinity); run without it, or pin the "
                          "process with the system's own tool")
-        cores = sorted(os.sched_getaffinity(0))
+        cores = available_cores()
         if not 1 <= args.cores <= len(cores):
             parser.error(f"--cores takes 1 to {len(cores)} (this process's cores), not {args.cores}")
-        os.sched_setaffinity(0, cores[:args.cores])  # XLA sizes its thread pool from this
+        pin_cores(cores[:args.cores])  # XLA sizes its thread pool from this
     keep_freed_memory()  # as the command line does, before JAX starts
     settings = BenchSettings(preset=args.preset, seq=args.seq, batch=args.batch,
                              dtypes=(args.dtype,), dropout=args.dropout, prng_impl=args.prng,

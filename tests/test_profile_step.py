@@ -59,7 +59,7 @@ def test_cores_pins_the_process_before_it_profiles(profile_step: Any, capsys: An
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     cores = sorted(os.sched_getaffinity(0))
     calls: list[Any] = []
-    monkeypatch.setattr(profile_step.os, "sched_setaffinity", lambda pid, cpus: calls.append(cpus))
+    monkeypatch.setattr(profile_step, "pin_cores", calls.append)
     monkeypatch.setattr(profile_step, "keep_freed_memory", lambda: calls.append("memory"))
 
     def split(*args: Any) -> dict[str, float]:
