@@ -74,7 +74,8 @@ class _WithEncoder(nn.Module):
 
 
 class _MaskedLM(_WithEncoder):
-    """The masked-LM classes: `mlm_logits` at `masked_positions`, or at every position."""
+    """The masked-LM classes: `mlm_logits` (and `sequence_output`) at `masked_positions`, the
+    last layer computed at those rows, or at every position."""
 
     def forward(
         self,
@@ -84,13 +85,12 @@ class _MaskedLM(_WithEncoder):
         masked_positions: torch.Tensor | None = None,
         **options: Any,
     ) -> BertOutput:
-        out = self.bert(input_ids, token_type_ids, attention_mask, **options)
-        h = out.sequence_output
         if masked_positions is not None:
             inputs.check_masked_positions(input_ids, masked_positions)
-            index = masked_positions.long()[:, :, None].expand(-1, -1, h.shape[-1])  # (B, P, H)
-            h = torch.gather(h, 1, index)  # (B, P, H)
-        mlm_logits = self.mlm_head(h, self.bert.embeddings.word_embeddings)
+        # at masked positions, the last layer computes those rows alone: (B, P, H) or (B, S, H)
+        out = self.bert(input_ids, token_type_ids, attention_mask,
+                        output_positions=masked_positions, **options)
+        mlm_logits = self.mlm_head(out.sequence_output, self.bert.embeddings.word_embeddings)
         return self._head(dataclasses.replace(out, mlm_logits=mlm_logits))
 
     def _head(self, out: BertOutput) -> BertOutput:

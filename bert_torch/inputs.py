@@ -38,14 +38,15 @@ def check_inputs(
     return token_type_ids, attention_mask
 
 
-def check_masked_positions(input_ids: torch.Tensor, masked_positions: torch.Tensor) -> None:
+def check_masked_positions(input_ids: torch.Tensor, masked_positions: torch.Tensor,
+                           name: str = "masked_positions") -> None:
     B, S = input_ids.shape
     if masked_positions.ndim != 2 or masked_positions.shape[0] != B:
         raise ValueError(
-            f"masked_positions must have shape (batch={B}, num_predictions), "
+            f"{name} must have shape (batch={B}, num_predictions), "
             f"got {tuple(masked_positions.shape)}"
         )
-    _check_range("masked_positions", masked_positions, S, "seq_len")
+    _check_range(name, masked_positions, S, "seq_len")
 
 
 def _check_range(name: str, t: torch.Tensor, limit: int, limit_name: str) -> None:

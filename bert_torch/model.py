@@ -25,7 +25,7 @@ from bertjax.config import BertConfig
 class BertOutput:
     """What a BERT forward returns; fields a model does not compute are None."""
 
-    sequence_output: torch.Tensor  # (B, S, H); (B * C, S, H) for choices
+    sequence_output: torch.Tensor  # (B, S, H); (B * C, S, H) for choices; (B, Q, H) at positions
     pooled_output: torch.Tensor | None = None  # (B, H); None for a model without a pooler
     mlm_logits: torch.Tensor | None = None  # (B, P, V) or (B, S, V)
     nsp_logits: torch.Tensor | None = None  # (B, 2)
@@ -110,7 +110,8 @@ class BertEmbeddings(nn.Module):
 
 
 class BertAttention(nn.Module):
-    """Multi-head self-attention with a key padding mask; returns (output, probabilities)."""
+    """Multi-head self-attention with a key padding mask; returns (output, probabilities).
+    Keys and values are every position of `x`; the queries `x` too, or the rows `queries`."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -125,24 +126,32 @@ class BertAttention(nn.Module):
         self.output_dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(
-        self, x: torch.Tensor, attention_mask: torch.Tensor
+        self, x: torch.Tensor, attention_mask: torch.Tensor, queries: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        queries = x if queries is None else queries
         B, S, H = x.shape
-        heads = (B, S, self.num_heads, self.head_dim)
-        q = self.query(x).view(heads)  # (B, S, A, D)
-        k = self.key(x).view(heads)  # (B, S, A, D)
-        v = self.value(x).view(heads)  # (B, S, A, D)
+        Q = queries.shape[1]
+        q = self.query(queries).view(B, Q, self.num_heads, self.head_dim)  # (B, Q, A, D)
+        k = self.key(x).view(B, S, self.num_heads, self.head_dim)  # (B, S, A, D)
+        v = self.value(x).view(B, S, self.num_heads, self.head_dim)  # (B, S, A, D)
         scores = torch.einsum("bqad,bkad->baqk", numerics.upcast(q), numerics.upcast(k))
-        scores = scores / math.sqrt(self.head_dim)  # (B, A, S, S) float32
+        scores = scores / math.sqrt(self.head_dim)  # (B, A, Q, S) float32
         probs = numerics.masked_softmax(scores, attention_mask[:, None, None, :])
         dropped = self.attention_dropout(probs)
-        context = torch.einsum("baqk,bkad->bqad", dropped.to(v.dtype), v)  # (B, S, A, D)
-        context = context.reshape(B, S, H)  # (B, S, H)
+        context = torch.einsum("baqk,bkad->bqad", dropped.to(v.dtype), v)  # (B, Q, A, D)
+        context = context.reshape(B, Q, H)  # (B, Q, A, D) -> (B, Q, H)
         return self.output_dropout(self.output(context)), probs
 
 
+def take_rows(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The rows of x (B, S, H) at positions (B, Q): (B, Q, H)."""
+    index = positions.long()[:, :, None].expand(-1, -1, x.shape[-1])  # (B, Q, H)
+    return torch.gather(x, 1, index)  # (B, Q, H)
+
+
 class BertLayer(nn.Module):
-    """Post-LN transformer block: attention + residual + LN, GELU MLP + residual + LN."""
+    """Post-LN transformer block: attention + residual + LN, GELU MLP + residual + LN; with
+    `positions` (B, Q) at those rows only (keys and values still every position's)."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -155,11 +164,12 @@ class BertLayer(nn.Module):
         self.activation = numerics.activation(config.hidden_act)
 
     def forward(
-        self, x: torch.Tensor, attention_mask: torch.Tensor
+        self, x: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        attended, probs = self.attention(x, attention_mask)
-        x = self.attention_norm(x + attended)  # (B, S, H)
-        y = self.output(self.activation(self.intermediate(x)))  # (B, S, I) -> (B, S, H)
+        rows = x if positions is None else take_rows(x, positions)  # (B, S or Q, H)
+        attended, probs = self.attention(x, attention_mask, rows)
+        x = self.attention_norm(rows + attended)  # (B, S or Q, H)
+        y = self.output(self.activation(self.intermediate(x)))  # (B, ., I) -> (B, ., H)
         y = self.output_dropout(y)
         return self.output_norm(x + y), probs
 
@@ -177,7 +187,8 @@ class BertPooler(nn.Module):
 
 class BertModel(nn.Module):
     """The BERT encoder: embeddings, `num_hidden_layers` layers, pooler. Declares what it is as
-    its bertjax mirror does (`base_model_prefix`, `head_modules`: see `bertjax.model.BertModel`)."""
+    its bertjax mirror does (`base_model_prefix`, `head_modules`: see `bertjax.model.BertModel`);
+    `output_positions` as there: the last layer computes those rows (and [CLS]) alone."""
 
     base_model_prefix: ClassVar[str] = ""
     head_modules: ClassVar[tuple[str, ...]] = ("pooler",)
@@ -197,19 +208,36 @@ class BertModel(nn.Module):
         *,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
+        output_positions: torch.Tensor | None = None,
     ) -> BertOutput:
         token_type_ids, attention_mask = inputs.check_inputs(
             self.config, input_ids, token_type_ids, attention_mask
         )
+        full = output_positions is None or output_attentions or output_hidden_states
+        if output_positions is not None:
+            inputs.check_masked_positions(input_ids, output_positions, "output_positions")
+        rows = None if full else self._last_rows(output_positions)  # (B, Q) or (B, 1 + Q)
+        if rows is not None and rows.shape[1] >= input_ids.shape[1]:  # no fewer rows than S
+            rows, full = None, True
         x = self.embeddings(input_ids, token_type_ids)
         hidden_states, attentions = [x], []
-        for layer in self.layers:
-            x, probs = layer(x, attention_mask)
+        for i, layer in enumerate(self.layers):
+            x, probs = layer(x, attention_mask, rows if i == len(self.layers) - 1 else None)
             hidden_states.append(x)
             attentions.append(probs)
+        pooled = None if self.pooler is None else self.pooler(x)  # row 0 is [CLS] either way
+        if output_positions is not None:  # (B, Q, H): taken from the full output, or its tail
+            Q = output_positions.shape[1]
+            x = take_rows(x, output_positions) if full else x[:, x.shape[1] - Q:]
         return BertOutput(
             sequence_output=x,
-            pooled_output=None if self.pooler is None else self.pooler(x),
+            pooled_output=pooled,
             attentions=tuple(attentions) if output_attentions else None,
             hidden_states=tuple(hidden_states) if output_hidden_states else None,
         )
+
+    def _last_rows(self, positions: torch.Tensor) -> torch.Tensor:
+        """The rows the last layer computes: positions (B, Q), after [CLS] for the pooler."""
+        if self.pooler is None:
+            return positions
+        return torch.cat([torch.zeros_like(positions[:, :1]), positions], dim=1)  # (B, 1 + Q)

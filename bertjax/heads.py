@@ -92,8 +92,9 @@ class _WithEncoder(nnx.Module):
 
 class _MaskedLM(_WithEncoder):
     """The masked-LM classes: the call takes `masked_positions` (B, P) and fills `mlm_logits`
-    there (B, P, V), or at every position (B, S, V) without them; the other options are
-    `BertModel`'s."""
+    there (B, P, V), or at every position (B, S, V) without them; `sequence_output` is then
+    (B, P, H) too, the last layer computed at those rows (`BertModel`'s `output_positions`). The
+    other options are `BertModel`'s."""
 
     def __call__(
         self,
@@ -103,11 +104,12 @@ class _MaskedLM(_WithEncoder):
         masked_positions: jax.Array | None = None,
         **options: Any,
     ) -> BertOutput:
-        out = self.bert(input_ids, token_type_ids, attention_mask, **options)
-        h = out.sequence_output
         if masked_positions is not None:
             inputs.check_masked_positions(input_ids, masked_positions)
-            h = jnp.take_along_axis(h, masked_positions[:, :, None], axis=1)  # (B, P, H)
+        # at masked positions, the last layer computes those rows alone: (B, P, H) or (B, S, H)
+        out = self.bert(input_ids, token_type_ids, attention_mask,
+                        output_positions=masked_positions, **options)
+        h = out.sequence_output
         out = out.replace(mlm_logits=self.mlm_head(h, self.bert.embeddings.word_embeddings))
         return self._head(out, True, None)  # the heads after the MLM's use no dropout
 

@@ -75,15 +75,17 @@ def _check_right_padding(attention_mask: jax.Array) -> None:
             "attn_implementation='exact'")
 
 
-def check_masked_positions(input_ids: jax.Array, masked_positions: jax.Array) -> None:
+def check_masked_positions(input_ids: jax.Array, masked_positions: jax.Array,
+                           name: str = "masked_positions") -> None:
+    """Positions (B, P) into input_ids (B, S): the shape always, the range where concrete."""
     B, S = input_ids.shape
     if masked_positions.ndim != 2 or masked_positions.shape[0] != B:
         raise ValueError(
-            f"masked_positions must have shape (batch={B}, num_predictions), "
+            f"{name} must have shape (batch={B}, num_predictions), "
             f"got {masked_positions.shape}"
         )
     if _is_concrete(masked_positions):
-        _check_range("masked_positions", masked_positions, S, "seq_len")
+        _check_range(name, masked_positions, S, "seq_len")
 
 
 def _check_range(name: str, arr: jax.Array, limit: int, limit_name: str) -> None:

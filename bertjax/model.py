@@ -26,7 +26,8 @@ from bertjax.config import BertConfig
 class BertOutput:
     """What a BERT forward returns; fields a model does not compute are None."""
 
-    sequence_output: jax.Array  # (B, S, H) in the compute dtype; (B * C, S, H) for choices
+    # (B, S, H) in the compute dtype; (B * C, S, H) for choices; (B, Q, H) at `output_positions`
+    sequence_output: jax.Array
     pooled_output: jax.Array | None = None  # (B, H); None for a model without a pooler
     mlm_logits: jax.Array | None = None  # (B, P, V) or (B, S, V), float32
     nsp_logits: jax.Array | None = None  # (B, 2), float32
@@ -128,9 +129,10 @@ def exact_attention(
     dropout: Callable[[jax.Array], jax.Array],
     chunks: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
-    """Scaled dot-product attention over q, k, v (B, S, A, D) with a key padding mask (B, S):
-    float32 scores and masked softmax, `dropout` on the probabilities, the context in v's dtype.
-    Returns the context (B, S, A, D) and the probabilities before dropout (B, A, S, S).
+    """Scaled dot-product attention of queries q (B, Q, A, D) over k, v (B, S, A, D) with a key
+    padding mask (B, S): float32 scores and masked softmax, `dropout` on the probabilities, the
+    context in v's dtype. Returns the context (B, Q, A, D) and the probabilities before dropout
+    (B, A, Q, S). Self-attention over every position has Q = S.
 
     `chunks` (`numerics.cpu_attention_chunks`, for a CPU) computes heads-major, in that many
     slices of the batch for XLA CPU to run side by side; `dropout` is then called once per
@@ -146,8 +148,8 @@ def exact_attention(
     bounds = [len(q) * i // chunks for i in range(chunks + 1)]  # slice i: rows bounds[i]:bounds[i+1]
     parts = [_attend(q[a:b], k[a:b], v[a:b], attention_mask[a:b], dropout, heads_major=True)
              for a, b in itertools.pairwise(bounds)]
-    return (jnp.concatenate([c for c, _ in parts]),  # (B, S, A, D)
-            jnp.concatenate([p for _, p in parts]))  # (B, A, S, S)
+    return (jnp.concatenate([c for c, _ in parts]),  # (B, Q, A, D)
+            jnp.concatenate([p for _, p in parts]))  # (B, A, Q, S)
 
 
 # The batched matmuls of `_attend`, as laid out in memory: (b, S, A, D) operands, or heads-major
@@ -159,16 +161,42 @@ _CONTEXT = {False: "baqk,bkad->bqad", True: "baqk,bakd->baqd"}
 def _attend(q: jax.Array, k: jax.Array, v: jax.Array, attention_mask: jax.Array,
             dropout: Callable[[jax.Array], jax.Array], *, heads_major: bool
             ) -> tuple[jax.Array, jax.Array]:
-    """`exact_attention` of q, k, v (b, S, A, D), optionally computed heads-major."""
+    """`exact_attention` of q (b, Q, A, D) over k, v (b, S, A, D), optionally heads-major."""
     if heads_major:
-        q, k, v = (x.transpose(0, 2, 1, 3) for x in (q, k, v))  # (b, A, S, D)
+        q, k, v = (x.transpose(0, 2, 1, 3) for x in (q, k, v))  # (b, A, Q or S, D)
     scores = jnp.einsum(_SCORES[heads_major], q, k, preferred_element_type=jnp.float32)
-    scores = scores / jnp.sqrt(jnp.float32(q.shape[-1]))  # (b, A, S, S) float32
+    scores = scores / jnp.sqrt(jnp.float32(q.shape[-1]))  # (b, A, Q, S) float32
     probs = numerics.masked_softmax(scores, attention_mask[:, None, None, :])
     context = jnp.einsum(_CONTEXT[heads_major], dropout(probs).astype(v.dtype), v)  # v's layout
     if heads_major:
-        context = context.transpose(0, 2, 1, 3)  # (b, A, S, D) -> (b, S, A, D)
-    return context, probs  # (b, S, A, D), (b, A, S, S)
+        context = context.transpose(0, 2, 1, 3)  # (b, A, Q, D) -> (b, Q, A, D)
+    return context, probs  # (b, Q, A, D), (b, A, Q, S)
+
+
+def take_rows(x: jax.Array, positions: jax.Array) -> jax.Array:
+    """The rows of x (B, S, H) at positions (B, Q): (B, Q, H)."""
+    return jnp.take_along_axis(x, positions[:, :, None], axis=1)  # (B, Q, H)
+
+
+def dropout_rows(dropout: nnx.Dropout, x: jax.Array, positions: jax.Array | None, length: int,
+                 axis: int, *, deterministic: bool, rngs: nnx.Rngs | None) -> jax.Array:
+    """`dropout` on x, the rows `positions` (B, Q) along `axis` of an array `length` long there:
+    the rows of the mask `dropout` draws for the whole array (nnx.Dropout's draw, same key), so
+    a layer computed at some rows drops out what the whole layer would at those rows."""
+    if positions is None:
+        return dropout(x, deterministic=deterministic, rngs=rngs)
+    if deterministic or dropout.rate == 0.0:
+        return x
+    if dropout.rate == 1.0:
+        return jnp.zeros_like(x)
+    keep = 1.0 - dropout.rate
+    key = rngs[dropout.rng_collection]()
+    whole = jax.random.bernoulli(key, keep, (*x.shape[:axis], length, *x.shape[axis + 1:]))
+    index = positions.reshape(positions.shape + (1,) * (x.ndim - 2))  # (B, Q, 1...)
+    if axis != 1:  # (B, 1..., Q, 1...): Q at `axis`
+        index = jnp.moveaxis(index, 1, axis)
+    mask = jnp.take_along_axis(whole, index, axis=axis)  # x's shape
+    return jax.lax.select(mask, x / keep, jnp.zeros_like(x))
 
 
 class BertAttention(nnx.Module):
@@ -183,6 +211,10 @@ class BertAttention(nnx.Module):
     NVIDIA GPU, bfloat16/float16 compute, head size a multiple of 8 up to 128), XLA otherwise.
     "auto" is fused where cuDNN applies and neither is needed, exact otherwise; an explicit
     "fused" refuses probability dropout.
+
+    Keys and values are every position of `x` (B, S, H); the queries are `x` too, or its rows
+    at `positions` (B, Q) when given: the output is then (B, Q, H), with the dropout masks of
+    the whole output at those rows (`dropout_rows`).
     """
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
@@ -205,12 +237,14 @@ class BertAttention(nnx.Module):
         deterministic: bool = True,
         rngs: nnx.Rngs | None = None,
         output_probs: bool = True,
+        positions: jax.Array | None = None,
     ) -> tuple[jax.Array, jax.Array | None]:
+        queries = x if positions is None else take_rows(x, positions)  # (B, S or Q, H)
         B, S, H = x.shape
-        heads = (B, S, self.num_heads, self.head_dim)
-        q = self.query(x).reshape(heads)  # (B, S, A, D)
-        k = self.key(x).reshape(heads)  # (B, S, A, D)
-        v = self.value(x).reshape(heads)  # (B, S, A, D)
+        Q = queries.shape[1]
+        q = self.query(queries).reshape(B, Q, self.num_heads, self.head_dim)  # (B, Q, A, D)
+        k = self.key(x).reshape(B, S, self.num_heads, self.head_dim)  # (B, S, A, D)
+        v = self.value(x).reshape(B, S, self.num_heads, self.head_dim)  # (B, S, A, D)
         drops_probs = not deterministic and self.attention_dropout.rate > 0
         cudnn = numerics.cudnn_attention_applies(q.dtype, self.head_dim)
         if numerics.use_fused_attention(self.implementation, drops_probs, output_probs, cudnn):
@@ -219,18 +253,25 @@ class BertAttention(nnx.Module):
                 q, k, v, key_value_seq_lengths=lengths, implementation="cudnn" if cudnn else "xla")
             probs = None
         else:
-            def dropout(probs: jax.Array) -> jax.Array:
-                return self.attention_dropout(probs, deterministic=deterministic, rngs=rngs)
+            def dropout(probs: jax.Array) -> jax.Array:  # (B, A, Q, S): rows on axis 2
+                return dropout_rows(self.attention_dropout, probs, positions, S, 2,
+                                    deterministic=deterministic, rngs=rngs)
 
             chunks = numerics.cpu_attention_chunks(B, drops_probs)
             context, probs = exact_attention(q, k, v, attention_mask, dropout, chunks)
-        context = context.reshape(B, S, H)  # (B, S, H)
-        out = self.output_dropout(self.output(context), deterministic=deterministic, rngs=rngs)
+        context = context.reshape(B, Q, H)  # (B, Q, A, D) -> (B, Q, H)
+        out = dropout_rows(self.output_dropout, self.output(context), positions, S, 1,
+                           deterministic=deterministic, rngs=rngs)
         return out, probs
 
 
 class BertLayer(nnx.Module):
-    """Post-LN transformer block: attention + residual + LN, GELU MLP + residual + LN."""
+    """Post-LN transformer block: attention + residual + LN, GELU MLP + residual + LN.
+
+    With `positions` (B, Q) it computes its output at those rows only (B, Q, H): attention still
+    reads every position's keys and values, but the queries, the residuals, the MLP and the norms
+    run on the Q rows. The same numbers as the full layer's rows, up to float32 rounding.
+    """
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         self.attention = BertAttention(config, rngs=rngs)
@@ -249,13 +290,17 @@ class BertLayer(nnx.Module):
         deterministic: bool = True,
         rngs: nnx.Rngs | None = None,
         output_probs: bool = True,
+        positions: jax.Array | None = None,
     ) -> tuple[jax.Array, jax.Array | None]:
+        S = x.shape[1]
+        rows = x if positions is None else take_rows(x, positions)  # (B, S or Q, H)
         attended, probs = self.attention(x, attention_mask, deterministic=deterministic, rngs=rngs,
-                                         output_probs=output_probs)
-        x = self.attention_norm(x + attended)  # (B, S, H)
-        y = self.output(self.activation(self.intermediate(x)))  # (B, S, I) -> (B, S, H)
-        y = self.output_dropout(y, deterministic=deterministic, rngs=rngs)
-        return self.output_norm(x + y), probs
+                                         output_probs=output_probs, positions=positions)
+        h = self.attention_norm(rows + attended)  # (B, S or Q, H)
+        y = self.output(self.activation(self.intermediate(h)))  # (B, ., I) -> (B, ., H)
+        y = dropout_rows(self.output_dropout, y, positions, S, 1, deterministic=deterministic,
+                         rngs=rngs)
+        return self.output_norm(h + y), probs
 
 
 class BertPooler(nnx.Module):
@@ -289,6 +334,13 @@ class BertModel(nnx.Module):
     a warning) or carry for another class (left out). The pooler is the encoder's one head:
     `add_pooling_layer=False` leaves it out, as Hugging Face's BertForMaskedLM,
     BertForTokenClassification and BertForQuestionAnswering do (`pooled_output` is then None).
+
+    `output_positions` (B, Q) asks for the sequence output at those positions only, (B, Q, H):
+    what pre-training's losses read. The last layer then computes those rows (and [CLS] for the
+    pooler) alone (`BertLayer`'s `positions`), saving most of its work. Attention maps or hidden
+    states asked for alongside are every layer's at every position, the output taken from them,
+    and so is a `scan_layers` model's: splitting its last layer off the scan would copy the
+    stacked parameters every step (what the scan is there to avoid).
     """
 
     base_model_prefix: ClassVar[str] = ""
@@ -314,39 +366,61 @@ class BertModel(nnx.Module):
         dropout_rng: jax.Array | None = None,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
+        output_positions: jax.Array | None = None,
     ) -> BertOutput:
         token_type_ids, attention_mask = inputs.check_inputs(
             self.config, input_ids, token_type_ids, attention_mask
         )
+        full = (output_positions is None or output_attentions or output_hidden_states
+                or self.config.scan_layers)
+        if output_positions is not None:
+            inputs.check_masked_positions(input_ids, output_positions, "output_positions")
         # one dropout stream for the embeddings, one per layer: the same masks whether the
         # layers run in a Python loop or under lax.scan
         keys = numerics.dropout_keys(deterministic, dropout_rng, self.config.num_hidden_layers + 1)
         x = self.embeddings(input_ids, token_type_ids, deterministic=deterministic,
                             rngs=numerics.rngs_of(keys, 0))
+        rows = None if full else self._last_rows(output_positions)  # (B, Q) or (B, 1 + Q)
+        if rows is not None and rows.shape[1] >= input_ids.shape[1]:  # no fewer rows than S
+            rows, full = None, True
         x, hidden, probs = self._layers(x, attention_mask, keys, deterministic, output_attentions,
-                                        output_hidden_states)
+                                        output_hidden_states, rows)
+        pooled = None if self.pooler is None else self.pooler(x)  # row 0 is [CLS] either way
+        if output_positions is not None:  # (B, Q, H): taken from the full output, or its tail
+            Q = output_positions.shape[1]
+            x = take_rows(x, output_positions) if full else x[:, x.shape[1] - Q:]
         return BertOutput(
             sequence_output=x,
-            pooled_output=None if self.pooler is None else self.pooler(x),
+            pooled_output=pooled,
             attentions=tuple(probs) if output_attentions else None,
             hidden_states=tuple(hidden) if output_hidden_states else None,
         )
 
+    def _last_rows(self, positions: jax.Array) -> jax.Array:
+        """The rows the last layer computes: positions (B, Q), after [CLS] (B, 1 + Q) for the
+        pooler."""
+        if self.pooler is None:
+            return positions
+        return jnp.concatenate([jnp.zeros_like(positions[:, :1]), positions], axis=1)
+
     def _layers(
         self, x: jax.Array, attention_mask: jax.Array, keys: jax.Array | None,
-        deterministic: bool, output_probs: bool, output_hidden: bool,
+        deterministic: bool, output_probs: bool, output_hidden: bool, rows: jax.Array | None,
     ) -> tuple[jax.Array, list[jax.Array], list[jax.Array | None]]:
         """Run every layer: in a loop, or under `lax.scan` over the stacked layer parameters
         (`config.scan_layers`: one layer traced and compiled instead of L); each layer
-        rematerialised in the backward pass with `config.remat`. Returns the output, the
-        hidden states (embeddings first) and each layer's attention probabilities."""
+        rematerialised in the backward pass with `config.remat`; a loop's last layer at `rows`
+        (B, Q) only, when given. Returns the output, the hidden states (embeddings first) and each
+        layer's attention probabilities."""
         scan = self.config.scan_layers
         graphdef = nnx.graphdef(self.layers if scan else self.layers[0])  # one graph for all
 
-        def layer(state: nnx.State, x: jax.Array, key: jax.Array | None) -> tuple[jax.Array, Any]:
+        def layer(state: nnx.State, x: jax.Array, key: jax.Array | None,
+                  positions: jax.Array | None = None) -> tuple[jax.Array, Any]:
             rngs = None if key is None else nnx.Rngs(dropout=key)
             return nnx.merge(graphdef, state)(x, attention_mask, deterministic=deterministic,
-                                              rngs=rngs, output_probs=output_probs)
+                                              rngs=rngs, output_probs=output_probs,
+                                              positions=positions)
 
         if self.config.remat:
             layer = jax.checkpoint(layer)
@@ -355,8 +429,8 @@ class BertModel(nnx.Module):
         states = [nnx.state(m) for m in self.layers]
         layer_keys = [None if keys is None else keys[i + 1] for i in range(len(states))]
         hidden, probs = [x], []
-        for state, key in zip(states, layer_keys, strict=True):
-            x, p = layer(state, x, key)
+        for i, (state, key) in enumerate(zip(states, layer_keys, strict=True)):
+            x, p = layer(state, x, key, rows if i == len(states) - 1 else None)
             hidden.append(x)
             probs.append(p)
         return x, hidden, probs

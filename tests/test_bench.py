@@ -74,7 +74,7 @@ def _tiny_forward(seq: int, batch: int, predictions: int):
     return config, params, forward, loss
 
 
-@pytest.mark.parametrize(("seq", "batch", "predictions"), [(16, 4, 2), (64, 2, 10)])
+@pytest.mark.parametrize(("seq", "batch", "predictions"), [(16, 4, 2), (64, 2, 10), (16, 2, 15)])
 def test_flop_formula_counts_every_matmul_of_the_model(seq, batch, predictions) -> None:
     """The formula equals the matmul FLOPs in bertjax's own program (its jaxpr), forward and
     forward + backward, exactly. The only slack allowed is a one-hot token-type matmul
@@ -107,18 +107,26 @@ def test_flop_formula_against_xla_cost_analysis() -> None:
 
 
 def test_flop_formula_for_bert_base_by_hand() -> None:
-    """BERT-base, seq 128, 20 predictions, written out: 2 x 85.0M encoder weights + attention
-    4 S H L + MLM head (H^2 + H V) x 2 x 20/128 + pooler/NSP (H^2 + 2H) x 2/128, per token."""
+    """BERT-base, seq 128, 20 predictions, written out: 2 x the encoder weights (85.0M, but the
+    last layer's queries, output projection and MLP at the 21 rows of [CLS] and the masked
+    positions) + attention 4 S H per layer (the last one at 21/128) + MLM head (H^2 + H V) x 2 x
+    20/128 + pooler/NSP (H^2 + 2H) x 2/128, per token."""
     config = BertConfig.from_preset("base")
-    encoder = 2 * 12 * (4 * 768**2 + 2 * 768 * 3072)  # 2 x 84,934,656
-    attention = 12 * 4 * 128 * 768
+    rows = 21 / 128  # the last layer's rows per token
+    layer = 2 * (4 * 768**2 + 2 * 768 * 3072)  # 2 x 7,077,888
+    last = 2 * 2 * 768**2 + rows * 2 * (2 * 768**2 + 2 * 768 * 3072)  # keys, values: every token
+    encoder = 11 * layer + last
+    attention = (11 + rows) * 4 * 128 * 768
     mlm = 2 * (768**2 + 768 * 30522) * 20 / 128
     nsp = 2 * (768**2 + 2 * 768) / 128
     forward = encoder + attention + mlm + nsp
     assert model_flops_per_token(config, 128, 20, training=False) == pytest.approx(forward, rel=1e-12)
     assert model_flops_per_token(config, 128, 20, training=True) == pytest.approx(3 * forward,
                                                                                  rel=1e-12)
-    assert forward == 169_869_312 + 4_718_592 + 7_509_600 + 9_240 == 182_106_744
+    assert forward == 160_008_192 + 4_389_888 + 7_509_600 + 9_240 == 171_916_920
+    # with no fewer rows than tokens the last layer runs whole: every layer 2 x 7,077,888
+    assert model_flops_per_token(config, 16, 15, training=False) == pytest.approx(
+        12 * layer + 12 * 4 * 16 * 768 + 2 * (768**2 + 768 * 30522) * 15 / 16 + nsp * 128 / 16)
 
 
 def test_datasheet_peaks() -> None:

@@ -140,11 +140,17 @@ def test_outputs_fields_and_shapes(tiny_pair):
                 output_attentions=True, output_hidden_states=True)
     assert out.mlm_logits.shape == (3, 4, TINY.vocab_size) and out.mlm_logits.dtype == jnp.float32
     assert out.nsp_logits.shape == (3, 2)
-    assert out.sequence_output.shape == (3, 20, TINY.hidden_size)
+    # at masked positions the sequence output is those rows; maps and hidden states stay whole
+    assert out.sequence_output.shape == (3, 4, TINY.hidden_size)
     assert out.pooled_output.shape == (3, TINY.hidden_size)
     assert len(out.attentions) == TINY.num_hidden_layers
-    assert out.attentions[0].shape == (3, TINY.num_attention_heads, 20, 20)
+    assert out.attentions[-1].shape == (3, TINY.num_attention_heads, 20, 20)
     assert len(out.hidden_states) == TINY.num_hidden_layers + 1
+    assert out.hidden_states[-1].shape == (3, 20, TINY.hidden_size)
+    np.testing.assert_array_equal(
+        np.asarray(out.sequence_output),
+        np.take_along_axis(np.asarray(out.hidden_states[-1]), j["masked_positions"][:, :, None], 1))
+    assert model(j["input_ids"]).sequence_output.shape == (3, 20, TINY.hidden_size)
     plain = model(j["input_ids"])
     assert plain.attentions is None and plain.hidden_states is None
     # default attention_mask is all ones and default token types are zeros, in both frameworks

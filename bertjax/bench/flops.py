@@ -1,8 +1,9 @@
 """Model FLOPs of BERT pre-training and the datasheet peaks of known accelerators.
 
-Model FLOPs are the BERT algorithm's matmul FLOPs (as in PaLM's MFU definition), counted once
-from the configuration and used for every row: transformers' extra MLM logits at unmasked
-positions, recomputation, one-hot embedding tricks or padding-aware kernels do not change it.
+Model FLOPs are the BERT algorithm's matmul FLOPs (as in PaLM's MFU definition): those the losses
+need, counted once from the configuration and used for every row. transformers' extra MLM logits
+at unmasked positions and its last layer at every row, recomputation, one-hot embedding tricks
+or padding-aware kernels do not change it.
 So the model FLOP utilisation of two rows stands in the same ratio as their tokens/s.
 """
 
@@ -26,6 +27,9 @@ def model_flops_per_token(
       N = L (4 H^2 + 2 H I) encoder weights (biases, LayerNorm and embeddings aside).
     - attention, per token and layer: the scores q.k against S keys and the context probs.v,
       each S x D per head over H / D heads: 2 * 2 S H.
+    - but the last layer's output is read at the P masked positions and [CLS] only: its keys and
+      values are every token's (2 * 2 H^2), its queries, output projection, MLP and attention
+      those R = (1 + P) / S rows' (R * 2 * (2 H^2 + 2 H I + 2 S H)); R = 1 when 1 + P >= S.
     - MLM head, at the P masked positions only (as the original BERT; S tokens share them):
       transform H x H and the decoder tied to the word embeddings H x V: 2 (H^2 + H V) P / S.
     - pooler H x H and NSP classifier H x 2, once per sequence: 2 (H^2 + 2 H) / S.
@@ -36,8 +40,9 @@ def model_flops_per_token(
     """
     L, H, I = config.num_hidden_layers, config.hidden_size, config.intermediate_size
     V, S, P = config.vocab_size, seq_len, predictions
-    encoder = L * 2 * (4 * H * H + 2 * H * I)
-    attention = L * 2 * (2 * S * H)
+    R = min(1.0, (1 + P) / S)  # the last layer's rows per token
+    encoder = (L - 1) * 2 * (4 * H * H + 2 * H * I) + 2 * 2 * H * H + R * 2 * (2 * H * H + 2 * H * I)
+    attention = (L - 1 + R) * 2 * (2 * S * H)
     mlm_head = 2 * (H * H + H * V) * P / S
     pooler_nsp = 2 * (H * H + 2 * H) / S
     forward = encoder + attention + mlm_head + pooler_nsp
