@@ -35,7 +35,9 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
     logit with an iota compare instead costs a pass over the logits in the forward (XLA CPU
     writes the selected array out before it sums it). Here the forward picks with a gather of
     one number per row, and the backward is one elementwise pass that recomputes the softmax
-    from the saved logsumexp. A label outside [0, V) (such as
+    from the saved logsumexp, then subtracts `g` at each row's label in place (a scatter of one
+    number per row: an iota compare in that pass made XLA CPU's loop slower, 563.9 against
+    554.7 ms for the CPU bench's step, alternated in one process). A label outside [0, V) (such as
     transformers' -100) picks nothing: its loss is the logsumexp and its gradient the softmax,
     as the iota-compare formula gave. Reverse mode only (`jax.grad`, `jax.vjp`): forward mode
     (`jax.jvp`, `jax.jacfwd`) raises, as for any `jax.custom_vjp`; a `custom_jvp` would keep
@@ -55,9 +57,13 @@ def _cross_entropy_fwd(logits: jax.Array, labels: jax.Array
 def _cross_entropy_bwd(saved: tuple[jax.Array, jax.Array, jax.Array], g: jax.Array
                        ) -> tuple[jax.Array, None]:
     logits, lse, labels = saved
-    vocab = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)  # (..., V)
-    one_hot = (vocab == labels[..., None]).astype(logits.dtype)  # (..., V)
-    return (jnp.exp(logits - lse[..., None]) - one_hot) * g[..., None], None
+    V = logits.shape[-1]
+    grad = (jnp.exp(logits - lse[..., None]) * g[..., None]).reshape(-1, V)  # (N, V): softmax g
+    rows = jnp.arange(grad.shape[0])  # (N,)
+    picked = labels.reshape(-1)  # (N,)
+    picked = jnp.where((picked >= 0) & (picked < V), picked, V)  # outside [0, V): dropped below
+    grad = grad.at[rows, picked].add(-g.reshape(-1).astype(grad.dtype), mode="drop")  # - one_hot g
+    return grad.reshape(logits.shape), None
 
 
 cross_entropy.defvjp(_cross_entropy_fwd, _cross_entropy_bwd)

@@ -39,14 +39,15 @@ def test_cross_entropy_equals_optax_value_and_gradient(shape: tuple[int, ...], v
 
 
 def test_cross_entropy_of_a_label_outside_the_vocabulary_picks_nothing():
-    """-100 (transformers' ignore index) or V: the loss is the logsumexp, its gradient the softmax
-    (forward and backward agree), never a wrapped-around or NaN pick."""
-    logits, _ = _logits_and_labels((3,), 11)
-    labels = jnp.array([-100, 11, 4])
-    np.testing.assert_array_equal(np.asarray(cross_entropy(logits, labels))[:2],
-                                  np.asarray(jax.nn.logsumexp(logits, -1))[:2])
+    """-100 (transformers' ignore index), V or -3 (which NumPy indexing would wrap to V - 3): the
+    loss is the logsumexp, its gradient the softmax (forward and backward agree), never a
+    wrapped-around or NaN pick."""
+    logits, _ = _logits_and_labels((4,), 11)
+    labels = jnp.array([-100, 11, -3, 4])
+    np.testing.assert_array_equal(np.asarray(cross_entropy(logits, labels))[:3],
+                                  np.asarray(jax.nn.logsumexp(logits, -1))[:3])
     grads = jax.grad(lambda x: jnp.sum(cross_entropy(x, labels)))(logits)
-    np.testing.assert_allclose(np.asarray(grads[:2]), np.asarray(jax.nn.softmax(logits[:2])),
+    np.testing.assert_allclose(np.asarray(grads[:3]), np.asarray(jax.nn.softmax(logits[:3])),
                                rtol=0, atol=1e-6)
 
 

@@ -64,6 +64,13 @@ def _backward_hlo(batch: dict[str, np.ndarray]) -> str:
     return jax.jit(jax.grad(loss)).lower(params).compile().as_text()
 
 
+def _fused_body(hlo: str, name: str) -> str:
+    """The computation that the fusion instruction `name` calls, as HLO text."""
+    called = re.search(rf"%{re.escape(name)} = [^\n]*calls=%([\w.-]+)", hlo).group(1)
+    start = hlo.index(f"%{called} ")
+    return hlo[start:hlo.index("\n}", start)]
+
+
 def test_backward_pass_scatters_only_into_the_word_embeddings_and_never_the_logits():
     hlo = _backward_hlo(_batch())
     scattered = re.findall(r"= f32\[([\d,]+)\]\{[^}]*\} scatter\(", hlo)
@@ -73,9 +80,14 @@ def test_backward_pass_scatters_only_into_the_word_embeddings_and_never_the_logi
     assert f"{CONFIG.max_position_embeddings},{H}" not in scattered  # positions: a slice
     assert not [s for s in scattered if s.endswith(f",{H}") and s.count(",") == 1
                 and s != f"{CONFIG.vocab_size},{H}"]
-    # the cross-entropy's gradient is softmax - one_hot, not a scatter of the logits' shape
+    # the cross-entropy's gradient is the softmax pass with one number per row subtracted in
+    # place: a scatter of the logits' shape only onto that pass's output, never onto zeros that
+    # are then added to it (autodiff's gradient of picking the label's logit)
     V = CONFIG.vocab_size
-    assert not [s for s in scattered if s.endswith(f",{V}")], scattered  # (B, P, V) or (B*P, V)
+    assert [s for s in scattered if s.endswith(f",{V}")] == [f"{len(_batch()['input_ids']) * 5},{V}"]
+    onto = re.findall(rf"= f32\[\d+,{V}\]\{{[^}}]*\}} fusion\(%([\w.-]+),[^\n]*calls=%wrapped_scatter",
+                      hlo)
+    assert len(onto) == 1 and _fused_body(hlo, onto[0]).count("exponential(") == 1, onto
     # and the MLM bias's gradient is a dot, not a reduction over the logits' rows
     assert not re.search(rf"= f32\[{V}\]\{{0\}} reduce\(", hlo)
 
