@@ -28,9 +28,11 @@ def gelu_exact(x: jax.Array) -> jax.Array:
     `jax.nn.gelu(approximate=False)` takes the `erfc` form, closer to float64 in the far
     negative tail (3.8e-7 against PyTorch's 1.2e-6 over [-12, 12]) but dearer on a CPU, where
     XLA's `erfc` branches and calls `exp`: the `erf` form took the CPU bench's step (4 layers of
-    4096 x 1024) from 596 to 587 ms (README, Benchmarks).
+    4096 x 1024) from 596 to 587 ms (README, Benchmarks). A 16-bit x is computed in float32
+    and rounded once, as PyTorch does: in bfloat16, `1 + erf` cancels to 0 below x = -3.
     """
-    return (x * 0.5) * (1.0 + jax.lax.erf(x * math.sqrt(0.5)))  # in x's dtype (weak floats)
+    x32 = x.astype(jnp.float32)
+    return ((x32 * 0.5) * (1.0 + jax.lax.erf(x32 * math.sqrt(0.5)))).astype(x.dtype)
 
 
 def gelu_tanh(x: jax.Array) -> jax.Array:
