@@ -57,13 +57,18 @@ def _cross_entropy_fwd(logits: jax.Array, labels: jax.Array
 def _cross_entropy_bwd(saved: tuple[jax.Array, jax.Array, jax.Array], g: jax.Array
                        ) -> tuple[jax.Array, None]:
     logits, lse, labels = saved
-    V = logits.shape[-1]
-    grad = (jnp.exp(logits - lse[..., None]) * g[..., None]).reshape(-1, V)  # (N, V): softmax g
-    rows = jnp.arange(grad.shape[0])  # (N,)
-    picked = labels.reshape(-1)  # (N,)
-    picked = jnp.where((picked >= 0) & (picked < V), picked, V)  # outside [0, V): dropped below
-    grad = grad.at[rows, picked].add(-g.reshape(-1).astype(grad.dtype), mode="drop")  # - one_hot g
-    return grad.reshape(logits.shape), None
+    V, lead = logits.shape[-1], tuple(range(logits.ndim - 1))
+    grad = jnp.exp(logits - lse[..., None]) * g[..., None]  # (..., V): softmax times g
+    picked = jnp.where((labels >= 0) & (labels < V), labels, V)[..., None]  # (..., 1); V: dropped
+    # minus g at each row's label, in place; the leading axes are batch axes of the scatter, so a
+    # batch-sharded gradient needs no gathered indices
+    numbers = jax.lax.ScatterDimensionNumbers(
+        update_window_dims=(), inserted_window_dims=(logits.ndim - 1,),
+        scatter_dims_to_operand_dims=(logits.ndim - 1,),
+        operand_batching_dims=lead, scatter_indices_batching_dims=lead)
+    grad = jax.lax.scatter_add(grad, picked, -g.astype(grad.dtype), numbers,
+                               mode=jax.lax.GatherScatterMode.FILL_OR_DROP)
+    return grad, None
 
 
 cross_entropy.defvjp(_cross_entropy_fwd, _cross_entropy_bwd)
