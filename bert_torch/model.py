@@ -109,9 +109,15 @@ class BertEmbeddings(nn.Module):
         return self.dropout(self.layer_norm(x))
 
 
+def take_rows(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The rows of x (B, S, H) at positions (B, Q): (B, Q, H)."""
+    index = positions.long()[:, :, None].expand(-1, -1, x.shape[-1])  # (B, Q, H)
+    return torch.gather(x, 1, index)  # (B, Q, H)
+
+
 class BertAttention(nn.Module):
     """Multi-head self-attention with a key padding mask; returns (output, probabilities).
-    Keys and values are every position of `x`; the queries `x` too, or the rows `queries`."""
+    Keys and values are every position of `x`; the queries `x` too, or its rows at `positions`."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -126,9 +132,9 @@ class BertAttention(nn.Module):
         self.output_dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(
-        self, x: torch.Tensor, attention_mask: torch.Tensor, queries: torch.Tensor | None = None
+        self, x: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        queries = x if queries is None else queries
+        queries = x if positions is None else take_rows(x, positions)  # (B, S or Q, H)
         B, S, H = x.shape
         Q = queries.shape[1]
         q = self.query(queries).view(B, Q, self.num_heads, self.head_dim)  # (B, Q, A, D)
@@ -141,12 +147,6 @@ class BertAttention(nn.Module):
         context = torch.einsum("baqk,bkad->bqad", dropped.to(v.dtype), v)  # (B, Q, A, D)
         context = context.reshape(B, Q, H)  # (B, Q, A, D) -> (B, Q, H)
         return self.output_dropout(self.output(context)), probs
-
-
-def take_rows(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """The rows of x (B, S, H) at positions (B, Q): (B, Q, H)."""
-    index = positions.long()[:, :, None].expand(-1, -1, x.shape[-1])  # (B, Q, H)
-    return torch.gather(x, 1, index)  # (B, Q, H)
 
 
 class BertLayer(nn.Module):
@@ -167,7 +167,7 @@ class BertLayer(nn.Module):
         self, x: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         rows = x if positions is None else take_rows(x, positions)  # (B, S or Q, H)
-        attended, probs = self.attention(x, attention_mask, rows)
+        attended, probs = self.attention(x, attention_mask, positions)
         x = self.attention_norm(rows + attended)  # (B, S or Q, H)
         y = self.output(self.activation(self.intermediate(x)))  # (B, ., I) -> (B, ., H)
         y = self.output_dropout(y)

@@ -189,9 +189,13 @@ def dropout_rows(dropout: nnx.Dropout, x: jax.Array, positions: jax.Array | None
         return x
     if dropout.rate == 1.0:
         return jnp.zeros_like(x)
+    if rngs is None:
+        raise ValueError("dropout at some rows needs rngs: call the model with "
+                         "deterministic=False and a dropout_rng")
     keep = 1.0 - dropout.rate
     key = rngs[dropout.rng_collection]()
-    whole = jax.random.bernoulli(key, keep, (*x.shape[:axis], length, *x.shape[axis + 1:]))
+    whole = jax.random.bernoulli(key, keep, (*x.shape[:axis], length, *x.shape[axis + 1:]),
+                                 out_sharding=jax.typeof(x).sharding)  # as nnx.Dropout draws
     index = positions.reshape(positions.shape + (1,) * (x.ndim - 2))  # (B, Q, 1...)
     if axis != 1:  # (B, 1..., Q, 1...): Q at `axis`
         index = jnp.moveaxis(index, 1, axis)

@@ -47,12 +47,13 @@ def _call(model, batch, masked: bool, **options):
                        sequence_output=jnp.take_along_axis(out.sequence_output, rows, 1))
 
 
-def _loss_and_grads(model, batch, masked: bool):
+def _loss_and_grads(model, batch, masked: bool, dropout_rng=None):
     graphdef, params = nnx.split(model, nnx.Param)
     weights = jnp.asarray(batch["masked_weights"])
+    options = {} if dropout_rng is None else {"deterministic": False, "dropout_rng": dropout_rng}
 
     def loss(p):
-        out = _call(nnx.merge(graphdef, p), batch, masked)
+        out = _call(nnx.merge(graphdef, p), batch, masked, **options)
         mlm = jnp.sum(cross_entropy(out.mlm_logits, jnp.asarray(batch["masked_ids"])) * weights)
         nsp = 0.0 if out.nsp_logits is None else jnp.sum(
             cross_entropy(out.nsp_logits, jnp.asarray(batch["next_sentence_label"])))
@@ -82,7 +83,8 @@ def test_rows_path_gives_the_full_layers_rows_and_gradients(cls, remat):
 
 def test_dropout_masks_are_the_whole_layers_at_those_rows():
     """With dropout the rows path draws the whole layer's masks and takes its rows (attention
-    probabilities, attention output, MLP output): the same outputs as the full layer."""
+    probabilities, attention output, MLP output): the same outputs and gradients as the full
+    layer. A layer asked for rows with dropout but no rngs says what is missing."""
     config = CONFIG.replace(hidden_dropout_prob=0.3, attention_probs_dropout_prob=0.3)
     model = BertForPreTraining(config, rngs=nnx.Rngs(0))
     batch = _batch()
@@ -92,6 +94,14 @@ def test_dropout_masks_are_the_whole_layers_at_those_rows():
         assert float(jnp.max(jnp.abs(getattr(fast, name) - getattr(full, name)))) <= 1e-6, name
     other = _call(model, batch, True, deterministic=False, dropout_rng=jax.random.key(8))
     assert float(jnp.max(jnp.abs(other.mlm_logits - fast.mlm_logits))) > 1e-3  # masks differ
+    key = jax.random.key(7)
+    (la, ga), (lb, gb) = (_loss_and_grads(model, batch, masked, key) for masked in (True, False))
+    assert la == pytest.approx(lb, rel=1e-6, abs=0)
+    assert max(gradient_errors(ga, gb).values()) <= 1e-6
+    x = jnp.ones((B, S, CONFIG.hidden_size))
+    with pytest.raises(ValueError, match="needs rngs"):
+        model.bert.layers[-1](x, jnp.ones((B, S), jnp.int32), deterministic=False, rngs=None,
+                              positions=jnp.zeros((B, 2), jnp.int32))
 
 
 def _mlp_rows(model, batch, masked: bool) -> list[int]:
@@ -117,8 +127,9 @@ def test_the_last_layer_computes_only_the_masked_rows_and_cls():
     assert f"f32[{B * (1 + P)},{CONFIG.intermediate_size}]" not in jaxpr
 
 
-def test_the_mirror_computes_the_same_rows():
-    model = BertForPreTraining(CONFIG, rngs=nnx.Rngs(0))
+@pytest.mark.parametrize("cls", [BertForPreTraining, BertForMaskedLM])
+def test_the_mirror_computes_the_same_rows(cls):
+    model = cls(CONFIG, rngs=nnx.Rngs(0))
     tmodel = to_torch_model(model)
     batch = _batch()
     t = {k: torch.from_numpy(v) for k, v in batch.items()}
@@ -130,10 +141,29 @@ def test_the_mirror_computes_the_same_rows():
     assert fast.sequence_output.shape == (B, P, CONFIG.hidden_size)
     taken = torch.gather(full.mlm_logits, 1, rows.expand(-1, -1, full.mlm_logits.shape[-1]))
     assert float((fast.mlm_logits - taken).abs().max()) <= 1e-6
-    assert float((fast.nsp_logits - full.nsp_logits).abs().max()) <= 1e-6
+    if cls is BertForPreTraining:
+        assert float((fast.nsp_logits - full.nsp_logits).abs().max()) <= 1e-6
     ours = _call(model, batch, masked=True)
     for name in OUTPUTS:
-        diff = np.max(np.abs(np.asarray(getattr(ours, name)) - getattr(fast, name).numpy()))
+        if getattr(ours, name) is not None:
+            diff = np.max(np.abs(np.asarray(getattr(ours, name)) - getattr(fast, name).numpy()))
+            assert diff <= TOLERANCE, name
+
+
+def test_no_fewer_rows_than_tokens_runs_the_whole_layer_in_both():
+    """[CLS] and 5 positions in sequences of 6: computing rows would save nothing."""
+    model = BertForPreTraining(CONFIG, rngs=nnx.Rngs(0))
+    batch = random_batch(CONFIG, batch_size=B, seq_len=6, num_predictions=5, seed=3)
+    assert _mlp_rows(model, batch, masked=True) == [B * 6] * CONFIG.num_hidden_layers
+    t = {k: torch.from_numpy(v) for k, v in batch.items()}
+    with torch.no_grad():
+        theirs = to_torch_model(model)(t["input_ids"], t["token_type_ids"], t["attention_mask"],
+                                       t["masked_positions"])
+    ours = _call(model, batch, masked=True)
+    assert ours.sequence_output.shape == tuple(theirs.sequence_output.shape) == (
+        B, 5, CONFIG.hidden_size)
+    for name in OUTPUTS:
+        diff = np.max(np.abs(np.asarray(getattr(ours, name)) - getattr(theirs, name).numpy()))
         assert diff <= TOLERANCE, name
 
 
