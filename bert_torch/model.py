@@ -168,10 +168,10 @@ class BertLayer(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         rows = x if positions is None else take_rows(x, positions)  # (B, S or Q, H)
         attended, probs = self.attention(x, attention_mask, positions)
-        x = self.attention_norm(rows + attended)  # (B, S or Q, H)
-        y = self.output(self.activation(self.intermediate(x)))  # (B, ., I) -> (B, ., H)
+        h = self.attention_norm(rows + attended)  # (B, S or Q, H)
+        y = self.output(self.activation(self.intermediate(h)))  # (B, ., I) -> (B, ., H)
         y = self.output_dropout(y)
-        return self.output_norm(x + y), probs
+        return self.output_norm(h + y), probs
 
 
 class BertPooler(nn.Module):
@@ -213,12 +213,10 @@ class BertModel(nn.Module):
         token_type_ids, attention_mask = inputs.check_inputs(
             self.config, input_ids, token_type_ids, attention_mask
         )
-        full = output_positions is None or output_attentions or output_hidden_states
+        whole = output_attentions or output_hidden_states
         if output_positions is not None:
             inputs.check_masked_positions(input_ids, output_positions, "output_positions")
-        rows = None if full else self._last_rows(output_positions)  # (B, Q) or (B, 1 + Q)
-        if rows is not None and rows.shape[1] >= input_ids.shape[1]:  # no fewer rows than S
-            rows, full = None, True
+        rows = self._last_rows(output_positions, input_ids.shape[1], whole)  # (B, [1 +] Q) or None
         x = self.embeddings(input_ids, token_type_ids)
         hidden_states, attentions = [x], []
         for i, layer in enumerate(self.layers):
@@ -226,9 +224,9 @@ class BertModel(nn.Module):
             hidden_states.append(x)
             attentions.append(probs)
         pooled = None if self.pooler is None else self.pooler(x)  # row 0 is [CLS] either way
-        if output_positions is not None:  # (B, Q, H): taken from the full output, or its tail
+        if output_positions is not None:  # (B, Q, H): the rows' tail, or taken from every row
             Q = output_positions.shape[1]
-            x = take_rows(x, output_positions) if full else x[:, x.shape[1] - Q:]
+            x = take_rows(x, output_positions) if rows is None else x[:, rows.shape[1] - Q:]
         return BertOutput(
             sequence_output=x,
             pooled_output=pooled,
@@ -236,8 +234,13 @@ class BertModel(nn.Module):
             hidden_states=tuple(hidden_states) if output_hidden_states else None,
         )
 
-    def _last_rows(self, positions: torch.Tensor) -> torch.Tensor:
-        """The rows the last layer computes: positions (B, Q), after [CLS] for the pooler."""
-        if self.pooler is None:
-            return positions
-        return torch.cat([torch.zeros_like(positions[:, :1]), positions], dim=1)  # (B, 1 + Q)
+    def _last_rows(self, positions: torch.Tensor | None, seq_len: int, whole: bool
+                   ) -> torch.Tensor | None:
+        """The rows the last layer computes: positions (B, Q), after [CLS] (B, 1 + Q) for the
+        pooler; None for every row (no positions, `whole` asked for, or no fewer rows than
+        `seq_len`)."""
+        if positions is None or whole:
+            return None
+        if self.pooler is not None:
+            positions = torch.cat([torch.zeros_like(positions[:, :1]), positions], dim=1)
+        return positions if positions.shape[1] < seq_len else None

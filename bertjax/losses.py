@@ -37,11 +37,12 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
     one number per row, and the backward is one elementwise pass that recomputes the softmax
     from the saved logsumexp, then subtracts `g` at each row's label in place (a scatter of one
     number per row: an iota compare in that pass made XLA CPU's loop slower, 563.9 against
-    554.7 ms for the CPU bench's step, alternated in one process). A label outside [0, V) (such as
-    transformers' -100) picks nothing: its loss is the logsumexp and its gradient the softmax,
-    as the iota-compare formula gave. Reverse mode only (`jax.grad`, `jax.vjp`): forward mode
-    (`jax.jvp`, `jax.jacfwd`) raises, as for any `jax.custom_vjp`; a `custom_jvp` would keep
-    `softmax - one_hot` from the forward pass for the backward, one more pass over the logits.
+    554.7 ms for the CPU bench's step, alternated in one process; README, Benchmarks). A label
+    outside [0, V) (such as transformers' -100) picks nothing: its loss is the logsumexp and its
+    gradient the softmax, as the iota-compare formula gave. Reverse mode only (`jax.grad`,
+    `jax.vjp`): forward mode (`jax.jvp`, `jax.jacfwd`) raises, as for any `jax.custom_vjp`; a
+    `custom_jvp` would keep `softmax - one_hot` from the forward pass for the backward, one more
+    pass over the logits.
     """
     return _cross_entropy_fwd(logits, labels)[0]
 

@@ -375,8 +375,7 @@ class BertModel(nnx.Module):
         token_type_ids, attention_mask = inputs.check_inputs(
             self.config, input_ids, token_type_ids, attention_mask
         )
-        full = (output_positions is None or output_attentions or output_hidden_states
-                or self.config.scan_layers)
+        whole = output_attentions or output_hidden_states or self.config.scan_layers
         if output_positions is not None:
             inputs.check_masked_positions(input_ids, output_positions, "output_positions")
         # one dropout stream for the embeddings, one per layer: the same masks whether the
@@ -384,15 +383,13 @@ class BertModel(nnx.Module):
         keys = numerics.dropout_keys(deterministic, dropout_rng, self.config.num_hidden_layers + 1)
         x = self.embeddings(input_ids, token_type_ids, deterministic=deterministic,
                             rngs=numerics.rngs_of(keys, 0))
-        rows = None if full else self._last_rows(output_positions)  # (B, Q) or (B, 1 + Q)
-        if rows is not None and rows.shape[1] >= input_ids.shape[1]:  # no fewer rows than S
-            rows, full = None, True
+        rows = self._last_rows(output_positions, input_ids.shape[1], whole)  # (B, [1 +] Q) or None
         x, hidden, probs = self._layers(x, attention_mask, keys, deterministic, output_attentions,
                                         output_hidden_states, rows)
         pooled = None if self.pooler is None else self.pooler(x)  # row 0 is [CLS] either way
-        if output_positions is not None:  # (B, Q, H): taken from the full output, or its tail
+        if output_positions is not None:  # (B, Q, H): the rows' tail, or taken from every row
             Q = output_positions.shape[1]
-            x = take_rows(x, output_positions) if full else x[:, x.shape[1] - Q:]
+            x = take_rows(x, output_positions) if rows is None else x[:, rows.shape[1] - Q:]
         return BertOutput(
             sequence_output=x,
             pooled_output=pooled,
@@ -400,12 +397,16 @@ class BertModel(nnx.Module):
             hidden_states=tuple(hidden) if output_hidden_states else None,
         )
 
-    def _last_rows(self, positions: jax.Array) -> jax.Array:
+    def _last_rows(self, positions: jax.Array | None, seq_len: int, whole: bool
+                   ) -> jax.Array | None:
         """The rows the last layer computes: positions (B, Q), after [CLS] (B, 1 + Q) for the
-        pooler."""
-        if self.pooler is None:
-            return positions
-        return jnp.concatenate([jnp.zeros_like(positions[:, :1]), positions], axis=1)
+        pooler; None for every row (no positions, `whole` asked for, or no fewer rows than
+        `seq_len`)."""
+        if positions is None or whole:
+            return None
+        if self.pooler is not None:
+            positions = jnp.concatenate([jnp.zeros_like(positions[:, :1]), positions], axis=1)
+        return positions if positions.shape[1] < seq_len else None
 
     def _layers(
         self, x: jax.Array, attention_mask: jax.Array, keys: jax.Array | None,
