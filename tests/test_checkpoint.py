@@ -151,7 +151,7 @@ def test_read_only_helpers_agree_with_the_manager_and_touch_nothing(tmp_path: Pa
     assert saved_steps(tmp_path / "none") == [] and not (tmp_path / "none").exists()
 
 
-def test_quiet_orbax_logs_drops_absl_records_and_stray_stderr(capsys, monkeypatch) -> None:
+def test_quiet_orbax_logs_drops_absl_records_and_stray_stderr(capsys, caplog, monkeypatch) -> None:
     """What Orbax logs and TensorStore's threads print around a damaged step never reaches the
     user's terminal, not even the reports of reads that finish after the failed restore."""
     import logging
@@ -172,3 +172,12 @@ def test_quiet_orbax_logs_drops_absl_records_and_stray_stderr(capsys, monkeypatc
     for message in ("Event loop is closed", "something else"):  # later, from another thread
         sys.unraisablehook(SimpleNamespace(exc_value=RuntimeError(message)))
     assert [str(u.exc_value) for u in seen] == ["something else"]
+    asyncio_logger = logging.getLogger("asyncio")  # the failed read's tasks and futures, later
+    try:
+        for kind in ("Task", "Future", "Other"):
+            asyncio_logger.error("%s exception was never retrieved", kind)
+    finally:
+        for unread in list(asyncio_logger.filters):
+            asyncio_logger.removeFilter(unread)
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == [
+        "Other exception was never retrieved"]

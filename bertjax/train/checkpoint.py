@@ -274,7 +274,8 @@ def quiet_orbax_logs() -> Iterator[None]:
     reported once, by us): absl's log records and anything written to stderr. After a failed
     read, the reads still in flight report "Event loop is closed" from TensorStore's threads
     (Orbax closed its loop on the first error): they are given a moment to finish here, and any
-    later such report is dropped too, as are asyncio's reports of its tasks' unread errors."""
+    later such report is dropped too, as are asyncio's reports of its tasks' and futures' unread
+    errors."""
     logger, asyncio_logger = logging.getLogger("absl"), logging.getLogger("asyncio")
     was, hook = logger.disabled, sys.unraisablehook
     logger.disabled, failed = True, False
@@ -298,8 +299,11 @@ def quiet_orbax_logs() -> Iterator[None]:
 
 
 def _unretrieved_task_report(record: logging.LogRecord) -> bool:
-    """False for asyncio's "Task exception was never retrieved" (a logging filter)."""
-    return not record.getMessage().startswith("Task exception was never retrieved")
+    """False for asyncio's "Task exception was never retrieved" and "Future exception was never
+    retrieved" (a logging filter): which of the two a failed read leaves depends on timing."""
+    message = record.getMessage()
+    return not message.startswith(("Task exception was never retrieved",
+                                   "Future exception was never retrieved"))
 
 
 def _without_closed_loop_reports(hook: Any) -> Any:
