@@ -9,7 +9,7 @@ percentage (`optim.warmup_steps=10%`) is that share of the candidate's steps.
 
     python scripts/sweep_recipe.py --budget-s 150 --out runs/sweep            # proxies
     python scripts/sweep_recipe.py --budget-s 560 --seeds 0 1 --only a b      # finalists
-    python scripts/sweep_recipe.py --steps 1500 --seeds 0 1 --only a b        # at a step count
+    python scripts/sweep_recipe.py --steps 2500 --seeds 0 1 --only a b        # at a step count
 
 Every finished run appends one JSON line to OUT/results.jsonl (a rerun skips what is there);
 the table printed at the end (markdown) is what the README keeps. Runs go one at a time: never

@@ -73,7 +73,7 @@ class DataSection:
 class TrainSection:
     """Length, seeds, evaluation, checkpoints and parallelism."""
 
-    steps: int = _f(1500, "optimizer steps (also the LR schedule length)")
+    steps: int = _f(2500, "optimizer steps (also the LR schedule length)")
     seed: int = _f(0, "seed of parameters, dropout (folded with the step) and data order")
     eval_every: int = _f(500, "evaluate on the held-out plays every N steps (and at the end)")
     checkpoint_every: int = _f(250, "checkpoint every N steps (and at each eval and the end)")
