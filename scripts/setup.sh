@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 . .venv/bin/activate
 if ! python -c "import torch" 2>/dev/null; then
   if command -v nvidia-smi >/dev/null 2>&1; then
-    pip install -q -c scripts/constraints.txt torch
+    pip install -q -c scripts/constraints.txt torch==2.13.0  # PyPI's CUDA build, the tested version
   elif ls "${PIP_FIND_LINKS:-/opt/wheels}"/torch-2.13.0+cpu-*.whl >/dev/null 2>&1; then
     # the CPU wheel this kind of machine carries on disk
     pip install -q -c scripts/constraints.txt torch==2.13.0
