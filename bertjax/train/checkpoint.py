@@ -280,8 +280,8 @@ def quiet_orbax_logs() -> Iterator[None]:
     was, hook = logger.disabled, sys.unraisablehook
     logger.disabled, failed = True, False
     sys.unraisablehook = lambda unraisable: None
-    had_filter = _unretrieved_task_report in asyncio_logger.filters
-    asyncio_logger.addFilter(_unretrieved_task_report)  # its handler may hold the real stderr
+    had_filter = _unretrieved_error_report in asyncio_logger.filters
+    asyncio_logger.addFilter(_unretrieved_error_report)  # its handler may hold the real stderr
     try:
         with contextlib.redirect_stderr(io.StringIO()):
             try:
@@ -295,10 +295,10 @@ def quiet_orbax_logs() -> Iterator[None]:
         logger.disabled = was
         sys.unraisablehook = _without_closed_loop_reports(hook) if failed else hook
         if not (failed or had_filter):  # after a failed read its tasks may report until exit
-            asyncio_logger.removeFilter(_unretrieved_task_report)
+            asyncio_logger.removeFilter(_unretrieved_error_report)
 
 
-def _unretrieved_task_report(record: logging.LogRecord) -> bool:
+def _unretrieved_error_report(record: logging.LogRecord) -> bool:
     """False for asyncio's "Task exception was never retrieved" and "Future exception was never
     retrieved" (a logging filter): which of the two a failed read leaves depends on timing."""
     message = record.getMessage()

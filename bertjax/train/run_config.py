@@ -15,7 +15,8 @@ tokens); a peak rate of 2e-3 stayed on the baseline for 200 updates where 1e-3 h
 Those runs all stopped at the accuracy of a predictor that sees no context (x2.87); with every
 layer's heads initialised to read the pieces beside them (`local_attention_layers`,
 bertjax.train.local_init) the same 1,500 steps reach x5.7 (README, "the recipe sweep"), and the
-default 2,500 steps x6.8 in under 6 minutes, fine-tuning better than 1,500 (README, "Longer runs").
+default 2,500 steps x6.8 in 5.5-7 minutes here, fine-tuning better than 1,500 (README, "Longer
+runs").
 """
 
 from __future__ import annotations
