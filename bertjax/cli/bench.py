@@ -22,7 +22,7 @@ from bertjax.cli.argtypes import int_range, non_negative_int, positive_int
 from bertjax.cli.corpus_options import add_corpus_arguments
 from bertjax.cli.fields import add_field_arguments, device_defaults_table, settings_from_args
 from bertjax.config import BertConfig
-from bertjax.train.run_config import field_options, parse_value
+from bertjax.settings import field_options, parse_value
 
 # Options a mode does not have (inference runs without dropout).
 EXCLUDED = {"train": (), "infer": ("dropout",)}

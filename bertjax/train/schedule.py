@@ -12,15 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
 
+from bertjax.settings import option_field
 from bertjax.train.choices import OPTIMIZERS
-
-
-def option_field(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:  # noqa: A002
-    """A dataclass field whose metadata carries its option's help and choices (read by
-    `run_config.field_options`)."""
-    return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
 
 
 @dataclasses.dataclass(frozen=True)
