@@ -131,3 +131,31 @@ def test_a_run_saved_before_the_option_resumes_as_it_was_made(tmp_path) -> None:
     assert rc.differences(loaded, rc.RunConfig.from_dict(loaded)) == []
     assert rc.differences(loaded, rc.RunConfig()) == [
         "model.local_attention_layers: saved 0, requested 4"]
+
+
+@pytest.mark.parametrize("preset", ["tiny", "small", "base"])
+def test_presets_other_than_mini_get_berts_init_unless_asked(preset: str) -> None:
+    """The local-attention init is the mini recipe's: another preset, whether set on a default
+    configuration or in a file, starts from BERT's initialisation; asking for it still works."""
+    assert rc.RunConfig().to_dict()["model"]["local_attention_layers"] == 4  # the default recipe
+    other = rc.apply_overrides(rc.RunConfig(), {"model.preset": preset})
+    assert other.model.local_layers == 0
+    assert other.to_dict()["model"]["local_attention_layers"] == 0
+    assert rc.RunConfig.from_dict({"model": {"preset": preset}}).model.local_layers == 0
+    asked = rc.apply_overrides(other, {"model.local_attention_layers": "2"})
+    assert asked.model.local_layers == 2 and asked.to_dict()["model"]["local_attention_layers"] == 2
+    back = rc.apply_overrides(asked, {"model.preset": "mini"})  # an explicit value stays
+    assert back.model.local_layers == 2
+
+
+def test_the_pretraining_job_initialises_as_its_configuration_resolves(monkeypatch) -> None:
+    """`_set_up` calls the local init exactly when the resolved option asks for it."""
+    from bertjax.train import pretrain as job
+
+    calls = []
+    monkeypatch.setattr(job, "local_attention_init", lambda model, layers: calls.append(layers))
+    for preset, expected in (("tiny", []), ("mini", [4])):
+        calls.clear()
+        config = rc.apply_overrides(rc.RunConfig(), {"model.preset": preset})
+        job.initialise_model(config, vocab_size=64)
+        assert calls == expected, preset

@@ -323,10 +323,7 @@ def _set_up(config: rc.RunConfig, run: RunDir, start: RunStart, ctrl_c: CtrlC,
     checkpointer = Checkpointer(run.checkpoints, keep_last=train.keep_checkpoints,
                                 keep_best=1, quarantine=run.corrupt_checkpoints)
     try:
-        model = BertForPreTraining(config.bert_config(data.vocab_size), rngs=nnx.Rngs(train.seed))
-        if config.model.local_attention_layers:
-            local_attention_init(model, layers=min(config.model.local_attention_layers,
-                                                   model.bert.config.num_hidden_layers))
+        model = initialise_model(config, data.vocab_size)
         training = assemble(model, optim, strategy, seed=train.seed, prng_impl=train.prng_impl)
         del model
         ctrl_c.poll()
@@ -350,6 +347,16 @@ def _set_up(config: rc.RunConfig, run: RunDir, start: RunStart, ctrl_c: CtrlC,
                train_step=training.train_step, eval_step=training.eval_step,
                start_step=start_step, say=say)
     return job, strategy.place_state(state)
+
+
+def initialise_model(config: rc.RunConfig, vocab_size: int) -> BertForPreTraining:
+    """The run's model at step 0: BERT's initialisation from `train.seed`, then the
+    local-attention heads where the configuration (resolved for its preset) asks for them."""
+    model = BertForPreTraining(config.bert_config(vocab_size), rngs=nnx.Rngs(config.train.seed))
+    if config.model.local_layers:
+        local_attention_init(model, layers=min(config.model.local_layers,
+                                               model.bert.config.num_hidden_layers))
+    return model
 
 
 def _prepare_data(config: rc.RunConfig, run: RunDir, start: RunStart, ctrl_c: CtrlC,
