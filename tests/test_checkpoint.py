@@ -1,4 +1,5 @@
-"""Checkpointer: exact round trip, retention (newest N + best by eval loss), corruption fallback."""
+"""Checkpointer: exact round trip, retention (newest N + best by eval loss), a manifest of every
+file checked before a step is read, corruption fallback, and reading that leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -11,17 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bertjax.train.checkpoint import (
-    CheckpointCorruptWarning,
-    Checkpointer,
-    CheckpointReadError,
-    abstract_like,
-    best_saved_step,
-    quiet_orbax_logs,
-    read_params,
-    saved_steps,
-    state_digest,
-)
+from bertjax.io.manifest import MANIFEST, verify_manifest
+from bertjax.io.orbax_reads import StepReadError, quiet_orbax
+from bertjax.io.runs import CheckpointCorruptWarning, best_saved_step, read_params, saved_steps
+from bertjax.train.checkpoint import Checkpointer, state_digest
 
 
 def _state(shift: float) -> dict:
@@ -50,30 +44,55 @@ def _equal(a, b) -> bool:
 def test_round_trip_is_bitwise_and_keeps_json_items(tmp_path: Path) -> None:
     ck = Checkpointer(tmp_path / "ck", keep_last=2)
     state = _state(3.0)
-    ck.save(3, state, [{"epoch": 0, "cursor": 17}], {"train": {"steps": 9}})
-    restored = Checkpointer(tmp_path / "ck").restore_latest(abstract_like(state))
+    ck.save(3, state, extra={"data_states": [{"epoch": 0, "cursor": 17}]},
+            config={"train": {"steps": 9}})
+    restored = Checkpointer(tmp_path / "ck").restore(state)
     assert restored.step == 3 and restored.skipped == []
     assert _equal(restored.state, state)
     assert restored.data_states == [{"epoch": 0, "cursor": 17}]
+    assert restored.extra == {"data_states": [{"epoch": 0, "cursor": 17}]}
     assert restored.config == {"train": {"steps": 9}}
     assert state_digest(restored.state) == state_digest(state)
+    verify_manifest(tmp_path / "ck" / "3")  # every file as written
+
+
+def test_any_loop_saves_any_extra_and_restores_a_chosen_step(tmp_path: Path) -> None:
+    """The checkpointer a custom loop uses: no configuration item, its own JSON, any step."""
+    ck = Checkpointer(tmp_path / "ck", keep_last=3)
+    assert ck.restore(_state(0)) is None  # nothing saved yet
+    for step in (1, 2):
+        ck.save(step, _state(step), extra={"epoch": step, "note": "mine"})
+    assert ck.save(2, _state(5)) is False  # a step is written once
+    restored = ck.restore(_state(0), step=1)
+    assert (restored.step, restored.extra, restored.config) == (1, {"epoch": 1, "note": "mine"}, None)
+    assert _equal(restored.state, _state(1)) and ck.restore(_state(0)).step == 2
+    with pytest.raises(ValueError, match=r"extra may not use the keys \['digest'\]"):
+        ck.save(3, _state(3), extra={"digest": "x"})
+
+
+def test_the_old_positional_save_still_works_with_a_warning(tmp_path: Path) -> None:
+    ck = Checkpointer(tmp_path / "ck")
+    with pytest.warns(DeprecationWarning, match=r"pass extra=\{'data_states': ...\}"):
+        ck.save(1, _state(1), [{"cursor": 1}], {"train": {}})
+    restored = ck.restore(_state(0))
+    assert restored.data_states == [{"cursor": 1}] and restored.config == {"train": {}}
 
 
 def test_keeps_newest_n_plus_best_by_eval_loss(tmp_path: Path) -> None:
     ck = Checkpointer(tmp_path / "ck", keep_last=2)
     losses = {2: 5.0, 4: 3.0, 6: 4.0}  # step 4 is the best; odd steps have no evaluation
     for step in range(1, 9):
-        ck.save(step, _state(step), [{}], {}, eval_loss=losses.get(step))
+        ck.save(step, _state(step), eval_loss=losses.get(step))
     assert ck.steps() == [4, 7, 8]
     # A fresh manager (a restarted run) still knows which step is best.
     again = Checkpointer(tmp_path / "ck", keep_last=2)
     assert again.best_step() == 4
-    again.save(9, _state(9), [{}], {})
+    again.save(9, _state(9))
     assert again.steps() == [4, 8, 9]
 
 
 def _damage(step_dir: Path, how: str) -> Path:
-    """Truncate or delete the largest array-data file of the state item.
+    """Truncate, delete or flip a byte of the largest array-data file of the state item.
 
     Orbax merges the per-process OCDBT trees into `state/d/` when it finalizes a step; the
     `ocdbt.process_*` files left beside it are not read on restore.
@@ -83,6 +102,10 @@ def _damage(step_dir: Path, how: str) -> Path:
     if how == "truncate":
         with open(target, "r+b") as f:
             f.truncate(target.stat().st_size // 2)
+    elif how == "flip":  # one byte in the middle, the size unchanged
+        data = bytearray(target.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        target.write_bytes(bytes(data))
     else:
         os.remove(target)
     return target
@@ -92,10 +115,10 @@ def _damage(step_dir: Path, how: str) -> Path:
 def test_corrupt_latest_falls_back_with_warning(tmp_path: Path, how: str) -> None:
     ck = Checkpointer(tmp_path / "ck", keep_last=3)
     for step in (1, 2, 3):
-        ck.save(step, _state(step), [{"cursor": step}], {})
+        ck.save(step, _state(step), extra={"data_states": [{"cursor": step}]})
     _damage(tmp_path / "ck" / "3", how)
     with pytest.warns(CheckpointCorruptWarning, match=r"checkpoint step 3 at .*ck/3 is corrupt"):
-        restored = Checkpointer(tmp_path / "ck", keep_last=3).restore_latest(abstract_like(_state(0)))
+        restored = Checkpointer(tmp_path / "ck", keep_last=3).restore(_state(0))
     assert restored.step == 2 and restored.skipped == [3]
     assert not (tmp_path / "ck" / "3").exists() and any((tmp_path / "ck_corrupt").iterdir())
     assert _equal(restored.state, _state(2))
@@ -105,13 +128,15 @@ def test_corrupt_latest_falls_back_with_warning(tmp_path: Path, how: str) -> Non
 def test_missing_item_and_digest_mismatch_are_detected(tmp_path: Path) -> None:
     ck = Checkpointer(tmp_path / "ck", keep_last=3)
     for step in (1, 2, 3):
-        ck.save(step, _state(step), [{}], {})
+        ck.save(step, _state(step))
+    for step in (1, 2, 3):  # steps saved before manifests: the state digest still tells
+        (tmp_path / "ck" / str(step) / MANIFEST).unlink()
     shutil.rmtree(tmp_path / "ck" / "3" / "data")  # a whole item gone
     # Step 2's arrays swapped for step 1's: every file reads fine, only the digest can tell.
     shutil.rmtree(tmp_path / "ck" / "2" / "state")
     shutil.copytree(tmp_path / "ck" / "1" / "state", tmp_path / "ck" / "2" / "state")
     with pytest.warns(CheckpointCorruptWarning) as caught:
-        restored = Checkpointer(tmp_path / "ck").restore_latest(abstract_like(_state(0)))
+        restored = Checkpointer(tmp_path / "ck").restore(_state(0))
     messages = " ".join(str(w.message) for w in caught)
     assert "step 3" in messages and "step 2" in messages and "digest" in messages
     assert restored.step == 1 and restored.skipped == [3, 2]
@@ -119,66 +144,87 @@ def test_missing_item_and_digest_mismatch_are_detected(tmp_path: Path) -> None:
 
 def test_all_corrupt_raises(tmp_path: Path) -> None:
     ck = Checkpointer(tmp_path / "ck")
-    ck.save(1, _state(1), [{}], {})
+    ck.save(1, _state(1))
     _damage(tmp_path / "ck" / "1", "delete")
     with pytest.warns(CheckpointCorruptWarning), pytest.raises(RuntimeError, match="no usable"):
-        Checkpointer(tmp_path / "ck").restore_latest(abstract_like(_state(0)))
+        Checkpointer(tmp_path / "ck").restore(_state(0))
 
 
 def test_unfinished_tmp_dir_is_not_a_step(tmp_path: Path) -> None:
     ck = Checkpointer(tmp_path / "ck")
-    ck.save(1, _state(1), [{}], {})
+    ck.save(1, _state(1))
     # What a writer killed mid-save leaves: Orbax's temporary directory, never renamed.
     shutil.copytree(tmp_path / "ck" / "1", tmp_path / "ck" / "2.orbax-checkpoint-tmp-123")
     again = Checkpointer(tmp_path / "ck")
     assert again.steps() == [1]
-    assert again.restore_latest(abstract_like(_state(0))).step == 1
+    assert again.restore(_state(0)).step == 1
 
 
 def test_read_only_helpers_agree_with_the_manager_and_touch_nothing(tmp_path: Path) -> None:
     ck = Checkpointer(tmp_path / "ck", keep_last=3)
     for step, loss in ((1, 4.0), (2, 3.0), (3, None)):
-        ck.save(step, _state(step), [{}], {}, eval_loss=loss)
+        ck.save(step, _state(step), eval_loss=loss)
     shutil.copytree(tmp_path / "ck" / "3", tmp_path / "ck" / "4.orbax-checkpoint-tmp-9")  # a save
     before = sorted(str(p) for p in tmp_path.rglob("*"))  # in progress, by a run still training
     assert saved_steps(tmp_path / "ck") == ck.steps() == [1, 2, 3]
     assert best_saved_step(tmp_path / "ck") == ck.best_step() == 2
     assert _equal(read_params(tmp_path / "ck", 2), _state(2)["params"])
     _damage(tmp_path / "ck" / "3", "truncate")
-    with pytest.raises(CheckpointReadError, match=r"checkpoint step 3 is damaged \(.+\)"):
+    with pytest.raises(StepReadError, match=r"checkpoint step 3 is damaged \(.+\)"):
         read_params(tmp_path / "ck", 3)
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before  # nothing moved, made, removed
     assert saved_steps(tmp_path / "none") == [] and not (tmp_path / "none").exists()
 
 
-def test_quiet_orbax_logs_drops_absl_records_and_stray_stderr(capsys, caplog, monkeypatch) -> None:
-    """What Orbax logs and TensorStore's threads print around a damaged step never reaches the
-    user's terminal, not even the reports of reads that finish after the failed restore."""
+def test_quiet_orbax_holds_back_orbax_output_and_leaves_nothing_behind(capsys) -> None:
+    """While a step is read: absl's records, stderr and unraisable reports are held back; after
+    it (failed or not) the absl logger, sys.unraisablehook and the asyncio logger are as before."""
     import logging
     import sys
     import threading
     from types import SimpleNamespace
 
-    seen: list = []
-    monkeypatch.setattr(sys, "unraisablehook", seen.append)
-    asyncio_logger = logging.getLogger("asyncio")
-    filters_before = list(asyncio_logger.filters)  # a failed read in this worker may have one
-    with pytest.raises(ValueError, match="damaged"), quiet_orbax_logs():
-        logging.getLogger("absl").error("Orbax: failed to read")
+    absl, asyncio_logger = logging.getLogger("absl"), logging.getLogger("asyncio")
+    before = (absl.disabled, list(absl.filters), sys.unraisablehook, list(asyncio_logger.filters))
+    with pytest.raises(ValueError, match="damaged"), quiet_orbax():
+        absl.error("Orbax: failed to read")
         worker = threading.Thread(target=lambda: print("Traceback (...)", file=sys.stderr))
         worker.start()
         worker.join()
+        sys.unraisablehook(SimpleNamespace(exc_value=RuntimeError("Event loop is closed")))
         raise ValueError("damaged")
-    assert not logging.getLogger("absl").disabled
     assert capsys.readouterr().err == ""
-    for message in ("Event loop is closed", "something else"):  # later, from another thread
-        sys.unraisablehook(SimpleNamespace(exc_value=RuntimeError(message)))
-    assert [str(u.exc_value) for u in seen] == ["something else"]
-    try:  # the failed read's tasks and futures, reporting later
-        for kind in ("Task", "Future", "Other"):
-            asyncio_logger.error("%s exception was never retrieved", kind)
-    finally:  # the filter stays only if it was there before (its reads may still report)
-        for added in [f for f in asyncio_logger.filters if f not in filters_before]:
-            asyncio_logger.removeFilter(added)
-    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == [
-        "Other exception was never retrieved"]
+    assert (absl.disabled, list(absl.filters), sys.unraisablehook,
+            list(asyncio_logger.filters)) == before
+
+
+def test_importing_and_saving_install_no_logging_filter_or_hook(tmp_path: Path) -> None:
+    """Nothing global is changed at import, and a save's filter on Orbax's "no metrics" warning
+    is gone once it returns."""
+    import logging
+    import subprocess
+    import sys
+
+    code = ("import logging, sys; hook = sys.unraisablehook\n"
+            "import bertjax.train.checkpoint, bertjax.io.runs\n"
+            "print(logging.getLogger('absl').filters, sys.unraisablehook is hook)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[] True"
+    before = list(logging.getLogger("absl").filters)
+    Checkpointer(tmp_path / "ck").save(1, _state(1))
+    assert logging.getLogger("absl").filters == before
+
+
+def test_a_flipped_byte_is_found_by_the_manifest_before_orbax_reads(tmp_path: Path) -> None:
+    """The damage Orbax cannot see: a byte changed in place (same size), which reads back as
+    other numbers. The manifest names the file; training falls back, a reader refuses."""
+    ck = Checkpointer(tmp_path / "ck", keep_last=3)
+    for step in (1, 2):
+        ck.save(step, _state(step))
+    assert (tmp_path / "ck" / "2" / MANIFEST).is_file()
+    target = _damage(tmp_path / "ck" / "2", "flip")
+    with pytest.raises(StepReadError, match=rf"{target.name} does not match its digest"):
+        read_params(tmp_path / "ck", 2)
+    with pytest.warns(CheckpointCorruptWarning, match="does not match its digest"):
+        restored = Checkpointer(tmp_path / "ck", keep_last=3).restore(_state(0))
+    assert restored.step == 1 and restored.skipped == [2]

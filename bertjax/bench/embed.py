@@ -34,8 +34,8 @@ import numpy as np
 from bertjax.data import corpus_documents
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.io.models import load_model, save_model
+from bertjax.io.runs import load_run_model
 from bertjax.model import BertModel
-from bertjax.train.checkpoint import load_run_model
 from bertjax.train.rundir import RunDir
 from bertjax.use.embed import check_lines, embed, sentence_transformers_settings, sorted_batches
 from bertjax.use.encode import Encoded, TruncationWarning, model_max_length
@@ -132,7 +132,7 @@ def _bertjax_model(model_dir: Path, stack: contextlib.ExitStack
     """(BertModel, tokenizer, a Hugging Face directory of the same weights for transformers). A
     run directory's best checkpoint is exported to a temporary directory (removed by `stack`)."""
     if RunDir(model_dir).config.is_file():
-        ours, tokenizer = load_run_model(model_dir, model_cls=BertModel)
+        ours, tokenizer, _ = load_run_model(model_dir, model_cls=BertModel)
         hf_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bertjax-bench-")))
         save_model(ours, hf_dir / "model", tokenizer=tokenizer)
         return ours, tokenizer, hf_dir / "model"
@@ -140,7 +140,7 @@ def _bertjax_model(model_dir: Path, stack: contextlib.ExitStack
         raise FileNotFoundError(
             f"--model {model_dir} holds neither config.json (a Hugging Face BERT directory) nor "
             "run_config.json (a `bertjax pretrain` run directory); pass one of those")
-    return load_model(model_dir, BertModel), WordPieceTokenizer.load(model_dir), model_dir
+    return load_model(model_dir, BertModel)[0], WordPieceTokenizer.load(model_dir), model_dir
 
 
 def _transformers_model(model_dir: Path, attn_implementation: str) -> tuple[Any, str]:
