@@ -6,7 +6,7 @@
     report = parity.compare(model)                     # outputs, attentions, gradients
     print(report.format())
 
-Hugging Face checkpoints are a product feature: `bertjax.load_hf` / `bertjax.save_hf`.
+Hugging Face checkpoints are a product feature: `bertjax.from_pretrained` / `bertjax.save_pretrained`.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from bertjax import BertConfig, BertForSequenceClassification
 from bertjax.io.names import to_hf_name
 from bertjax.io.weights import state_to_numpy
 from bertjax.losses import classification_loss
-from bertjax.pretrained import load_hf, save_hf
+from bertjax.pretrained import load_hf, save_pretrained
 from parity.convert import flax_to_torch, to_torch_model, torch_to_flax
 from parity.tensors import gradient_errors
 
@@ -117,7 +117,7 @@ def test_every_gradient_agrees_three_ways(three):
 
 def test_export_reloads_in_transformers_with_identical_logits(three, tmp_path):
     _, ours, _ = three
-    save_hf(ours, tmp_path / "out")
+    save_pretrained(ours, tmp_path / "out")
     reloaded, info = transformers.BertForSequenceClassification.from_pretrained(
         tmp_path / "out", output_loading_info=True, attn_implementation="eager")
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]

@@ -78,7 +78,7 @@ def test_sharded_flax_checkpoint_loads_like_the_whole_one():
 @pytest.mark.parametrize("name", CLASSES)
 def test_export_migrates_to_a_directory_transformers_5_loads(tmp_path, name):
     path, saved = _fixture(f"Flax{name}")
-    assert main(["export", str(path), str(tmp_path / "out")]) == 0
+    assert main(["convert", str(path), str(tmp_path / "out")]) == 0
     model, info = getattr(transformers, name).from_pretrained(
         tmp_path / "out", attn_implementation="eager", output_loading_info=True)
     assert {k: v for k, v in info.items() if v} == {}, info
@@ -101,7 +101,7 @@ def _copy(name: str, tmp_path: Path) -> Path:
 
 def _export_fails(path: Path, tmp_path: Path, capsys) -> str:
     """`bertjax export` of `path`: exit 2, one line, nothing written."""
-    assert main(["export", str(path), str(tmp_path / "out")]) == 2
+    assert main(["convert", str(path), str(tmp_path / "out")]) == 2
     assert not (tmp_path / "out").exists()
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1, err

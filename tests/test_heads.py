@@ -30,7 +30,7 @@ from bertjax.heads import MODEL_CLASSES
 from bertjax.io.hf import hf_name
 from bertjax.io.names import HF_OUTPUT_FIELDS
 from bertjax.io.weights import state_to_numpy
-from bertjax.pretrained import load_hf, save_hf
+from bertjax.pretrained import load_hf, save_pretrained
 from parity.convert import to_torch_model
 
 TOL = 1e-5
@@ -114,7 +114,7 @@ def round_trips(tmp_path_factory):
         src = tmp_path_factory.mktemp(name)
         hf.save_pretrained(src / "in")
         ours = load_hf(src / "in")  # the class config.json names
-        save_hf(ours, src / "out")
+        save_pretrained(ours, src / "out")
         back, info = getattr(transformers, name).from_pretrained(
             src / "out", attn_implementation="eager", output_loading_info=True)
         out[name] = (hf, ours, back.eval(), info)

@@ -18,7 +18,7 @@ import transformers
 from flax import nnx
 
 from bertjax import BertConfig, BertForPreTraining
-from bertjax.pretrained import load_hf, save_hf
+from bertjax.pretrained import load_hf, save_pretrained
 
 TOL = 1e-5
 
@@ -87,7 +87,7 @@ def test_save_hf_reloads_in_transformers_with_identical_logits(tmp_path, name):
     hf = _hf_model(name, seed=1)
     hf.save_pretrained(tmp_path / "src")
     ours = load_hf(tmp_path / "src")
-    save_hf(ours, tmp_path / "out")
+    save_pretrained(ours, tmp_path / "out")
     reloaded, info = transformers.BertForPreTraining.from_pretrained(
         tmp_path / "out", output_loading_info=True, attn_implementation="eager")
     assert not info["missing_keys"] and not info["unexpected_keys"]
@@ -100,8 +100,8 @@ def test_save_hf_reloads_in_transformers_with_identical_logits(tmp_path, name):
 
 def test_save_hf_from_a_fresh_bertjax_model(tmp_path):
     model = BertForPreTraining(BertConfig.from_preset("tiny", vocab_size=64), rngs=nnx.Rngs(5))
-    save_hf(model, tmp_path / "ckpt")
-    save_hf(model, tmp_path / "ckpt")  # overwriting an existing directory works too
+    save_pretrained(model, tmp_path / "ckpt")
+    save_pretrained(model, tmp_path / "ckpt")  # overwriting an existing directory works too
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["config.json",
                                                                     "model.safetensors"]
     hf = transformers.BertForPreTraining.from_pretrained(tmp_path / "ckpt",
@@ -180,7 +180,7 @@ def test_untied_decoder_and_missing_files_are_errors(tmp_path):
     with pytest.raises(ValueError, match="not a readable safetensors file"):
         load_hf(tmp_path)
     (tmp_path / "model.safetensors").unlink()
-    with pytest.raises(FileNotFoundError, match="has no model.safetensors"):
+    with pytest.raises(FileNotFoundError, match=r"holds no model weights \(none of model.safetensors"):
         load_hf(tmp_path)
     with pytest.raises(FileNotFoundError, match="not a directory"):
         load_hf(tmp_path / "nope")
@@ -238,7 +238,7 @@ def test_save_hf_over_a_checkpoint_is_atomic_and_refuses_foreign_files(tmp_path,
     old = BertForPreTraining(BertConfig.from_preset("tiny", vocab_size=64), rngs=nnx.Rngs(1))
     new = BertForPreTraining(BertConfig.from_preset("tiny", vocab_size=64), rngs=nnx.Rngs(2))
     ckpt = tmp_path / "ckpt"
-    save_hf(old, ckpt)
+    save_pretrained(old, ckpt)
     before = {p.name: p.read_bytes() for p in ckpt.iterdir()}
 
     import safetensors.numpy
@@ -249,18 +249,18 @@ def test_save_hf_over_a_checkpoint_is_atomic_and_refuses_foreign_files(tmp_path,
     with monkeypatch.context() as m:  # a writer that dies half way leaves the old checkpoint
         m.setattr(safetensors.numpy, "save_file", crash)
         with pytest.raises(OSError, match="disk full"):
-            save_hf(new, ckpt)
+            save_pretrained(new, ckpt)
     assert {p.name: p.read_bytes() for p in ckpt.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no temporary left behind
 
-    save_hf(new, ckpt)
+    save_pretrained(new, ckpt)
     batch = _batch(dict(vocab_size=64, max_position_embeddings=128))
     assert _max_diff(_ours(load_hf(ckpt), *batch).mlm_logits,
                      torch.from_numpy(np.array(_ours(new, *batch).mlm_logits))) == 0.0
 
     (ckpt / "notes.txt").write_text("mine")
     with pytest.raises(FileExistsError, match=r"did not write \(.*notes\.txt\)"):
-        save_hf(old, ckpt)
+        save_pretrained(old, ckpt)
     assert (ckpt / "notes.txt").read_text() == "mine"
     # A download in another format is not an earlier export either: it is never replaced.
     download = tmp_path / "download"
@@ -268,7 +268,7 @@ def test_save_hf_over_a_checkpoint_is_atomic_and_refuses_foreign_files(tmp_path,
     (download / "config.json").write_text("{}")
     (download / "pytorch_model.bin").write_bytes(b"weights")
     with pytest.raises(FileExistsError, match=r"did not write \(config\.json, pytorch_model\.bin"):
-        save_hf(old, download)
+        save_pretrained(old, download)
     assert (download / "pytorch_model.bin").read_bytes() == b"weights"
 
 
@@ -277,9 +277,13 @@ def test_top_level_api():
     import parity
     from bertjax.pretrained import from_pretrained, save_pretrained
 
-    assert bertjax.load_hf is load_hf and bertjax.save_hf is save_hf
+    assert bertjax.load_hf is load_hf
     assert bertjax.from_pretrained is from_pretrained and bertjax.save_pretrained is save_pretrained
-    assert {"from_pretrained", "save_pretrained", "load_hf", "save_hf"} <= set(bertjax.__all__)
+    assert {"from_pretrained", "save_pretrained", "load_hf"} <= set(bertjax.__all__)
+    with pytest.warns(DeprecationWarning, match=r"bertjax.save_hf is deprecated: use "
+                                                r"bertjax.save_pretrained"):
+        assert bertjax.save_hf is save_pretrained
+    assert "save_hf" not in bertjax.__all__
     from parity.convert import flax_to_torch, torch_to_flax
     from parity.tensors import compare
 

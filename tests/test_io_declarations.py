@@ -19,7 +19,7 @@ from bertjax import BertConfig, BertForPreTraining, BertForSequenceClassificatio
 from bertjax.io.hf import hf_name, read_hf, write_hf
 from bertjax.io.names import checkpoint_name, from_hf_name, to_hf_name
 from bertjax.io.weights import build_model, expected_shapes, head_prefixes, model_to_numpy
-from bertjax.pretrained import load_hf, save_hf
+from bertjax.pretrained import load_hf, save_pretrained
 
 CONFIG = BertConfig.from_preset("tiny", vocab_size=64, id2label=("a", "b", "c"))
 CLASSES = (BertModel, BertForPreTraining, BertForSequenceClassification)
@@ -51,7 +51,9 @@ def test_each_class_declares_its_encoder_and_heads():
 def test_the_declared_heads_decide_what_is_initialised_fresh(pretrained_arrays):
     without_nsp = {k: v for k, v in pretrained_arrays.items() if not k.startswith("nsp_head.")}
     with pytest.warns(UserWarning, match=r"no weights for nsp_head: freshly initialised \(seed 5\)"):
-        model = build_model(without_nsp, CONFIG, BertForPreTraining, seed=5)
+        model, report = build_model(without_nsp, CONFIG, BertForPreTraining, seed=5)
+    assert report.initialised_heads == ("nsp_head",) and report.seed == 5
+    assert report.loaded_heads == ("mlm_head", "bert.pooler") and report.left_out_heads == ()
     fresh = model_to_numpy(BertForPreTraining(CONFIG, rngs=nnx.Rngs(5)))
     loaded = model_to_numpy(model)
     np.testing.assert_array_equal(loaded["nsp_head.weight"], fresh["nsp_head.weight"])
@@ -68,10 +70,15 @@ def test_the_declared_heads_decide_what_is_initialised_fresh(pretrained_arrays):
 
 def test_heads_of_other_classes_are_left_out_and_the_encoder_moves_to_the_prefix(pretrained_arrays):
     with pytest.warns(UserWarning, match=r"no weights for classifier: freshly"):
-        classifier = build_model(pretrained_arrays, CONFIG, BertForSequenceClassification)
+        classifier, report = build_model(pretrained_arrays, CONFIG, BertForSequenceClassification)
+    assert report.model_class == "BertForSequenceClassification"
+    assert report.initialised_heads == ("classifier",) and report.loaded_heads == ("bert.pooler",)
+    assert report.left_out_heads == ("mlm_head", "nsp_head")
     got = model_to_numpy(classifier)
     assert not any(k.startswith(("mlm_head.", "nsp_head.")) for k in got)
-    bare = model_to_numpy(build_model(pretrained_arrays, CONFIG, BertModel))  # no warning: no head
+    bare, report = build_model(pretrained_arrays, CONFIG, BertModel)  # no warning: no head
+    assert report.loaded_heads == ("pooler",) and report.initialised_heads == ()
+    bare = model_to_numpy(bare)
     for name, value in pretrained_arrays.items():
         if name.startswith("bert."):
             np.testing.assert_array_equal(got[name], value, err_msg=name)
@@ -106,7 +113,7 @@ class TaggedEncoder(nnx.Module):
 
 def test_any_encoder_prefix_reads_and_writes_checkpoints(tmp_path, pretrained_arrays):
     with pytest.warns(UserWarning, match=r"no weights for tagger: freshly"):
-        model = build_model(pretrained_arrays, CONFIG, TaggedEncoder)
+        model, _ = build_model(pretrained_arrays, CONFIG, TaggedEncoder)
     got = model_to_numpy(model)
     np.testing.assert_array_equal(got["encoder.embeddings.word_embeddings.weight"],
                                   pretrained_arrays["bert.embeddings.word_embeddings.weight"])
@@ -142,7 +149,7 @@ def test_the_hugging_face_name_map_inverts_under_any_prefix():
 
 def test_a_bare_encoder_is_written_bare_and_read_back(tmp_path):
     encoder = BertModel(CONFIG, rngs=nnx.Rngs(3))
-    save_hf(encoder, tmp_path)
+    save_pretrained(encoder, tmp_path)
     names = set(load_file(tmp_path / "model.safetensors"))
     assert "embeddings.LayerNorm.weight" in names and not any(n.startswith("bert.") for n in names)
     back = model_to_numpy(load_hf(tmp_path, model_cls=BertModel))

@@ -81,7 +81,7 @@ def _one_line(err: str, command: str, kind: str = "error") -> str:
 # --- a damaged checkpoint in a run directory ------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", ["fill-mask", "embed", "export"])
+@pytest.mark.parametrize("command", ["fill-mask", "embed", "convert"])
 def test_damaged_best_checkpoint_falls_back_with_one_warning(run_dir, tmp_path, capsys, command):
     run = _damaged_copy(run_dir, tmp_path, best_saved_step(run_dir / "checkpoints"))
     best, other = _best_and_other(run)
@@ -90,12 +90,12 @@ def test_damaged_best_checkpoint_falls_back_with_one_warning(run_dir, tmp_path, 
     lines.write_text("a storm at sea\nthe king is dead\n")
     argv = {"fill-mask": [str(run), TEXT],
             "embed": [str(run), "--file", str(lines), "--out", str(tmp_path / "v.npy")],
-            "export": [str(run), str(tmp_path / "hf")]}[command]
+            "convert": [str(run), str(tmp_path / "hf")]}[command]
     assert main([command, *argv]) == 0
     warning = _one_line(capsys.readouterr().err, command, "warning")
     assert f"checkpoint step {best} is damaged" in warning and f"loaded step {other}" in warning
     assert _snapshot(run) == before  # nothing moved aside, created or cleaned up in the run
-    if command == "export":  # the step that was loaded is the readable one
+    if command == "convert":  # the step that was loaded is the readable one
         exported, _ = bertjax.from_pretrained(tmp_path / "hf")
         expected, _ = bertjax.from_pretrained(run_dir, step=other)
         np.testing.assert_array_equal(np.asarray(exported.mlm_head.bias[...]),
@@ -331,8 +331,8 @@ def test_export_refuses_what_is_not_an_earlier_export(tmp_path, capsys, monkeypa
         out = tmp_path / "file" / "out"
     before = _snapshot(tmp_path)
     _refuse_loading(monkeypatch)
-    assert main(["export", str(tiny_checkpoint()), str(out)]) == 2
-    line = _one_line(capsys.readouterr().err, "export")
+    assert main(["convert", str(tiny_checkpoint()), str(out)]) == 2
+    line = _one_line(capsys.readouterr().err, "convert")
     assert f"OUT_DIR {out}" in line and "choose another OUT_DIR" in line
     if occupant in ("notes", "vocabulary"):
         assert "did not write" in line and ("notes.txt" in line or "vocab.txt" in line)
@@ -347,7 +347,7 @@ def test_export_failing_half_way_leaves_nothing_and_a_retry_works(tmp_path, caps
 
     out = tmp_path / "out"
     if earlier:
-        assert main(["export", str(tiny_checkpoint(1)), str(out)]) == 0
+        assert main(["convert", str(tiny_checkpoint(1)), str(out)]) == 0
     before = _snapshot(tmp_path)
     capsys.readouterr()
 
@@ -358,14 +358,14 @@ def test_export_failing_half_way_leaves_nothing_and_a_retry_works(tmp_path, caps
 
     with monkeypatch.context() as m:
         m.setattr(safetensors.numpy, "save_file", crash)
-        code = main(["export", str(tiny_checkpoint()), str(out)])
+        code = main(["convert", str(tiny_checkpoint()), str(out)])
     err = capsys.readouterr().err
     if failure == "Ctrl-C":
         assert code == 130 and "interrupted" in err and "Traceback" not in err
     else:
-        assert code == 2 and "No space left on device" in _one_line(err, "export")
+        assert code == 2 and "No space left on device" in _one_line(err, "convert")
     assert _snapshot(tmp_path) == before  # no half-made OUT_DIR, no temporary beside it
-    assert main(["export", str(tiny_checkpoint()), str(out)]) == 0  # the retry works
+    assert main(["convert", str(tiny_checkpoint()), str(out)]) == 0  # the retry works
     words = "bert.embeddings.word_embeddings.weight"
     reloaded, expected = (model_to_numpy(bertjax.from_pretrained(m)[0])[words]
                           for m in (out, tiny_checkpoint()))

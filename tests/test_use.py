@@ -46,7 +46,7 @@ def run_dir(tmp_path_factory) -> Path:
 
 
 def test_export_of_a_run_loads_in_transformers_and_autotokenizer(run_dir, tmp_path, capsys):
-    assert main(["export", str(run_dir), str(tmp_path / "hf")]) == 0
+    assert main(["convert", str(run_dir), str(tmp_path / "hf")]) == 0
     assert "wrote" in capsys.readouterr().out
     names = sorted(p.name for p in (tmp_path / "hf").iterdir())
     assert names == ["config.json", "model.safetensors", "special_tokens_map.json", "tokenizer.json",

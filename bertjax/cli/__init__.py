@@ -4,6 +4,6 @@
     pretrain.py, vocab.py, data.py, bench.py                     pre-training and its data
     finetune.py, classify.py                                     fine-tuning and prediction
     fill_mask.py, nsp.py, embed.py, similarity.py, attention.py  using a BERT
-    export.py, parity.py                                         checkpoints and the PyTorch mirror
+    convert.py, parity.py                                        checkpoints and the PyTorch mirror
     model_options.py, corpus_options.py, argtypes.py, requirements.py   shared option helpers
 """

@@ -11,7 +11,8 @@ from bertjax.cli.argtypes import non_negative_int
 from bertjax.cli.errors import CommandError, describe
 
 MODEL_HELP = ("a Hugging Face BERT directory (config.json; model.safetensors, pytorch_model.bin or a "
-              "transformers-v4 flax_model.msgpack; tokenizer.json or vocab.txt) or a `bertjax "
+              "transformers-v4 flax_model.msgpack; tokenizer.json or vocab.txt), a Hugging Face "
+              "Hub id (organisation/name: its cached or downloaded snapshot) or a `bertjax "
               "pretrain` run directory (its best checkpoint)")
 
 
@@ -19,6 +20,8 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="MODEL", help=MODEL_HELP)
     parser.add_argument("--step", type=non_negative_int, default=None, metavar="N",
                         help="with a run directory: this checkpoint step instead of the best")
+    parser.add_argument("--revision", default=None, metavar="REV",
+                        help="with a Hub id: this branch, tag or commit instead of main")
 
 
 def load_model(args: argparse.Namespace, **kwargs: Any) -> tuple[Any, Any]:
@@ -27,7 +30,7 @@ def load_model(args: argparse.Namespace, **kwargs: Any) -> tuple[Any, Any]:
     from bertjax.pretrained import from_pretrained
 
     try:
-        return from_pretrained(args.model, step=args.step, **kwargs)
+        return from_pretrained(args.model, step=args.step, revision=args.revision, **kwargs)
     except (OSError, ValueError) as err:
         raise CommandError(one_line(describe(err))) from err
 
@@ -40,7 +43,7 @@ def load_model_with(args: argparse.Namespace, head: str, fallback: str) -> tuple
     from bertjax.pretrained import checkpoint_class
 
     try:
-        own = checkpoint_class(args.model)
+        own = checkpoint_class(args.model, revision=args.revision)
     except (OSError, ValueError):
         own = None  # from_pretrained names what is wrong with the directory
     model_cls = own if own is not None and head in own.head_modules else MODEL_CLASSES[fallback]

@@ -5,7 +5,7 @@ A format knows names and arrays, never model classes: `read_hf` gives the weight
 checkpoint names (`bertjax.io.names`: the encoder under `bert.`, heads beside it) and `write_hf`
 writes a class's arrays under the Hugging Face names of that class, which it takes as an argument
 (its `base_model_prefix` and its name). `bertjax.pretrained` turns them into models
-(`load_hf`, `save_hf`, `save_pretrained`).
+(`load_hf`, `from_pretrained`, `save_pretrained`).
 
 Reading safetensors needs no PyTorch. `pytorch_model.bin` is read with
 `torch.load(..., weights_only=True)`, which refuses pickles that would run code; Flax msgpack
@@ -50,22 +50,33 @@ EXPORT_FILES = frozenset({
 })
 
 
+# The weight files a directory may hold, in the order they are preferred (transformers' own).
+WEIGHT_FILES = (SAFETENSORS, SAFETENSORS_INDEX, PYTORCH_BIN, FLAX_WEIGHTS, FLAX_WEIGHTS_INDEX)
+
+
+def weights_format(path: str | Path) -> str | None:
+    """The weight file of a checkpoint directory that `read_hf_tensors` reads (`WEIGHT_FILES`,
+    the first present), None if it has none."""
+    return next((name for name in WEIGHT_FILES if (Path(path) / name).is_file()), None)
+
+
 def read_hf_tensors(path: str | Path) -> dict[str, np.ndarray]:
     """All tensors of a checkpoint directory, as numpy, keyed by their Hugging Face names."""
     path = Path(path)
-    if (path / SAFETENSORS).is_file():
+    found = weights_format(path)
+    if found == SAFETENSORS:
         return _read_safetensors([path / SAFETENSORS])
-    if (path / SAFETENSORS_INDEX).is_file():
+    if found == SAFETENSORS_INDEX:
         return _read_safetensors(_index_files(path / SAFETENSORS_INDEX))
-    if (path / PYTORCH_BIN).is_file():
+    if found == PYTORCH_BIN:
         return _read_pytorch_bin(path / PYTORCH_BIN)
-    if (path / FLAX_WEIGHTS).is_file():
+    if found == FLAX_WEIGHTS:
         return read_flax_tensors([path / FLAX_WEIGHTS])
-    if (path / FLAX_WEIGHTS_INDEX).is_file():
+    if found == FLAX_WEIGHTS_INDEX:
         return read_flax_tensors(_index_files(path / FLAX_WEIGHTS_INDEX))
     raise FileNotFoundError(
-        f"{path} has no {SAFETENSORS}, {SAFETENSORS_INDEX}, {PYTORCH_BIN}, {FLAX_WEIGHTS} or "
-        f"{FLAX_WEIGHTS_INDEX}; point load_hf at a Hugging Face BERT checkpoint directory"
+        f"{path} holds no model weights (none of {', '.join(WEIGHT_FILES)}); pass a Hugging Face "
+        "BERT directory with its weights, or a `bertjax pretrain` run directory"
     )
 
 

@@ -9,22 +9,26 @@ from typing import Any
 
 from flax import nnx
 
-from bertjax.io.hf import CONFIG, read_hf, write_hf
+from bertjax.io.hf import CONFIG, read_hf, weights_format, write_hf
+from bertjax.io.report import LoadReport
 from bertjax.io.weights import build_model, check_architecture, model_to_numpy
 
 
 def load_model(
     path: str | Path, model_cls: type[nnx.Module], *, source_cls: type[nnx.Module] | None = None,
     seed: int = 0, missing_heads: str = "init", **config_overrides: Any,
-) -> Any:
-    """A Hugging Face BERT directory -> a `model_cls` (see `bertjax.pretrained.load_hf`).
-    `source_cls` is the class its config.json names, if bertjax has it: weights that hold another
-    class's head instead of its own are refused (`check_architecture`)."""
+) -> tuple[Any, LoadReport]:
+    """A Hugging Face BERT directory -> (a `model_cls`, the report of what loaded; see
+    `bertjax.pretrained.load_hf`). `source_cls` is the class its config.json names, if bertjax has
+    it: weights that hold another class's head instead of its own are refused
+    (`check_architecture`)."""
     config, arrays = read_hf(path, **config_overrides)
     if source_cls is not None:
         check_architecture(arrays, config, source_cls, str(Path(path) / CONFIG))
-    return build_model(arrays, config, model_cls, seed=seed, source=f"the checkpoint {path}",
-                       missing_heads=missing_heads)
+    model, report = build_model(arrays, config, model_cls, seed=seed,
+                                source=f"the checkpoint {path}", missing_heads=missing_heads)
+    return model, report.replace(path=str(path), directory=str(path),
+                                 format=weights_format(path) or "")
 
 
 def save_model(model: nnx.Module, path: str | Path, *, tokenizer: Any = None) -> Path:

@@ -33,6 +33,7 @@ from bertjax.io.names import (
     stacked_at,
     torch_name,
 )
+from bertjax.io.report import FreshHeadsWarning, LoadReport
 
 log = logging.getLogger("bertjax.io")
 
@@ -257,9 +258,10 @@ def check_architecture(arrays: Mapping[str, Any], config: BertConfig, source_cls
 def build_model(
     arrays: Mapping[str, Any], config: BertConfig, model_cls: type, *, seed: int = 0,
     source: str = "the weights", missing_heads: str = "init",
-) -> Any:
+) -> tuple[Any, LoadReport]:
     """A `model_cls` from arrays under checkpoint names (`bertjax.io.names.checkpoint_name`: the
-    encoder under `bert.`, heads beside it, as a pre-training run and Hugging Face hold them).
+    encoder under `bert.`, heads beside it, as a pre-training run and Hugging Face hold them), and
+    the report of its heads.
 
     Heads the class declares (`head_prefixes`) that the arrays lack are initialised from `seed`,
     with a warning naming them (`missing_heads="init"`), or refused (`"error"`); other classes'
@@ -277,20 +279,30 @@ def build_model(
                  ", ".join(left_out), model_cls.__name__)
     heads = head_prefixes(abstract)
     missing = sorted(name for k, name in ours.items() if k not in arrays and name.startswith(heads))
+    fresh = _heads_named(missing, heads)
     if missing:
-        state.update(_fresh_heads(missing, heads, config, model_cls, seed=seed, source=source,
+        state.update(_fresh_heads(missing, fresh, config, model_cls, seed=seed, source=source,
                                   missing_heads=missing_heads))
-    return model_from_numpy(state, config, model_cls, what=source)
+    loaded = [h for h in _heads_named([n for k, n in ours.items() if k in arrays], heads)
+              if h not in fresh]
+    report = LoadReport(model_class=model_cls.__name__, loaded_heads=tuple(loaded),
+                        initialised_heads=tuple(fresh), left_out_heads=tuple(left_out), seed=seed)
+    return model_from_numpy(state, config, model_cls, what=source), report
+
+
+def _heads_named(names: Iterable[str], heads: tuple[str, ...]) -> list[str]:
+    """The heads (prefixes without the dot, in `heads` order) that any of `names` belongs to."""
+    names = list(names)
+    return [h.removesuffix(".") for h in heads if any(n.startswith(h) for n in names)]
 
 
 def _fresh_heads(
-    names: list[str], heads: tuple[str, ...], config: BertConfig, model_cls: type, *, seed: int,
+    names: list[str], fresh: list[str], config: BertConfig, model_cls: type, *, seed: int,
     source: str, missing_heads: str,
 ) -> dict[str, np.ndarray]:
-    """The weights `names` (of missing heads) freshly initialised from `seed`, with a warning;
-    with `missing_heads="error"` a ValueError instead."""
-    lacking = ", ".join(sorted({h.removesuffix(".") for h in heads
-                                if any(n.startswith(h) for n in names)}))
+    """The weights `names` (of the missing heads `fresh`) freshly initialised from `seed`, with a
+    warning; with `missing_heads="error"` a ValueError instead."""
+    lacking = ", ".join(sorted(fresh))
     if missing_heads == "error":
         name = model_cls.__name__
         fix = MADE_BY.get(name, MADE_BY_DEFAULT.format(cls=name))
@@ -298,7 +310,7 @@ def _fresh_heads(
     fresh = model_to_numpy(model_cls(config, rngs=nnx.Rngs(seed)))
     warnings.warn(
         f"{source} has no weights for {lacking}: freshly initialised (seed {seed}). "
-        "Fine-tune or pre-train before trusting those outputs.",
+        "Fine-tune or pre-train before trusting those outputs.", FreshHeadsWarning,
         stacklevel=4,  # the caller of load_hf / from_pretrained's reader
     )
     return {name: fresh[name] for name in names}

@@ -1,0 +1,111 @@
+"""Hugging Face Hub ids (`google-bert/bert-base-uncased`) as local directories, through
+`huggingface_hub` (an optional dependency): its cache, `HF_HUB_OFFLINE`, `revision=`, and the token
+from the environment (`HF_TOKEN` or `hf auth login`).
+
+`resolve_model(name)` returns a directory the loaders read like any other: `name` itself when it
+exists on disk, else the cached snapshot of the Hub repository of that id, holding `config.json`,
+the tokenizer's files and ONE set of weights: safetensors first, then `pytorch_model.bin`, then
+transformers-4 `flax_model.msgpack` (sharded ones with their index), so a repository that carries
+every format costs one download. Offline with the model absent from the cache is one error naming
+the id and how to get it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+CONFIG = "config.json"
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+# (weight file, its shard index): the first present is fetched, as transformers prefers them
+WEIGHTS = (("model.safetensors", "model.safetensors.index.json"),
+           ("pytorch_model.bin", "pytorch_model.bin.index.json"),
+           ("flax_model.msgpack", "flax_model.msgpack.index.json"))
+# what `huggingface_hub` accepts as a repository id: `name` or `namespace/name`
+_REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
+
+_resolved: dict[tuple[str, str | None, str | None], Path] = {}  # one lookup per process
+
+
+def looks_like_hub_id(name: str) -> bool:
+    """Whether `name` could be a Hub repository id (and is no path on this machine)."""
+    return (bool(_REPO_ID.fullmatch(name)) and not Path(name).exists() and ".." not in name
+            and not name.startswith(".") and not name.endswith((".json", ".safetensors", ".bin")))
+
+
+def resolve_model(name: str | Path, *, revision: str | None = None,
+                  cache_dir: str | Path | None = None) -> Path:
+    """A local directory for `name`: the path itself if it exists, else the Hub snapshot of the
+    repository `name` at `revision` (see the module docstring). Raises FileNotFoundError for a
+    missing path that is no Hub id, or a Hub id that cannot be had (one line saying why)."""
+    path = Path(name)
+    if path.exists() or not looks_like_hub_id(str(name)):
+        if revision is not None and path.exists():
+            raise ValueError(f"{name} is a local directory: revision={revision!r} only chooses a "
+                             "version of a Hub model")
+        return path
+    key = (str(name), revision, None if cache_dir is None else str(cache_dir))
+    if key not in _resolved:
+        _resolved[key] = _download(str(name), revision, cache_dir)
+    return _resolved[key]
+
+
+def _download(repo_id: str, revision: str | None, cache_dir: str | Path | None) -> Path:
+    """The snapshot directory holding config.json, the tokenizer files and one set of weights."""
+    try:
+        import huggingface_hub as hub
+        from huggingface_hub import constants, errors
+    except ImportError:
+        raise FileNotFoundError(
+            f"{repo_id}: no such local directory; as a Hugging Face Hub id it needs "
+            "huggingface_hub (pip install 'bertjax[hub]')") from None
+
+    def fetch(filename: str, required: bool = False) -> Path | None:
+        try:
+            return Path(hub.hf_hub_download(repo_id, filename, revision=revision,
+                                            cache_dir=cache_dir))
+        except errors.RepositoryNotFoundError:
+            raise FileNotFoundError(
+                f"{repo_id}: no such local directory, and no model of that id on the Hugging Face "
+                "Hub (or a private or gated one: log in with `hf auth login` or set HF_TOKEN); "
+                "check the name") from None
+        except errors.RevisionNotFoundError:
+            raise FileNotFoundError(f"the Hub model {repo_id} has no revision {revision!r}; pass "
+                                    "a branch, tag or commit it has") from None
+        except errors.LocalEntryNotFoundError:
+            if required:
+                raise _not_cached(repo_id, revision, constants.HF_HUB_OFFLINE) from None
+            return None
+        except errors.EntryNotFoundError:  # not in the repository
+            if required:
+                raise FileNotFoundError(f"the Hub model {repo_id} has no {filename}: it is not a "
+                                        "transformers model directory") from None
+            return None
+
+    config = fetch(CONFIG, required=True)
+    for filename in TOKENIZER_FILES:
+        fetch(filename)
+    for single, index in WEIGHTS:
+        if fetch(single) is not None:
+            return config.parent
+        index_path = fetch(index)
+        if index_path is not None:
+            for shard in sorted(set(json.loads(index_path.read_text()).get("weight_map", {})
+                                    .values())):
+                fetch(shard, required=True)
+            return config.parent
+    if constants.HF_HUB_OFFLINE:
+        raise _not_cached(repo_id, revision, True)
+    raise FileNotFoundError(f"the Hub model {repo_id} holds no weights bertjax reads (none of "
+                            f"{', '.join(w for pair in WEIGHTS for w in pair)})")
+
+
+def _not_cached(repo_id: str, revision: str | None, offline: bool) -> FileNotFoundError:
+    at = f" (revision {revision})" if revision else ""
+    why = "HF_HUB_OFFLINE is set" if offline else "the Hub cannot be reached"
+    return FileNotFoundError(
+        f"{repo_id}: no such local directory, and the Hub model of that id{at} is not in the "
+        f"local cache and {why}: download it first "
+        f"(hf download {repo_id}{' --revision ' + revision if revision else ''}) with network "
+        "access, or pass a local directory")

@@ -1,0 +1,168 @@
+"""Checking an exported Hugging Face directory before it is handed over: bertjax reloads it and
+must reproduce the model's outputs on fixed inputs, and, where transformers is installed, its
+class of the same name loads it with no missing or unexpected weight and computes the same
+outputs. `bertjax convert` runs both on the directory it wrote aside, before renaming it into
+place; a user can run them on any export:
+
+    checks = verify_export(model, tokenizer, "exported/")   # ExportCheckError if one fails
+    print(*checks, sep="\n")
+
+Tolerances: a reload is the same function of the same weights (`COPY_TOLERANCE`, absolute);
+transformers is another implementation of it, judged on the outputs' own scale
+(`TRANSFORMERS_TOLERANCE` relative to the largest |output|, floored at 1, as the parity tests
+judge gradients), so a model with large logits is not refused for float32 round-off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bertjax.config import COMPUTE_FIELDS
+from bertjax.io.hf import SAFETENSORS
+from bertjax.io.models import load_model
+from bertjax.io.names import HF_OUTPUT_FIELDS
+
+COPY_TOLERANCE = 1e-6  # absolute: the same weights computed the same way
+TRANSFORMERS_TOLERANCE = 1e-5  # max |diff| / max(1, max |transformers' output|), float32
+PROBE_SEED = 0  # the fixed inputs both checks run
+PROBE_BATCH, PROBE_LENGTH, PROBE_CHOICES = 3, 16, 2
+FIRST_ORDINARY_ID = 5  # probe ids are drawn from [5, vocabulary): past the usual special tokens
+
+Batch = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+class ExportCheckError(ValueError):
+    """A written directory that does not reproduce its model (the message says where)."""
+
+
+def probe_inputs(config: Any, tokenizer: Any, choices: bool) -> Batch:
+    """Fixed (input_ids, token_type_ids, attention_mask), int32 (B, S) or (B, C, S) for multiple
+    choice: [CLS] ... [SEP] rows of random ids, the second half token type 1, the last row
+    right-padded to half its length."""
+    B, S = PROBE_BATCH, min(PROBE_LENGTH, config.max_position_embeddings)
+    shape = (B, PROBE_CHOICES, S) if choices else (B, S)
+    vocab = min(tokenizer.vocab_size, config.vocab_size)
+    rng = np.random.default_rng(PROBE_SEED)
+    ids = rng.integers(min(FIRST_ORDINARY_ID, vocab - 1), vocab, size=shape).astype(np.int32)
+    types = np.zeros(shape, np.int32)
+    mask = np.ones(shape, np.int32)
+    types[..., S // 2:] = 1
+    ids[..., 0], ids[..., -1] = tokenizer.special.cls, tokenizer.special.sep
+    short = max(2, S // 2)  # the last row's real length
+    ids[-1, ..., short - 1] = tokenizer.special.sep
+    ids[-1, ..., short:] = tokenizer.special.pad
+    types[-1, ..., short:] = 0
+    mask[-1, ..., short:] = 0
+    return ids, types, mask
+
+
+def outputs_of(model: Any, batch: Batch) -> dict[str, np.ndarray]:
+    """Every float array output of `model` on `batch` (fields that are not None), as float32
+    numpy, computed with full-precision matmuls."""
+    with jax.default_matmul_precision("highest"):
+        out = model(*(jnp.asarray(x) for x in batch))
+    values = {f.name: getattr(out, f.name) for f in dataclasses.fields(out)}
+    return {k: np.asarray(v, np.float32) for k, v in values.items()
+            if isinstance(v, jax.Array) and jnp.issubdtype(v.dtype, jnp.floating)}
+
+
+def _worst(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray], *, relative: bool
+           ) -> tuple[float, str]:
+    """The largest error over the fields of `ours` and the field where it is: max |difference|,
+    divided by max(1, max |theirs|) if `relative`. A shape mismatch or NaN counts as infinite."""
+    def error(k: str) -> float:
+        if ours[k].shape != theirs[k].shape:
+            return math.inf
+        diff = float(np.max(np.abs(ours[k] - theirs[k])))
+        scale = max(1.0, float(np.max(np.abs(theirs[k])))) if relative else 1.0
+        return math.inf if math.isnan(diff) else diff / scale
+
+    errors = {k: error(k) for k in ours}
+    field = max(errors, key=errors.__getitem__)
+    return errors[field], field
+
+
+def check_copy(model: Any, directory: Path, batch: Batch) -> tuple[dict[str, np.ndarray], str]:
+    """bertjax reloads `directory` as the model's class (computing as the model does) and must
+    reproduce its outputs on `batch` within COPY_TOLERANCE: (the model's outputs, a line)."""
+    compute = {f: getattr(model.config, f) for f in COMPUTE_FIELDS}
+    reloaded, _ = load_model(directory, type(model), **compute)
+    ours, theirs = outputs_of(model, batch), outputs_of(reloaded, batch)
+    if set(ours) != set(theirs):
+        raise ExportCheckError(f"reloaded by bertjax it gives {', '.join(sorted(theirs))}, not "
+                               f"{', '.join(sorted(ours))}")
+    worst, field = _worst(ours, theirs, relative=False)
+    if not worst <= COPY_TOLERANCE:
+        raise ExportCheckError(f"reloaded by bertjax, its {field} differs from the model's by "
+                               f"{worst:.3g} (tolerance {COPY_TOLERANCE:g})")
+    return ours, (f"verified: bertjax reloads it with the same outputs, max |diff| {worst:.3g} "
+                  f"over {', '.join(ours)} (tolerance {COPY_TOLERANCE:g})")
+
+
+def check_transformers(model: Any, ours: dict[str, np.ndarray], directory: Path,
+                       batch: Batch) -> str:
+    """transformers (if installed) loads `directory` as the class of the same name, with no
+    missing or unexpected weight, and agrees with the model in float32 within
+    TRANSFORMERS_TOLERANCE (relative): a line saying so, or that the check was skipped."""
+    try:
+        import torch
+        import transformers
+    except ImportError:
+        return ("not checked with transformers: it is not installed (pip install transformers "
+                "torch to have every export loaded by it)")
+    name = type(model).__name__
+    fields = HF_OUTPUT_FIELDS[name]
+    if model.config.dtype != "float32":  # compare float32 with float32: the same weights
+        ours = outputs_of(load_model(directory, type(model), dtype="float32")[0], batch)
+    hf_logging = transformers.utils.logging
+    bar = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # its "Loading weights" bar: noise in a summary
+    try:
+        hf, info = getattr(transformers, name).from_pretrained(
+            directory, attn_implementation="eager", dtype=torch.float32, output_loading_info=True)
+    finally:
+        if bar:
+            hf_logging.enable_progress_bar()
+    problems = [f"{k} {', '.join(map(str, sorted(v, key=str))[:5])}" for k, v in info.items() if v]
+    if problems:
+        raise ExportCheckError(f"transformers {transformers.__version__} loads it as {name} with "
+                               f"{'; '.join(problems)}")
+    ids, types, mask = (torch.from_numpy(x).long() for x in batch)
+    with torch.no_grad():
+        got = hf.float().eval()(ids, token_type_ids=types, attention_mask=mask)
+    theirs = {k: getattr(got, v).float().numpy() for k, v in fields.items()}
+    worst, field = _worst({k: ours[k] for k in fields}, theirs, relative=True)
+    if not worst <= TRANSFORMERS_TOLERANCE:
+        raise ExportCheckError(
+            f"transformers {transformers.__version__} {name} gives {fields[field]} {worst:.3g} "
+            f"(relative to its scale) away from bertjax's {field} (tolerance "
+            f"{TRANSFORMERS_TOLERANCE:g})")
+    return (f"verified: transformers {transformers.__version__} loads it as {name}, max |diff| "
+            f"{worst:.3g} of the outputs' scale over {', '.join(fields.values())} (float32, "
+            f"tolerance {TRANSFORMERS_TOLERANCE:g})")
+
+
+def tensors_written(directory: Path) -> tuple[int, int]:
+    """(tensors, parameters) in `directory`'s model.safetensors, read from its header."""
+    from safetensors import safe_open
+
+    with safe_open(directory / SAFETENSORS, framework="numpy") as f:
+        shapes = [f.get_slice(k).get_shape() for k in f.keys()]
+    return len(shapes), sum(math.prod(s) for s in shapes)
+
+
+def verify_export(model: Any, tokenizer: Any, directory: str | Path) -> list[str]:
+    """Both checks of the directory `model` (with `tokenizer`) was written to: one line each;
+    an ExportCheckError if either fails."""
+    directory = Path(directory)
+    batch = probe_inputs(model.config, tokenizer,
+                         choices=type(model).__name__ == "BertForMultipleChoice")
+    ours, copied = check_copy(model, directory, batch)
+    return [copied, check_transformers(model, ours, directory, batch)]
