@@ -36,6 +36,7 @@ from bertjax.bench.options import (
 )
 from bertjax.bench.report import add_ratios, format_table, summarize_row, write_json
 from bertjax.bench.timing import THREAD_ENV, Gemm, Job, Pinning, Probe, RowSpec, write_job
+from bertjax.console import to_stderr
 from bertjax.train.schedule import OptimConfig
 
 # AdamW as in BERT (OptimConfig's defaults), no warm-up, and a horizon far beyond the run so the
@@ -96,10 +97,6 @@ def run_child(module: str, job: Job, workdir: Path) -> dict[str, Any]:
     return json.loads(result_path.read_text())
 
 
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def _row_spec(s: BenchSettings, row: Row, platform: str, pinning: Pinning) -> RowSpec:
     """What a child needs to run `row`: the full model config, the batch shape, the optimizer."""
     return RowSpec(
@@ -129,7 +126,7 @@ def run_benchmark(
     settings: BenchSettings,
     *,
     print_fn: Callable[[str], None] = print,
-    progress: Callable[[str], None] = _stderr,
+    progress: Callable[[str], None] = to_stderr,
 ) -> dict[str, Any]:
     """Run every row of `settings`, print the table through `print_fn` and return the report
     (also written to `settings.json_path` when set). Raises BenchError for bad options."""

@@ -11,7 +11,8 @@ runs. The output directory holds
                               question answering: F1 then exact match; choice: accuracy),
                               exported: transformers' class of the same name and AutoTokenizer
                               load it
-    metrics.jsonl, tensorboard/   train records every `LOG_EVERY` steps, one eval record per epoch
+    metrics.jsonl, tensorboard/   a train record per step (brought to the host every `LOG_EVERY`
+                              steps), one eval record per epoch
     the task's report         classification: confusion_validation.png (and confusion_test.png);
                               tagging: entities_validation.json (and _test): per-type rows;
                               answers_*.json, choices_*.json: each question's prediction
@@ -21,7 +22,6 @@ runs. The output directory holds
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,8 +30,8 @@ from typing import Any
 import jax
 import numpy as np
 from flax import nnx
-from tqdm import tqdm
 
+from bertjax.console import to_stderr
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.files import atomic_directory, check_output_directory, write_json_atomic
 from bertjax.io.models import save_model
@@ -39,6 +39,7 @@ from bertjax.tasks.classification import ClassificationTask
 from bertjax.tasks.finetune_config import FinetuneConfig
 from bertjax.tasks.task import Task, TaskScores
 from bertjax.train.assembly import assemble
+from bertjax.train.loop import PendingMetrics, TrainClock
 from bertjax.train.metrics import MetricsWriter
 from bertjax.train.optim import OptimConfig
 from bertjax.train.parallel import SingleDevice
@@ -48,7 +49,7 @@ from bertjax.use.encode import check_max_length
 __all__ = ["LOG_EVERY", "FinetuneConfig", "FinetuneResult", "check_inputs", "check_output_dir",
            "finetune", "length_grouped_batches"]
 
-LOG_EVERY = 10  # optimizer steps between train records
+LOG_EVERY = 10  # optimizer steps between metric syncs (and progress-bar updates)
 
 
 @dataclasses.dataclass
@@ -89,7 +90,7 @@ def finetune(
     """
     started = time.perf_counter()
     task = task or ClassificationTask()
-    say = log or _stderr
+    say = log or to_stderr
     out = Path(output_dir)
     check_output_dir(out)
     if not isinstance(model, task.model_class):
@@ -136,13 +137,16 @@ def _train(run: _Run, state: TrainState, validation: Sequence[Any], progress: bo
     """Every epoch, then the validation scores; the best epoch is exported to model/."""
     config, out = run.config, run.out
     writer = MetricsWriter(out / "metrics.jsonl", tensorboard_dir=out / "tensorboard")
+    pending = PendingMetrics(run.strategy.host_metrics, writer, advice=lambda: (
+        "lower the learning rate (--learning-rate) or raise the warm-up (--warmup-fraction) and "
+        "fine-tune again"))
+    clock = TrainClock(total=run.steps_per_epoch * config.epochs, start=0, tokens_per_step=None,
+                       progress=progress, desc="finetune")
     rng = np.random.default_rng(config.seed)
     best: _BestEpoch | None = None
-    bar = tqdm(total=run.steps_per_epoch * config.epochs, unit="step", desc="finetune",
-               disable=not progress, file=sys.stderr)
     try:
         for epoch in range(1, config.epochs + 1):
-            state, step = _train_epoch(run, state, epoch, rng, writer, bar)
+            state, step = _train_epoch(run, state, epoch, rng, pending, clock)
             current = nnx.merge(run.graphdef, state.params)
             scores = run.task.evaluate(current, run.tokenizer, validation, config.max_length)
             writer.log("eval", step, {"epoch": epoch, **scores.metrics}, flush=True)
@@ -150,8 +154,9 @@ def _train(run: _Run, state: TrainState, validation: Sequence[Any], progress: bo
             if best is None or scores.rank > best.scores.rank:
                 best = _BestEpoch(epoch, scores, jax.device_get(state.params))
                 save_model(current, out / "model", tokenizer=run.tokenizer)
+            clock.resume()  # validation is not training time
     finally:
-        bar.close()
+        clock.close()
         writer.close()
     assert best is not None  # epochs >= 1 (FinetuneConfig checks)
     return best
@@ -227,7 +232,7 @@ def _set_up(task: Task, model: Any, tokenizer: WordPieceTokenizer, train: Sequen
 
 
 def _train_epoch(run: _Run, state: TrainState, epoch: int, rng: np.random.Generator,
-                 writer: MetricsWriter, bar: tqdm) -> tuple[TrainState, int]:
+                 pending: PendingMetrics, clock: TrainClock) -> tuple[TrainState, int]:
     """One pass over the training batches; returns the state and the last step's number."""
     config, step = run.config, 0
     for b, rows in enumerate(length_grouped_batches(run.train_lengths, config.batch_size, rng)):
@@ -235,11 +240,9 @@ def _train_epoch(run: _Run, state: TrainState, epoch: int, rng: np.random.Genera
                                run.model_config)
         state, metrics = run.train_step(state, run.strategy.shard_batch(batch))
         step = (epoch - 1) * run.steps_per_epoch + b + 1
+        pending.add(step, metrics)
         if step % LOG_EVERY == 0 or b == run.steps_per_epoch - 1:
-            host = run.strategy.host_metrics(metrics)
-            writer.log("train", step, host)
-            bar.set_postfix(loss=f"{host['loss']:.3f}", refresh=False)
-        bar.update(1)
+            clock.tick(step, pending.flush())  # metrics come to the host only here
     return state, step
 
 
@@ -262,10 +265,6 @@ def _finish(run: _Run, best: _BestEpoch, test: Sequence[Any] | None,
         baseline_scores=run.baseline_scores.metrics, seconds=time.perf_counter() - started)
     write_json_atomic(out / "summary.json", dataclasses.asdict(result))
     return result
-
-
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def length_grouped_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator,

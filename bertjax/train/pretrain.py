@@ -19,10 +19,8 @@ import contextlib
 import dataclasses
 import json
 import math
-import shlex
-import shutil
-import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,43 +28,41 @@ from typing import Any
 import jax
 import numpy as np
 from flax import nnx
-from tqdm import tqdm
 
-from bertjax.files import check_creatable, listing, write_json_atomic
+from bertjax.console import quiet, to_stderr
+from bertjax.files import write_json_atomic
 from bertjax.heads import BertForPreTraining
 from bertjax.losses import metrics_from_sums
 from bertjax.train import run_config as rc
 from bertjax.train.assembly import Strategy, assemble
-from bertjax.train.checkpoint import Checkpointer, abstract_like
-from bertjax.train.distributed import allgather_json, any_process, barrier
+from bertjax.train.checkpoint import Checkpointer
+from bertjax.train.distributed import allgather_json, barrier
 from bertjax.train.interrupt import CtrlC, PretrainInterrupted
 from bertjax.train.local_init import local_attention_init
+from bertjax.train.loop import NonFiniteLossError, PendingMetrics, StepSchedule, TrainClock
 from bertjax.train.metrics import MetricsWriter, read_jsonl
 from bertjax.train.parallel import make_strategy
 from bertjax.train.prefetch import Prefetch
-from bertjax.train.pretrain_data import (
-    CACHE_OPTIONS,
-    PretrainData,
-    accuracy_ratio,
-    check_corpus,
-    open_data,
+from bertjax.train.pretrain_data import PretrainData, accuracy_ratio, check_corpus, open_data
+from bertjax.train.run_state import (
+    PretrainError,
+    RunStart,
+    check_run_dir,
+    discard_unstarted,
+    interrupted_error,
+    resume_command,
 )
-from bertjax.train.rundir import RunDir, Survey
+from bertjax.train.rundir import RunDir
 from bertjax.train.step import Batch, Metrics, TrainState
 from bertjax.viz.curves import plot_curves
+
+__all__ = ["TRAIN_METRIC_KEYS", "NonFiniteLossError", "PretrainError", "PretrainResult",
+           "check_run_dir", "initialise_model", "pretrain", "resume_command"]
 
 # Keys of a train record that are a pure function of (config, step): the resume test compares them.
 TRAIN_METRIC_KEYS = (
     "loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy", "grad_norm", "learning_rate",
 )
-
-
-class PretrainError(RuntimeError):
-    """A run that cannot start or continue, with a message meant for the user."""
-
-
-class NonFiniteLossError(PretrainError):
-    """The loss or gradient norm became NaN or Inf."""
 
 
 @dataclasses.dataclass
@@ -116,7 +112,7 @@ def pretrain(
     """
     t_start = time.perf_counter()
     run, is_main = RunDir(run_dir), jax.process_index() == 0
-    say = (log or _stderr) if is_main else _quiet
+    say = (log or to_stderr) if is_main else quiet
     start = check_run_dir(run, config, resume)
     if start.rebuild_data:
         check_corpus(config)
@@ -138,17 +134,12 @@ def pretrain(
         except PretrainInterrupted:
             raise
         except KeyboardInterrupt:
-            raise _interrupted(run, config, ctrl_c) from None
+            raise interrupted_error(run, config, ctrl_c) from None
     if end.stopped and end.interrupted:
         raise PretrainInterrupted(
             f"interrupted (Ctrl-C) at step {end.step} of {config.train.steps}; saved a checkpoint "
             f"at step {end.step}; resume with: {resume_command(run)}")
     return result
-
-
-def resume_command(run: RunDir) -> str:
-    """The command that continues the run in `run`."""
-    return f"bertjax pretrain --resume --output-dir {shlex.quote(str(run))}"
 
 
 def _finish(job: _Job, run: RunDir, end: _LoopEnd, clock: TrainClock,
@@ -197,99 +188,6 @@ def _read_summary(run: RunDir) -> PretrainResult | None:
         return PretrainResult(**{k: v for k, v in saved.items() if k in names})
     except (OSError, ValueError, TypeError, AttributeError):
         return None
-
-
-def _interrupted(run: RunDir, config: rc.RunConfig, ctrl_c: CtrlC) -> PretrainInterrupted:
-    """Ctrl-C that stopped the job at once (in its set-up, or a second Ctrl-C): the run keeps
-    its configuration (so --resume works) and its checkpoints; the error says so."""
-    if jax.process_index() == 0 and not run.config.exists():
-        write_json_atomic(run.config, config.to_dict())  # options checked: --resume can use them
-    steps = run.checkpoint_steps()
-    where = ("during set-up" if ctrl_c.step is None else
-             "before the first step" if ctrl_c.step == 0 else f"at step {ctrl_c.step}")
-    if not steps:
-        saved = "no checkpoint was written"
-    elif ctrl_c.step is not None and steps[-1] < ctrl_c.step:
-        saved = f"the newest checkpoint is step {steps[-1]} (later steps are trained again)"
-    else:
-        saved = f"the newest checkpoint is step {steps[-1]}"
-    twice = " twice" if ctrl_c.count > 1 and ctrl_c.step is not None else ""
-    return PretrainInterrupted(
-        f"interrupted (Ctrl-C{twice}) {where}; {saved}; resume with: {resume_command(run)}")
-
-
-# --- checking the run directory ------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class RunStart:
-    """How a job starts in its run directory (`check_run_dir`)."""
-
-    resume: bool  # continue from the newest checkpoint
-    rebuild_data: bool  # make the vocabulary and shards anew (after discarding stale ones)
-    restart: bool  # a run that never reached a checkpoint starts again: its logs are cut back
-    write_config: bool  # save run_config.json once the data is ready
-    new_dir: bool = False  # --output-dir does not exist yet
-    notes: tuple[str, ...] = ()
-
-
-def check_run_dir(run: RunDir, config: rc.RunConfig, resume: bool) -> RunStart:
-    """How the job starts in `run`, or a PretrainError (ValueError for a damaged
-    run_config.json) saying why it cannot; reads only, writes nothing."""
-    if run.root.exists() and not run.root.is_dir():
-        raise PretrainError(f"--output-dir {run} is a file, not a directory; choose another "
-                            "--output-dir")
-    survey = run.survey()
-    if resume:
-        return _check_resume(run, config, survey)
-    if survey.started:
-        raise PretrainError(
-            f"{run} already holds a run (checkpoint steps {survey.steps}); pass --resume to "
-            "continue it, or choose another --output-dir")
-    if survey.foreign:
-        raise PretrainError(
-            f"--output-dir {run} holds files that a bertjax run does not write "
-            f"({listing(survey.foreign)}); choose another --output-dir (a new or empty "
-            "directory), or move those files out")
-    if survey.saved is None:
-        if survey.run_files:
-            raise PretrainError(
-                f"--output-dir {run} holds {listing(survey.run_files)} but no run_config.json, so "
-                "it is no run this command made or can continue; remove them or choose another "
-                "--output-dir")
-        check_creatable(run.root, "--output-dir")
-        return RunStart(resume=False, rebuild_data=True, restart=False, write_config=True,
-                        new_dir=not survey.exists)
-    # a configuration but no checkpoint: set up, never trained (stopped or failed before its
-    # first checkpoint); it starts again, with the options given now
-    diffs = rc.differences(survey.saved, config)
-    stale = any(d.split(":")[0] in CACHE_OPTIONS for d in diffs)
-    note = (f"{run} holds a run that never reached its first checkpoint: starting it afresh"
-            + (f" with the options given now ({len(diffs)} differ from its saved ones)"
-               if diffs else "")
-            + ("; its vocabulary and shards are made anew" if stale else ""))
-    return RunStart(resume=False, rebuild_data=stale, restart=True, write_config=True,
-                    notes=(note,))
-
-
-def _check_resume(run: RunDir, config: rc.RunConfig, survey: Survey) -> RunStart:
-    if survey.saved is None and not survey.steps:
-        what = ("does not exist" if not survey.exists
-                else "holds no run (no run_config.json, no checkpoint)")
-        raise PretrainError(
-            f"cannot resume: --output-dir {run} {what}, so there is no run to resume; to start "
-            f"one, leave out --resume: bertjax pretrain --output-dir {shlex.quote(str(run))} "
-            "[options]")
-    diffs = rc.differences(survey.saved, config) if survey.saved is not None else []
-    if diffs:
-        fresh = (" (it has no checkpoint yet, so without --resume it starts afresh with these "
-                 "options)" if not survey.steps else "")
-        raise PretrainError(
-            f"cannot resume {run}: the requested configuration differs from the saved one in "
-            f"{len(diffs)} field(s): {'; '.join(diffs)}; resume with the same options (or only "
-            f"--resume), or use another --output-dir{fresh}")
-    return RunStart(resume=True, rebuild_data=False, restart=False,
-                    write_config=survey.saved is None)
 
 
 # --- setting up ----------------------------------------------------------------------------------
@@ -370,14 +268,14 @@ def _prepare_data(config: rc.RunConfig, run: RunDir, start: RunStart, ctrl_c: Ct
             f"{config.data.corpus!r} in {run}")
         if main and start.restart:
             with ctrl_c.deferred():  # the stale configuration first: it describes the old data
-                _discard_unstarted(run)
+                discard_unstarted(run)
     try:
         with ctrl_c.at_once():  # files only: Ctrl-C may stop it anywhere
             data = open_data(config, run, rebuild=start.rebuild_data, poll=ctrl_c.poll)
     except Exception:
         if main and start.rebuild_data:
             with ctrl_c.deferred():
-                _discard_unstarted(run)
+                discard_unstarted(run)
                 if start.new_dir:
                     with contextlib.suppress(OSError):
                         run.root.rmdir()  # made by this job, and empty again
@@ -388,27 +286,19 @@ def _prepare_data(config: rc.RunConfig, run: RunDir, start: RunStart, ctrl_c: Ct
     return data
 
 
-def _discard_unstarted(run: RunDir) -> None:
-    """Remove what a run that never reached a checkpoint wrote (its configuration, data and
-    logs): the run starts afresh, or the set-up that made them failed."""
-    for path in (run.config, run.tokenizer, run.vocab, run.metrics, run.curves, run.summary):
-        path.unlink(missing_ok=True)
-    for path in (run.data_root, run.tensorboard):
-        if path.is_dir():
-            shutil.rmtree(path)
-
-
 def _restore(checkpointer: Checkpointer, state: TrainState, data: PretrainData, resume: bool,
              say: Callable[[str], None]) -> tuple[TrainState, int]:
     """The newest good checkpoint's state and step (and the data iterator moved to it), or the
     fresh `state` at step 0."""
-    restored = checkpointer.restore_latest(abstract_like(state)) if resume else None
+    with warnings.catch_warnings(record=True) as damaged:  # said below, once each
+        warnings.simplefilter("always")
+        restored = checkpointer.restore(state) if resume else None
+    for warning in damaged:
+        say(f"warning: {warning.message}")
     if restored is None:
         if resume:
             say(f"no usable checkpoint in {checkpointer.directory}; starting from step 0")
         return state, 0
-    for bad in restored.skipped:
-        say(f"warning: checkpoint step {bad} in {checkpointer.directory} is corrupt; skipped")
     data.train.set_state(restored.data_states[jax.process_index()])
     return restored.state, restored.step
 
@@ -421,12 +311,16 @@ def _run_loop(job: _Job, state: TrainState, run: RunDir, start: RunStart, ctrl_c
     config, is_main = job.config, jax.process_index() == 0
     writer = MetricsWriter(run.metrics, tensorboard_dir=run.tensorboard, enabled=is_main,
                            resume_step=job.start_step if start.resume or start.restart else None)
-    pending = PendingMetrics(job.strategy.host_metrics, writer, job.checkpointer.steps, on_step)
+    pending = PendingMetrics(job.strategy.host_metrics, writer, on_step=on_step,
+                             advice=lambda: _nan_advice(job.checkpointer.steps()))
     clock = TrainClock(total=config.train.steps, start=job.start_step,
                        tokens_per_step=config.data.batch_size * config.data.seq_len,
-                       progress=progress and is_main)
-    schedule = StepSchedule.of(config.train, start=job.start_step, started=started,
-                               time_limit_s=time_limit_s)
+                       progress=progress and is_main, desc="pretrain")
+    train = config.train
+    schedule = StepSchedule(total=train.steps, log_every=train.log_every,
+                            eval_every=train.eval_every, checkpoint_every=train.checkpoint_every,
+                            start=job.start_step, started=started, time_limit_s=time_limit_s,
+                            processes=jax.process_count())
     # batches are made and put on the devices one step ahead, in a background thread
     batches = Prefetch(job.data.batches_with_state(),
                        lambda b: (job.strategy.shard_batch(b[0]), b[1]))
@@ -436,63 +330,6 @@ def _run_loop(job: _Job, state: TrainState, run: RunDir, start: RunStart, ctrl_c
         batches.close()
         clock.close()
         writer.close()
-
-
-# --- the loop ------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class StepPlan:
-    """What follows one optimizer step."""
-
-    log: bool  # bring the pending metrics to the host (a device sync), log them, tick the clock
-    eval: bool  # evaluate on the held-out batches
-    checkpoint: bool  # save a checkpoint
-    stop: bool  # the time limit has passed or Ctrl-C was pressed before the last step: stop
-    # after the checkpoint
-    interrupted: bool = False  # Ctrl-C's stop (no evaluation unless one is due: it is prompt)
-
-
-@dataclasses.dataclass(frozen=True)
-class StepSchedule:
-    """When the loop logs, evaluates, checkpoints and stops.
-
-    Evaluation every `eval_every` steps, at the last step and at a time-limit stop; a checkpoint
-    with every evaluation, every `checkpoint_every` steps and at any stop; metrics come to the
-    host every `log_every` steps, after the run's first step and before each evaluation or
-    checkpoint. The time limit is checked every `log_every` steps, agreed by every process (a
-    collective); so is Ctrl-C with several processes (in one, after every step).
-    """
-
-    total: int
-    log_every: int
-    eval_every: int
-    checkpoint_every: int
-    start: int  # the step the run (re)started at
-    started: float  # time.perf_counter() at the start of the job
-    time_limit_s: float | None = None
-
-    @classmethod
-    def of(cls, train: rc.TrainSection, *, start: int, started: float,
-           time_limit_s: float | None) -> StepSchedule:
-        return cls(total=train.steps, log_every=train.log_every, eval_every=train.eval_every,
-                   checkpoint_every=train.checkpoint_every, start=start, started=started,
-                   time_limit_s=time_limit_s)
-
-    def due(self, step: int, ctrl_c: bool = False) -> StepPlan:
-        """The plan after `step`, `ctrl_c` telling whether Ctrl-C was pressed in this process
-        (a collective on the steps that check the time limit)."""
-        is_last = step == self.total
-        check = step % self.log_every == 0
-        over_time = (self.time_limit_s is not None and check
-                     and any_process(time.perf_counter() - self.started > self.time_limit_s))
-        interrupted = (check or jax.process_count() == 1) and any_process(ctrl_c)
-        stop = (over_time or interrupted) and not is_last
-        evaluate = step % self.eval_every == 0 or is_last or over_time
-        checkpoint = evaluate or step % self.checkpoint_every == 0 or stop
-        log = checkpoint or check or step == self.start + 1
-        return StepPlan(log=log, eval=evaluate, checkpoint=checkpoint, stop=stop,
-                        interrupted=interrupted and not is_last)
 
 
 @dataclasses.dataclass
@@ -522,9 +359,11 @@ def _train(job: _Job, state: TrainState, batches: Prefetch, schedule: StepSchedu
         if due.checkpoint:
             with ctrl_c.deferred():  # a second Ctrl-C waits for the checkpoint
                 writer.flush()  # first: a checkpoint on disk has its steps' records on disk
-                job.checkpointer.save(step, job.strategy.host_state(state),
-                                      allgather_json(data_state), job.config.to_dict(),
-                                      eval_loss=last_eval["mlm_loss"] if due.eval else None)
+                job.checkpointer.save(
+                    step, job.strategy.host_state(state),
+                    extra={"data_states": allgather_json(data_state)},
+                    config=job.config.to_dict(),
+                    eval_loss=last_eval["mlm_loss"] if due.eval else None)
         if due.eval or due.checkpoint:
             clock.resume()  # evaluation and checkpoints are not training time
         if due.stop:
@@ -559,97 +398,9 @@ def _held_out_means(job: _Job, params: nnx.State, batches: list) -> dict[str, fl
     return _means({k: sum(s[k] for s in sums) for k in sums[0]})
 
 
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def _quiet(message: str) -> None:
-    """What processes other than 0 say: nothing."""
-
-
-class PendingMetrics:
-    """Train metrics stay on the device until `flush` brings every pending step to the host at
-    once: one sync per log interval, not per step. Each step is then checked (NaN/Inf stops the
-    run) and logged to metrics.jsonl; TensorBoard gets one point per flush."""
-
-    def __init__(self, to_host: Callable[[Metrics], dict[str, float]], writer: MetricsWriter,
-                 checkpoint_steps: Callable[[], list[int]],
-                 on_step: Callable[[int, dict[str, float]], None] | None):
-        self.to_host, self.writer = to_host, writer
-        self.checkpoint_steps, self.on_step = checkpoint_steps, on_step
-        self.steps: list[tuple[int, Metrics]] = []
-
-    def add(self, step: int, metrics: Metrics) -> None:
-        self.steps.append((step, metrics))
-
-    def flush(self) -> dict[str, float]:
-        """Log the pending steps; returns the newest one's metrics ({} if none was pending)."""
-        host: dict[str, float] = {}
-        for i, (step, metrics) in enumerate(self.steps, 1):
-            host = self.to_host(metrics)
-            if self.on_step is not None:
-                self.on_step(step, host)
-            for key in ("loss", "grad_norm"):
-                if not math.isfinite(host.get(key, 0.0)):
-                    self._stop(step, key, host[key])
-            # every step to metrics.jsonl; the newest of each flush to TensorBoard (host time)
-            self.writer.log("train", step, host, tensorboard=i == len(self.steps))
-        self.steps.clear()
-        return host
-
-    def _stop(self, step: int, key: str, value: float) -> None:
-        good = self.checkpoint_steps()
-        raise NonFiniteLossError(
-            f"{key} is {value} at step {step}: stopping. The last good checkpoint is "
-            + (f"step {good[-1]}" if good else "none (none was saved)")
-            + "; lower optim.learning_rate or raise optim.warmup_steps and resume from it"
-        )
-
-
-class TrainClock:
-    """Training time and tokens/s between metric flushes (each a device sync), leaving out the
-    first step (compilation) and the evaluations and checkpoints (`resume` after them); drives
-    the progress bar."""
-
-    def __init__(self, *, total: int, start: int, tokens_per_step: int, progress: bool):
-        self.tokens_per_step = tokens_per_step
-        self.started = time.perf_counter()
-        self.first_step_s = 0.0
-        self.seconds, self.steps = 0.0, 0
-        self.mark: tuple[float, int] | None = None
-        self.bar = None
-        if progress:
-            self.bar = tqdm(total=total, initial=start, unit="step", dynamic_ncols=True,
-                            desc="pretrain", file=sys.stderr)
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.steps * self.tokens_per_step / self.seconds if self.seconds > 0 else 0.0
-
-    def tick(self, step: int, metrics: dict[str, float]) -> None:
-        """The device has finished `step` (its metrics are on the host)."""
-        now = time.perf_counter()
-        rate = 0.0
-        if self.mark is None:
-            self.first_step_s = now - self.started
-        else:
-            seconds, steps = now - self.mark[0], step - self.mark[1]
-            self.seconds, self.steps = self.seconds + seconds, self.steps + steps
-            rate = steps * self.tokens_per_step / max(seconds, 1e-9)
-        self.mark = (now, step)
-        if self.bar is not None and metrics:
-            self.bar.set_postfix(loss=f"{metrics['loss']:.3f}", lr=f"{metrics['learning_rate']:.2e}",
-                                 tok_s=f"{rate:,.0f}", refresh=False)
-            self.bar.update(step - self.bar.n)
-
-    def resume(self) -> None:
-        """Training starts again now (after an evaluation or a checkpoint)."""
-        if self.mark is not None:
-            self.mark = (time.perf_counter(), self.mark[1])
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+def _nan_advice(good: list[int]) -> str:
+    return ("The last good checkpoint is " + (f"step {good[-1]}" if good else "none (none was saved)")
+            + "; lower optim.learning_rate or raise optim.warmup_steps and resume from it")
 
 
 def _means(sums: dict[str, float]) -> dict[str, float]:

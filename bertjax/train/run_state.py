@@ -1,0 +1,128 @@
+"""The run directory's states for `bertjax pretrain`: whether a job may start, start afresh or
+resume in a directory (`check_run_dir`, which only reads), what a run that never reached a
+checkpoint leaves to remove, and what an interrupted run says. The job itself is
+`bertjax.train.pretrain`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import shutil
+
+import jax
+
+from bertjax.files import check_creatable, listing, write_json_atomic
+from bertjax.train import run_config as rc
+from bertjax.train.interrupt import CtrlC, PretrainInterrupted
+from bertjax.train.pretrain_data import CACHE_OPTIONS
+from bertjax.train.rundir import RunDir, Survey
+
+
+class PretrainError(RuntimeError):
+    """A run that cannot start or continue, with a message meant for the user."""
+
+
+def resume_command(run: RunDir) -> str:
+    """The command that continues the run in `run`."""
+    return f"bertjax pretrain --resume --output-dir {shlex.quote(str(run))}"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunStart:
+    """How a job starts in its run directory (`check_run_dir`)."""
+
+    resume: bool  # continue from the newest checkpoint
+    rebuild_data: bool  # make the vocabulary and shards anew (after discarding stale ones)
+    restart: bool  # a run that never reached a checkpoint starts again: its logs are cut back
+    write_config: bool  # save run_config.json once the data is ready
+    new_dir: bool = False  # --output-dir does not exist yet
+    notes: tuple[str, ...] = ()
+
+
+def check_run_dir(run: RunDir, config: rc.RunConfig, resume: bool) -> RunStart:
+    """How the job starts in `run`, or a PretrainError (ValueError for a damaged
+    run_config.json) saying why it cannot; reads only, writes nothing."""
+    if run.root.exists() and not run.root.is_dir():
+        raise PretrainError(f"--output-dir {run} is a file, not a directory; choose another "
+                            "--output-dir")
+    survey = run.survey()
+    if resume:
+        return _check_resume(run, config, survey)
+    if survey.started:
+        raise PretrainError(
+            f"{run} already holds a run (checkpoint steps {survey.steps}); pass --resume to "
+            "continue it, or choose another --output-dir")
+    if survey.foreign:
+        raise PretrainError(
+            f"--output-dir {run} holds files that a bertjax run does not write "
+            f"({listing(survey.foreign)}); choose another --output-dir (a new or empty "
+            "directory), or move those files out")
+    if survey.saved is None:
+        if survey.run_files:
+            raise PretrainError(
+                f"--output-dir {run} holds {listing(survey.run_files)} but no run_config.json, so "
+                "it is no run this command made or can continue; remove them or choose another "
+                "--output-dir")
+        check_creatable(run.root, "--output-dir")
+        return RunStart(resume=False, rebuild_data=True, restart=False, write_config=True,
+                        new_dir=not survey.exists)
+    # a configuration but no checkpoint: set up, never trained (stopped or failed before its
+    # first checkpoint); it starts again, with the options given now
+    diffs = rc.differences(survey.saved, config)
+    stale = any(d.split(":")[0] in CACHE_OPTIONS for d in diffs)
+    note = (f"{run} holds a run that never reached its first checkpoint: starting it afresh"
+            + (f" with the options given now ({len(diffs)} differ from its saved ones)"
+               if diffs else "")
+            + ("; its vocabulary and shards are made anew" if stale else ""))
+    return RunStart(resume=False, rebuild_data=stale, restart=True, write_config=True,
+                    notes=(note,))
+
+
+def _check_resume(run: RunDir, config: rc.RunConfig, survey: Survey) -> RunStart:
+    if survey.saved is None and not survey.steps:
+        what = ("does not exist" if not survey.exists
+                else "holds no run (no run_config.json, no checkpoint)")
+        raise PretrainError(
+            f"cannot resume: --output-dir {run} {what}, so there is no run to resume; to start "
+            f"one, leave out --resume: bertjax pretrain --output-dir {shlex.quote(str(run))} "
+            "[options]")
+    diffs = rc.differences(survey.saved, config) if survey.saved is not None else []
+    if diffs:
+        fresh = (" (it has no checkpoint yet, so without --resume it starts afresh with these "
+                 "options)" if not survey.steps else "")
+        raise PretrainError(
+            f"cannot resume {run}: the requested configuration differs from the saved one in "
+            f"{len(diffs)} field(s): {'; '.join(diffs)}; resume with the same options (or only "
+            f"--resume), or use another --output-dir{fresh}")
+    return RunStart(resume=True, rebuild_data=False, restart=False,
+                    write_config=survey.saved is None)
+
+
+def discard_unstarted(run: RunDir) -> None:
+    """Remove what a run that never reached a checkpoint wrote (its configuration, data and
+    logs): the run starts afresh, or the set-up that made them failed."""
+    for path in (run.config, run.tokenizer, run.vocab, run.metrics, run.curves, run.summary):
+        path.unlink(missing_ok=True)
+    for path in (run.data_root, run.tensorboard):
+        if path.is_dir():
+            shutil.rmtree(path)
+
+
+def interrupted_error(run: RunDir, config: rc.RunConfig, ctrl_c: CtrlC) -> PretrainInterrupted:
+    """Ctrl-C that stopped the job at once (in its set-up, or a second Ctrl-C): the run keeps
+    its configuration (so --resume works) and its checkpoints; the error says so."""
+    if jax.process_index() == 0 and not run.config.exists():
+        write_json_atomic(run.config, config.to_dict())  # options checked: --resume can use them
+    steps = run.checkpoint_steps()
+    where = ("during set-up" if ctrl_c.step is None else
+             "before the first step" if ctrl_c.step == 0 else f"at step {ctrl_c.step}")
+    if not steps:
+        saved = "no checkpoint was written"
+    elif ctrl_c.step is not None and steps[-1] < ctrl_c.step:
+        saved = f"the newest checkpoint is step {steps[-1]} (later steps are trained again)"
+    else:
+        saved = f"the newest checkpoint is step {steps[-1]}"
+    twice = " twice" if ctrl_c.count > 1 and ctrl_c.step is not None else ""
+    return PretrainInterrupted(
+        f"interrupted (Ctrl-C{twice}) {where}; {saved}; resume with: {resume_command(run)}")
