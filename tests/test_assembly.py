@@ -121,3 +121,68 @@ def test_assembled_eval_step_equals_make_eval_step() -> None:
     expected = jax.jit(make_eval_step(graphdef))(params, batch)
     training = assemble(model, OPTIM, SingleDevice(), seed=0)
     _assert_equal(training.eval_step(training.state.params, batch), expected)
+
+
+# --- any Optax transformation ---------------------------------------------------------------
+
+
+def _train(model: nnx.Module, optimizer, steps: int, **kwargs):
+    """`steps` updates of `assemble(model, optimizer)` on one fixed batch: (losses, metrics)."""
+    training = assemble(model, optimizer, seed=0, **kwargs)
+    state = training.strategy.place_state(training.state)
+    batch = training.strategy.shard_batch(make_batches(1)[0])
+    losses, metrics = [], {}
+    for _ in range(steps):
+        state, metrics = training.train_step(state, batch)
+        losses.append(float(metrics["loss"]))
+    return losses, metrics
+
+
+def test_adafactor_trains_through_assemble_and_logs_no_rate_it_cannot_read() -> None:
+    """A plain Optax optimizer: it learns (the loss on a repeated batch falls), and its state
+    holds no learning rate, so none is logged rather than a made-up one."""
+    import optax
+
+    losses, metrics = _train(BertForPreTraining(_config(0.0, 0.0), rngs=nnx.Rngs(0)),
+                             optax.adafactor(1e-2), steps=8)
+    assert all(b < a for a, b in zip(losses, losses[1:], strict=False)), losses  # every update
+    assert losses[-1] < 0.98 * losses[0], losses  # measured 5.563 -> 5.429 in 8 updates
+    assert "learning_rate" not in metrics and np.isfinite(float(metrics["grad_norm"]))
+
+
+def test_a_user_chain_logs_the_rate_its_injected_schedule_used() -> None:
+    """A user's own chain with `inject_hyperparams`: the learning rate logged after each update
+    is the schedule's value at that update (0-based), read from the optimizer's state."""
+    import optax
+
+    schedule = optax.linear_schedule(1e-3, 0.0, transition_steps=4)
+    chain = optax.chain(optax.clip_by_global_norm(1.0),
+                        optax.inject_hyperparams(optax.adamw)(learning_rate=schedule))
+    training = assemble(BertForPreTraining(_config(0.1, 0.1), rngs=nnx.Rngs(0)), chain, seed=0)
+    state = training.strategy.place_state(training.state)
+    batch = make_batches(1)[0]
+    for step in range(3):
+        state, metrics = training.train_step(state, batch)
+        np.testing.assert_allclose(float(metrics["learning_rate"]), float(schedule(step)),
+                                   rtol=1e-6)
+    assert float(metrics["learning_rate"]) == pytest.approx(5e-4)
+
+
+def test_an_optim_config_and_the_transformation_it_builds_give_the_same_update() -> None:
+    """OptimConfig is the run file's schema: it builds an Optax transformation; passing either
+    to `assemble` trains the same (only the logged rate needs the config's schedule)."""
+    batch = make_batches(1)[0]
+    from_config = _assembled(BertForPreTraining(_config(0.0, 0.0), rngs=nnx.Rngs(0)), batch)
+    training = assemble(BertForPreTraining(_config(0.0, 0.0), rngs=nnx.Rngs(0)),
+                        make_optimizer(OPTIM), seed=0)
+    state, metrics = training.train_step(training.strategy.place_state(training.state), batch)
+    _assert_equal(from_config[0].params, state.params)
+    assert "learning_rate" in from_config[1] and "learning_rate" not in metrics
+
+
+def test_assemble_refuses_what_is_no_optimizer_and_a_doubly_set_accumulation() -> None:
+    model = BertForPreTraining(_config(0.0, 0.0), rngs=nnx.Rngs(0))
+    with pytest.raises(TypeError, match="optax.GradientTransformation or an OptimConfig, got dict"):
+        assemble(model, {"learning_rate": 1e-3})
+    with pytest.raises(ValueError, match="grad_accum_steps=2 differs from the OptimConfig's 1"):
+        assemble(model, OPTIM, grad_accum_steps=2)

@@ -1,8 +1,13 @@
 """Model + optimizer + train and eval steps + strategy, built one way for every job.
 
 Pre-training, fine-tuning and the bench all call `assemble`, so one rule decides each choice they
-share: the optimizer and its schedule come from the `OptimConfig`, the dropout keys from
-`needs_dropout_keys`, the steps' parallel axis from the strategy.
+share: the optimizer is any Optax transformation (or an `OptimConfig`, which builds bertjax's
+recipe and its schedule), the dropout keys follow `needs_dropout_keys`, the steps' parallel axis
+the strategy.
+
+    training = assemble(model, optax.adamw(optax.linear_schedule(1e-3, 0, 1000)), seed=0)
+    state = training.strategy.place_state(training.state)
+    state, metrics = training.train_step(state, batch)
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ class Training:
 
     graphdef: nnx.GraphDef
     tx: optax.GradientTransformation
+    strategy: Strategy
     state: TrainState  # host state, not yet placed (pre-training restores into it first)
     train_step: Callable[[TrainState, Batch], tuple[TrainState, Metrics]]
     eval_step: Callable[[nnx.State, Batch], Metrics]  # (params, batch) -> metric sums, no dropout
@@ -47,15 +53,21 @@ class Training:
 
 def assemble(
     model: nnx.Module,
-    optim: OptimConfig,
-    strategy: Strategy,
+    optimizer: OptimConfig | optax.GradientTransformation,
+    strategy: Strategy | None = None,
     *,
-    seed: int,
+    seed: int = 0,
     prng_impl: str = "threefry2x32",
     objective: Objective = PRETRAINING,
+    grad_accum_steps: int | None = None,
 ) -> Training:
     """Split `model` into a fresh `TrainState` (step 0, dropout key from `seed`) and build the
-    optimizer and the steps of `objective`, compiled by `strategy`.
+    steps of `objective` with `optimizer`, compiled by `strategy` (default: one device).
+
+    `optimizer` is any `optax.GradientTransformation` (its learning rate is logged when its state
+    holds one: `optax.inject_hyperparams`), or an `OptimConfig`, which builds bertjax's recipe
+    (clipping, decay mask, warm-up then linear decay, logged exactly) and sets the gradient
+    accumulation. `grad_accum_steps` sums that many micro-batches per update.
 
     Place the state with `strategy.place_state` before the first `train_step`: the mesh strategy
     takes the step's output shardings from the placed state, so the train step is handed to
@@ -63,14 +75,27 @@ def assemble(
     The state shares the model's arrays, which the first (donating) step may delete: read the
     trained model as `nnx.merge(graphdef, state.params)`.
     """
-    tx = make_optimizer(optim)
+    strategy = SingleDevice() if strategy is None else strategy
+    if isinstance(optimizer, OptimConfig):
+        if grad_accum_steps not in (None, optimizer.grad_accum_steps):
+            raise ValueError(f"grad_accum_steps={grad_accum_steps} differs from the OptimConfig's "
+                             f"{optimizer.grad_accum_steps}: set it in one place")
+        tx, schedule = make_optimizer(optimizer), learning_rate_schedule(optimizer)
+        accum = optimizer.grad_accum_steps
+    elif isinstance(optimizer, optax.GradientTransformation):
+        tx, schedule, accum = optimizer, None, grad_accum_steps or 1
+    else:
+        raise TypeError(f"optimizer must be an optax.GradientTransformation or an OptimConfig, "
+                        f"got {type(optimizer).__name__}")
+    if accum < 1:
+        raise ValueError(f"grad_accum_steps must be positive, got {accum}")
     dropout = needs_dropout_keys(model)
     graphdef, state = create_train_state(model, tx, seed, prng_impl)
     train_step = make_train_step(
-        graphdef, tx, learning_rate_schedule(optim), grad_accum_steps=optim.grad_accum_steps,
-        dropout=dropout, axis_name=strategy.axis_name, objective=objective, prng_impl=prng_impl)
+        graphdef, tx, schedule, grad_accum_steps=accum, dropout=dropout,
+        axis_name=strategy.axis_name, objective=objective, prng_impl=prng_impl)
     eval_step = make_eval_step(graphdef, axis_name=strategy.axis_name, objective=objective)
-    return Training(graphdef=graphdef, tx=tx, state=state,
+    return Training(graphdef=graphdef, tx=tx, strategy=strategy, state=state,
                     train_step=_compiled_on_first_call(strategy.compile_step, train_step),
                     eval_step=strategy.compile_eval(eval_step))
 

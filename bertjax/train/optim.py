@@ -19,7 +19,8 @@ from bertjax.io.names import per_layer_shape, stacked_at
 from bertjax.train.choices import OPTIMIZERS
 from bertjax.train.schedule import OptimConfig, applies_weight_decay
 
-__all__ = ["OPTIMIZERS", "OptimConfig", "decay_mask", "learning_rate_schedule", "make_optimizer"]
+__all__ = ["OPTIMIZERS", "OptimConfig", "current_learning_rate", "decay_mask",
+           "learning_rate_schedule", "make_optimizer"]
 
 
 def learning_rate_schedule(config: OptimConfig) -> optax.Schedule:
@@ -86,3 +87,21 @@ def make_optimizer(config: OptimConfig) -> optax.GradientTransformation:
         opt = optax.sgd(lr, momentum=c.b1)
     parts = [optax.clip_by_global_norm(c.clip_norm)] if c.clip_norm > 0 else []
     return optax.chain(*parts, opt)
+
+
+def current_learning_rate(opt_state: Any) -> jax.Array | None:
+    """The learning rate an Optax state holds, if it holds exactly one: the `learning_rate`
+    hyperparameter of an `optax.inject_hyperparams` transformation (anywhere in a chain), which
+    after an update is the rate that update used. None for a state that keeps no rate (plain
+    `optax.adamw(schedule)`, `optax.adafactor`, ...): there is nothing to read."""
+    found: list[Any] = []
+
+    def holds_rate(node: Any) -> bool:
+        hyperparams = getattr(node, "hyperparams", None)
+        if isinstance(hyperparams, dict) and "learning_rate" in hyperparams:
+            found.append(hyperparams["learning_rate"])
+            return True
+        return False
+
+    jax.tree_util.tree_flatten(opt_state, is_leaf=holds_rate)
+    return found[0] if len(found) == 1 else None

@@ -23,6 +23,7 @@ from flax import nnx, struct
 
 from bertjax.train.choices import PRNG_IMPLS
 from bertjax.train.objectives import PRETRAINING, Objective
+from bertjax.train.optim import current_learning_rate
 
 Batch = dict[str, jax.Array]
 Metrics = dict[str, jax.Array]
@@ -75,7 +76,7 @@ def _micro_batches(batch: Batch, k: int) -> Batch:
 def make_train_step(
     graphdef: nnx.GraphDef,
     tx: optax.GradientTransformation,
-    schedule: optax.Schedule,
+    schedule: optax.Schedule | None = None,
     *,
     grad_accum_steps: int = 1,
     dropout: bool = True,
@@ -88,7 +89,9 @@ def make_train_step(
 
     `axis_name` is the pmap axis (gradients and counts are summed over it); `None` for a single
     device or a mesh, where the batch is one global array. `dropout=False` runs deterministically;
-    `prng_impl` must be the one `create_train_state` made the state's key with.
+    `prng_impl` must be the one `create_train_state` made the state's key with. The metrics hold
+    the update's `learning_rate`: `schedule(step)` if a schedule is given, else the rate the
+    optimizer's state holds (`optim.current_learning_rate`), else none.
     """
     k = grad_accum_steps
 
@@ -129,9 +132,11 @@ def make_train_step(
         metrics = objective.metrics(sums)
         metrics.update(
             grad_norm=optax.tree.norm(grads),  # before clipping
-            learning_rate=schedule(state.step),  # the rate this update used
             tokens=counts["tokens"],  # real (unpadded) tokens of the global batch
         )
+        rate = schedule(state.step) if schedule is not None else current_learning_rate(opt_state)
+        if rate is not None:
+            metrics["learning_rate"] = rate  # the rate this update used
         return new_state, metrics
 
     return train_step
