@@ -22,12 +22,9 @@ from bertjax.cli.argtypes import (
 from bertjax.cli.errors import CommandError
 from bertjax.cli.model_options import add_model_argument, load_model, run_command
 from bertjax.data.labelled import GENRE_TASK
-from bertjax.data.scene_tasks import CHARACTERS_TASK, NEXT_LINE_TASK, SPEAKERS_TASK
 from bertjax.tasks.finetune_config import FinetuneConfig
+from bertjax.tasks.registry import BUNDLED, KINDS, Fields, TaskOptions
 
-KINDS = ("classification", "token-classification", "question-answering", "multiple-choice")
-BUNDLED = {GENRE_TASK: "classification", CHARACTERS_TASK: "token-classification",
-           SPEAKERS_TASK: "question-answering", NEXT_LINE_TASK: "multiple-choice"}  # -> kind
 EPILOG = """\
 tasks (--task): classification (default), token-classification, question-answering or
   multiple-choice read --train/--validation/--test; a bundled task's name brings its data.
@@ -140,111 +137,66 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _kind(args: argparse.Namespace) -> str:
-    return BUNDLED.get(args.task, args.task)
+def _fields(args: argparse.Namespace) -> Fields:
+    return Fields(text=args.text_field, pair=args.pair_field, label=args.label_field,
+                  tokens=args.tokens_field, tags=args.tags_field, context=args.context_field,
+                  choices=args.choices_field)
 
 
 def _examples(args: argparse.Namespace) -> tuple[list, list, list | None]:
     """(train, validation, test or None) for the task: bundled, or read from the files."""
-    from bertjax.data.labelled import genre_examples, split_examples
+    from bertjax.tasks.registry import bundled_examples, hold_out, read_task_examples
 
     if args.task in BUNDLED:
         if args.train or args.validation or args.test:
             raise CommandError(f"--task {args.task} brings its own data: leave out "
                                "--train/--validation/--test")
-        if args.task == GENRE_TASK:
-            return (genre_examples("train", per_genre=args.per_genre, seed=args.seed),
-                    genre_examples("validation"), genre_examples("test"))
-        from bertjax.data import scene_tasks
-
-        build = {CHARACTERS_TASK: scene_tasks.character_tagging,
-                 SPEAKERS_TASK: scene_tasks.speaker_questions,
-                 NEXT_LINE_TASK: scene_tasks.next_line_choices}[args.task]
-        return list(build("train")), list(build("validation")), list(build("test"))
+        return bundled_examples(args.task, per_genre=args.per_genre, seed=args.seed)
     if not args.train:
         raise CommandError(f"give --train FILE (or a bundled --task: {', '.join(BUNDLED)})")
-    train = _read(args, args.train, "--train")
+
+    def read(path: str, what: str) -> list:
+        return read_task_examples(args.task, path, what=what, fields=_fields(args))
+
+    train = read(args.train, "--train")
     if args.validation:
-        validation = _read(args, args.validation, "--validation")
+        validation = read(args.validation, "--validation")
     else:
         try:
-            # questions about one context stay on one side: the model never trains on the
-            # passage a held-out question asks about
-            by_context = (lambda e: e.context) if _kind(args) == "question-answering" else None
-            train, validation = split_examples(train, args.validation_fraction, args.seed,
-                                               group=by_context, unit="context")
+            train, validation = hold_out(args.task, train, args.validation_fraction, args.seed)
         except ValueError as err:
             raise CommandError(f"--train {args.train}: {err}; give more examples, a smaller "
                                "--validation-fraction or a --validation FILE") from err
-    test = _read(args, args.test, "--test") if args.test else None
+    test = read(args.test, "--test") if args.test else None
     return train, validation, test
-
-
-def _read(args: argparse.Namespace, path: str, what: str) -> list:
-    """Examples of the task's kind from one file."""
-    from bertjax.data.choices import read_choices
-    from bertjax.data.labelled import read_examples
-    from bertjax.data.squad import read_squad
-    from bertjax.data.tagging import read_tagged
-
-    kind = _kind(args)
-    if kind == "token-classification":
-        return read_tagged(path, what=what, tokens_field=args.tokens_field,
-                           tags_field=args.tags_field)
-    if kind == "question-answering":
-        return read_squad(path, what=what)
-    if kind == "multiple-choice":
-        return read_choices(path, what=what, context_field=args.context_field,
-                            choices_field=args.choices_field, label_field=args.label_field)
-    return read_examples(path, what=what, text_field=args.text_field,
-                         pair_field=args.pair_field, label_field=args.label_field)
 
 
 def _task_and_labels(args: argparse.Namespace, train: list
                      ) -> tuple[Any, tuple[str, ...] | None]:
     """The task and its labels, from the training examples (None: the head has none to name)."""
-    kind = _kind(args)
-    if kind == "question-answering":
-        from bertjax.tasks.question_answering import Decoding, QuestionAnsweringTask
+    from bertjax.tasks.registry import make_task
 
-        decoding = Decoding(n_best=args.n_best, max_answer_length=args.max_answer_length,
-                            null_threshold=args.null_threshold)
-        # a model trained on questions with no answer may answer "" (SQuAD v2.0)
-        version_2 = any(not e.answerable for e in train)
-        return QuestionAnsweringTask(doc_stride=args.doc_stride,
-                                     max_query_length=args.max_query_length,
-                                     version_2=version_2, decoding=decoding), None
-    if kind == "multiple-choice":
-        from bertjax.tasks.multiple_choice import MultipleChoiceTask
-
-        return MultipleChoiceTask(), None
-    if kind == "token-classification":
-        from bertjax.data.tagging import label_list
-        from bertjax.tasks.token_classification import TokenClassificationTask
-
-        task, labels, field = (TokenClassificationTask(label_all_pieces=args.label_all_pieces),
-                               label_list(train), args.tags_field)
-    else:
-        from bertjax.data.labelled import label_names
-        from bertjax.tasks.classification import ClassificationTask
-
-        task, labels, field = ClassificationTask(), label_names(train), args.label_field
-    if len(labels) < 2:
-        raise CommandError(f"the training data has {len(labels)} label(s); a classifier needs 2 "
-                           f"or more (field '{field}')")
-    return task, labels
+    options = TaskOptions(label_all_pieces=args.label_all_pieces, doc_stride=args.doc_stride,
+                          max_query_length=args.max_query_length, n_best=args.n_best,
+                          max_answer_length=args.max_answer_length,
+                          null_threshold=args.null_threshold)
+    try:
+        return make_task(args.task, train, options, fields=_fields(args))
+    except ValueError as err:
+        raise CommandError(str(err)) from err
 
 
 def _finetune(args: argparse.Namespace) -> int:
     from flax import nnx
 
+    from bertjax.io.report import FreshHeadsWarning
     from bertjax.tasks.finetune import check_output_dir, finetune
 
     check_output_dir(Path(args.output_dir), "--output-dir")
     train, validation, test = _examples(args)
     task, labels = _task_and_labels(args, train)
     with warnings.catch_warnings():  # a fresh head is what fine-tuning starts from
-        warnings.filterwarnings("ignore", message=".* no weights for .*: freshly init")
+        warnings.simplefilter("ignore", FreshHeadsWarning)
         named = {} if labels is None else {"id2label": labels}
         model, tokenizer = load_model(
             args, model_cls=task.model_class, hidden_dropout_prob=args.dropout,
