@@ -1,36 +1,51 @@
-"""bertjax: BERT in Flax NNX.
+"""bertjax: BERT in Flax NNX, with every transformers head, Hugging Face checkpoints in and out,
+pre-training, fine-tuning and inference.
 
     import bertjax
-    model, tokenizer = bertjax.from_pretrained("path")  # Hugging Face dir or pretrain run dir
+    model, tokenizer = bertjax.from_pretrained("google-bert/bert-base-uncased")  # or a dir, a run
+    bertjax.fill_mask(model, tokenizer, ["to be or not to [MASK]"])
     bertjax.save_pretrained(model, "out/", tokenizer)    # transformers loads it
-    model = bertjax.load_hf("path/to/hf-bert")           # config.json + model.safetensors
-    bertjax.save_hf(model, "out/")
 
-Importing `bertjax` (or `bertjax.config`) does not import JAX; the rest loads on first use.
+One name per thing, flat: the model classes, loading and saving, the tokenizer, using a model
+(`fill_mask`, `next_sentence_probability`, `embed`, `tag`, `answer`, ...) and fine-tuning
+(`finetune`, `FinetuneConfig`, the task classes). Training pieces for your own loop are in
+`bertjax.train`, data in `bertjax.data`, checkpoint formats in `bertjax.io`.
+
+Importing `bertjax` (or `bertjax.config`) does not import JAX; each name loads its module on
+first use.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from bertjax.config import PRESETS, BertConfig
+from bertjax.lazy import lazy_names
 
 # The model classes, by where they live: every `BertFor*` class of Hugging Face transformers.
 HEAD_CLASSES = ("BertForPreTraining", "BertForMaskedLM", "BertForNextSentencePrediction",
                 "BertForSequenceClassification", "BertForTokenClassification",
                 "BertForQuestionAnswering", "BertForMultipleChoice")
-__all__ = ["PRESETS", "BertConfig", *HEAD_CLASSES, "BertModel", "BertOutput", "from_pretrained",
-           "load_hf", "save_hf", "save_pretrained"]
+_NAMES = {
+    "BertModel": "bertjax.model", "BertOutput": "bertjax.model",
+    "MODEL_CLASSES": "bertjax.heads", **dict.fromkeys(HEAD_CLASSES, "bertjax.heads"),
+    **dict.fromkeys(("from_pretrained", "load_hf", "save_pretrained", "checkpoint_class",
+                     "LoadReport"), "bertjax.pretrained"),
+    "WordPieceTokenizer": "bertjax.data.tokenizer",
+    "fill_mask": "bertjax.use.fill_mask", "Prediction": "bertjax.use.fill_mask",
+    "next_sentence_probability": "bertjax.use.next_sentence",
+    "embed": "bertjax.use.embed", "nearest": "bertjax.use.embed",
+    "attention_maps": "bertjax.use.attention", "tag": "bertjax.use.tag",
+    "answer": "bertjax.use.answer",
+    "finetune": "bertjax.tasks.finetune", "FinetuneResult": "bertjax.tasks.finetune",
+    "FinetuneConfig": "bertjax.tasks.finetune_config",
+    "ClassificationTask": "bertjax.tasks.classification",
+    "TokenClassificationTask": "bertjax.tasks.token_classification",
+    "QuestionAnsweringTask": "bertjax.tasks.question_answering",
+    "MultipleChoiceTask": "bertjax.tasks.multiple_choice",
+    "keep_freed_memory": "bertjax.host_memory",
+}
+_MOVED = {"save_hf": ("bertjax.pretrained", "save_pretrained")}
+
+__all__ = ["HEAD_CLASSES", "PRESETS", "BertConfig", *sorted(_NAMES)]
 __version__ = "0.1.0"
 
-_LAZY = {"BertModel": "bertjax.model", "BertOutput": "bertjax.model",
-         **{name: "bertjax.heads" for name in HEAD_CLASSES},
-         "from_pretrained": "bertjax.pretrained", "save_pretrained": "bertjax.pretrained",
-         "load_hf": "bertjax.pretrained", "save_hf": "bertjax.pretrained"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'bertjax' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_names(__name__, _NAMES, moved=_MOVED)
