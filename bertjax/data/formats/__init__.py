@@ -1,0 +1,1 @@
+"""Corpus file formats, one module each: text (BERT text, JSON lines, JSON)."""
