@@ -12,8 +12,9 @@ line (one JSON record) at a time, except `json_documents`, which reads its file 
   whole, so large corpora belong in `.jsonl`. (A `.json` file that holds JSON lines, as `datasets`
   writes them, is read as JSON lines.)
 
-`check_text_file` checks the start of a file before any work: binary, non-UTF-8 and empty files
-are named with what to do.
+A file named `.gz`, `.bz2` or `.zst` (`x.jsonl.gz`) is decompressed as it is read
+(`bertjax.data.formats.compressed`). `check_text_file` checks the start of a file before any work:
+binary, non-UTF-8, corrupt and empty files are named with what to do.
 """
 
 from __future__ import annotations
@@ -24,6 +25,14 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
+
+from bertjax.data.formats import sniff
+from bertjax.data.formats.compressed import (
+    compression,
+    decompression_errors,
+    open_binary,
+    reencode_hint,
+)
 
 Document = list[str]
 
@@ -51,17 +60,21 @@ def _decode(line: bytes, path: Path, offset: int) -> str:
 
 
 def _not_utf8(path: Path, data: bytes, offset: int, err: UnicodeDecodeError) -> ValueError:
+    kind = compression(path)
+    where = "" if kind is None else " of its decompressed text"
+    fix = (f"`iconv -f latin1 -t utf-8 {path.name} > fixed.txt`" if kind is None
+           else reencode_hint(path, kind))
     return ValueError(
-        f"{path}: invalid UTF-8 at byte offset {offset + err.start} "
-        f"(byte 0x{data[err.start]:02x}); re-encode the file as UTF-8, e.g. "
-        f"`iconv -f latin1 -t utf-8 {path.name} > fixed.txt`"
+        f"{path}: invalid UTF-8 at byte offset {offset + err.start}{where} "
+        f"(byte 0x{data[err.start]:02x}); re-encode the file as UTF-8, e.g. {fix}"
     )
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) of a UTF-8 file, split at "\\n" only, streaming."""
+    """(line number, text) of a UTF-8 file, split at "\\n" only, streaming (decompressed as its
+    name says)."""
     offset = 0
-    with open(path, "rb") as f:
+    with open_binary(path) as f, decompression_errors(path):
         for number, line in enumerate(f, 1):
             yield number, _decode(line, path, offset).rstrip("\r\n")
             offset += len(line)
@@ -75,15 +88,20 @@ def read_utf8(path: Path) -> str:
 def check_text_file(path: Path) -> bool:
     """Whether a corpus file has text; raise ValueError naming it for a binary or non-UTF-8 one.
 
-    Only the first 64 KiB are checked here (the rest is checked as it is read), so a wrong file
-    fails before any work however large it is. False: empty, or blank if that short."""
-    with open(path, "rb") as f:
+    Only the first 64 KiB (decompressed) are checked here (the rest is checked as it is read), so
+    a wrong file fails before any work however large it is. False: empty, or blank if that short."""
+    if compression(path) is not None and path.stat().st_size == 0:
+        return False  # (bz2 calls an empty file truncated)
+    with open_binary(path) as f, decompression_errors(path):
         head = f.read(HEAD_BYTES)
         whole = not f.read(1)
     nul = head.find(b"\0")
     if nul >= 0:
+        found = sniff(head) if compression(path) is None else None
+        hint = (f"it starts like a {found[0]} file: name it {path.name}{found[1]} to read it as "
+                "one, or " if found else "")
         raise ValueError(
-            f"corpus file {path} is binary, not text (a NUL byte at offset {nul}); "
+            f"corpus file {path} is binary, not text (a NUL byte at offset {nul}); {hint}"
             f"give UTF-8 text files: {FORMAT_HINT}"
         )
     try:
