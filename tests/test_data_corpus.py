@@ -95,7 +95,9 @@ def test_missing_path_names_it_and_the_fix(tmp_path):
         corpus_documents(tmp_path / "nope.txt")
     with pytest.raises(ValueError, match="matches no files; check the pattern"):
         corpus_documents(str(tmp_path / "*.txt"))
-    with pytest.raises(ValueError, match="holds no .txt/.jsonl/.json files; put the corpus"):
+    with pytest.raises(ValueError, match=r"holds no \.txt/\.jsonl/\.json \(or compressed: "
+                                         r"\.gz/\.bz2/\.zst\), \.parquet/\.arrow files and no "
+                                         r"dataset saved by datasets; put the corpus"):
         corpus_documents(tmp_path)
     # a bad path among good ones fails at the call, before any document is produced
     (tmp_path / "ok.txt").write_text("x\n")
@@ -143,8 +145,7 @@ def test_empty_binary_and_non_utf8_files_fail_at_the_call_naming_the_file(tmp_pa
         corpus_documents(tmp_path)
     (tmp_path / "image.txt").unlink()
     (tmp_path / "latin1.txt").unlink()
-    with pytest.raises(ValueError, match=r"every .txt/.jsonl/.json file in corpus directory .* is "
-                                         r"empty"):
+    with pytest.raises(ValueError, match=r"every corpus file in corpus directory .* is empty"):
         corpus_documents(tmp_path)
     with pytest.raises(ValueError, match=r"every file corpus glob .* matches is empty"):
         corpus_documents(str(tmp_path / "*.txt"))

