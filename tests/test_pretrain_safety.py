@@ -98,16 +98,23 @@ def test_a_bad_corpus_is_one_line_and_leaves_nothing(tmp_path: Path, capsys, kin
 
 
 def test_a_parquet_corpus_without_a_text_column_is_named(tmp_path: Path, capsys) -> None:
+    """The error names the columns there are and the option that chooses one; with it, the
+    same corpus is read."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     path = tmp_path / "corpus.parquet"
     pq.write_table(pa.table({"body": ["One. Two."]}), path)
     assert main(["pretrain", *_tiny(path), f"--output-dir={tmp_path / 'run'}"]) == 2
-    _one_line_error(capsys.readouterr().err, "--data.corpus", "corpus.parquet has no column 'text' "
-                    "(its columns: body; text columns: body); `bertjax pretrain` reads the field or "
-                    "column 'text'")
+    line = _one_line_error(capsys.readouterr().err, "--data.corpus",
+                           "corpus.parquet has no column 'text' (its columns: body; text columns: "
+                           "body)")
+    assert "--data.text_field" in line, line
     assert not (tmp_path / "run").exists()
+    from bertjax.train import run_config as rc
+    from bertjax.train.pretrain_data import check_corpus
+
+    check_corpus(rc.load(None, {"data.corpus": str(path), "data.text_field": "body"}))
 
 
 def test_a_failed_set_up_does_not_block_the_retry(tmp_path: Path, corpus: Path, capsys) -> None:

@@ -4,7 +4,6 @@ and the baseline every evaluation is compared with."""
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from bertjax.train.rundir import RunDir
 SPLITS = ("train", "eval")
 # the options the vocabulary and the shards are made from: a run's cached data is made anew
 # when they change
-CACHE_OPTIONS = ("data.corpus", "data.vocab_size")
+CACHE_OPTIONS = ("data.corpus", "data.text_field", "data.vocab_size")
 EVAL_SEED = 12345  # the held-out batches' masks and pairs: the same in every evaluation and run
 # The held-out batches are masked at BERT's rate whatever the run trains with, so accuracies and
 # baseline ratios compare across recipes; a run at another rate is also evaluated at its own.
@@ -109,18 +108,20 @@ def check_corpus(config: rc.RunConfig) -> None:
     checks every file's start now; the rest is checked as it is read)."""
     corpus = config.data.corpus
     for split in SPLITS:
-        try:
-            documents = corpus_documents(corpus, split=split)  # checks, reads nothing yet
+        try:  # checks, reads nothing yet
+            documents = corpus_documents(corpus, split=split, text_field=config.data.text_field)
         except (OSError, ValueError) as err:
             raise CorpusError.of(corpus, err) from err
         getattr(documents, "close", lambda: None)()
 
 
-def _documents(corpus: str, split: str, poll: Callable[[], None] | None) -> Iterator[Document]:
+def _documents(config: rc.RunConfig, split: str, poll: Callable[[], None] | None
+               ) -> Iterator[Document]:
     """The corpus split's documents, `poll()` before each; a corpus that cannot be read is a
     ValueError naming --data.corpus (and the file, where the reader names it)."""
+    corpus = config.data.corpus
     try:
-        for document in corpus_documents(corpus, split=split):
+        for document in corpus_documents(corpus, split=split, text_field=config.data.text_field):
             if poll is not None:
                 poll()
             yield document
@@ -138,16 +139,14 @@ class CorpusError(ValueError):
         message = str(err) if not isinstance(err, OSError) or not err.strerror else (
             f"{err.filename}: {err.strerror.lower()}; check the path")
         message = message.replace("check --corpus", "check --data.corpus")
-        # pre-training reads the "text" field or column (there is no --text-field to pass)
-        message = re.sub(r"pass --text-field NAME.*", "`bertjax pretrain` reads the field or column "
-                         "'text': name the text so in the corpus", message)
+        message = message.replace("--text-field", "--data.text_field")
         return cls(f"--data.corpus: {message}" if corpus in message
                    else f"--data.corpus {corpus!r}: {message}")
 
 
 def _vocabulary(config: rc.RunConfig, poll: Callable[[], None] | None) -> WordPieceTokenizer:
     d = config.data
-    sentences = (s for doc in _documents(d.corpus, "train", poll) for s in doc)
+    sentences = (s for doc in _documents(config, "train", poll) for s in doc)
     try:
         return WordPieceTokenizer.train(sentences, vocab_size=d.vocab_size)
     except ValueError as err:  # an empty corpus
@@ -158,7 +157,7 @@ def _shards(config: rc.RunConfig, split: str, tok: WordPieceTokenizer, out: Path
             poll: Callable[[], None] | None) -> None:
     corpus = config.data.corpus
     try:
-        write_shards(_documents(corpus, split, poll), tok, out, corpus=corpus, overwrite=True,
+        write_shards(_documents(config, split, poll), tok, out, corpus=corpus, overwrite=True,
                      min_documents=2)  # next-sentence prediction draws B from another one
     except ValueError as err:  # too few documents
         raise CorpusError.of(corpus, err) from err

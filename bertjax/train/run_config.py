@@ -73,7 +73,9 @@ RECIPE_LOCAL_LAYERS: dict[str, int] = {"mini": 4}
 class DataSection:
     """The corpus, the vocabulary trained on it and how batches are made."""
 
-    corpus: str = _f("shakespeare", "corpus name known to bertjax.data", None)
+    corpus: str = _f("shakespeare", "'shakespeare', or files, directories or globs of text, JSON "
+                     "lines, Parquet or Arrow (compressed too: .gz, .bz2, .zst)", None)
+    text_field: str = _f("text", "the JSON field or Parquet/Arrow column that holds the text")
     vocab_size: int = _f(512, "WordPiece vocabulary size (trained on the training split)")
     seq_len: int = _f(128, "tokens per sequence, [CLS] A [SEP] B [SEP] included")
     max_predictions: int = _f(20, "masked positions per sequence (static shape)")
@@ -117,7 +119,7 @@ DEFAULTS: dict[str, Any] = {
 DERIVED = ("optim.total_steps",)
 # Options added after runs were saved without them, with the value those runs were made with:
 # a saved configuration that lacks one reads as that value (so such a run still resumes).
-ADDED_LATER: dict[str, Any] = {"model.local_attention_layers": 0}
+ADDED_LATER: dict[str, Any] = {"model.local_attention_layers": 0, "data.text_field": "text"}
 
 
 def complete_saved(saved: dict[str, Any]) -> dict[str, Any]:
