@@ -12,6 +12,13 @@ for pre-training, and labelled examples for fine-tuning.
     batches.py    resumable, process-sharded pre-training batches
     labelled.py   labelled examples (text, text_pair, label) and the bundled genre task
     tagging.py    tagged sentences (CoNLL, JSON lines; BIO/IOB2), labels aligned to WordPiece
+    squad.py      SQuAD v1.1 / v2.0 questions, contexts cut into overlapping windows
+    choices.py    multiple-choice examples (JSON lines: context, choices, label)
+    scene_tasks.py  the bundled Shakespeare tagging, question and next-line tasks
+
+Every task format's reader is here: `read_examples` (labelled text: JSON lines, CSV),
+`read_tagged` (CoNLL, JSON lines), `read_squad`, `read_choices`; and the bundled tasks'
+examples (`genre_examples`, `character_tagging`, `speaker_questions`, `next_line_choices`).
 
     from bertjax.data import WordPieceTokenizer, corpus_documents, write_shards, PretrainingBatches
 
@@ -28,6 +35,7 @@ Only numpy and `tokenizers` are imported (no JAX): data loading stays light.
 from __future__ import annotations
 
 from bertjax.data.batches import PretrainingBatches, pretraining_batches
+from bertjax.data.choices import ChoiceExample, read_choices
 from bertjax.data.corpus import (
     EVAL_PLAYS,
     Document,
@@ -43,17 +51,29 @@ from bertjax.data.corpus import (
     split_sentences,
     text_documents,
 )
+from bertjax.data.labelled import (
+    Example,
+    genre_examples,
+    label_names,
+    read_examples,
+    split_examples,
+)
 from bertjax.data.masking import mask_tokens
 from bertjax.data.pairs import COLUMNS as PAIR_COLUMNS
 from bertjax.data.pairs import create_pairs, load_or_create_pairs
+from bertjax.data.scene_tasks import character_tagging, next_line_choices, speaker_questions
 from bertjax.data.shards import Shards, write_shards
+from bertjax.data.squad import QAExample, read_squad
+from bertjax.data.tagging import TaggedSentence, label_list, read_tagged
 from bertjax.data.tokenizer import SpecialTokens, WordPieceTokenizer
 
 __all__ = [
-    "EVAL_PLAYS", "PAIR_COLUMNS", "Document", "PretrainingBatches", "Shards", "SpecialTokens",
-    "WordPieceTokenizer", "arrow_documents", "corpus_documents", "create_pairs",
-    "dataset_documents", "iterable_documents", "json_documents", "jsonl_documents",
-    "load_or_create_pairs", "mask_tokens", "parquet_documents", "pretraining_batches",
-    "shakespeare_documents", "shakespeare_plays", "split_sentences", "text_documents",
-    "write_shards",
+    "EVAL_PLAYS", "PAIR_COLUMNS", "ChoiceExample", "Document", "Example", "PretrainingBatches",
+    "QAExample", "Shards", "SpecialTokens", "TaggedSentence", "WordPieceTokenizer",
+    "arrow_documents", "character_tagging", "corpus_documents", "create_pairs",
+    "dataset_documents", "genre_examples", "iterable_documents", "json_documents",
+    "jsonl_documents", "label_list", "label_names", "load_or_create_pairs", "mask_tokens",
+    "next_line_choices", "parquet_documents", "pretraining_batches", "read_choices",
+    "read_examples", "read_squad", "read_tagged", "shakespeare_documents", "shakespeare_plays",
+    "speaker_questions", "split_examples", "split_sentences", "text_documents", "write_shards",
 ]

