@@ -145,8 +145,8 @@ def check_transformers(model: Any, ours: dict[str, np.ndarray], directory: Path,
             f"(relative to its scale) away from bertjax's {field} (tolerance "
             f"{TRANSFORMERS_TOLERANCE:g})")
     return (f"verified: transformers {transformers.__version__} loads it as {name}, max |diff| "
-            f"{worst:.3g} of the outputs' scale over {', '.join(fields.values())} (float32, "
-            f"tolerance {TRANSFORMERS_TOLERANCE:g})")
+            f"{worst:.3g} relative to the outputs' scale over {', '.join(fields.values())} "
+            f"(float32, tolerance {TRANSFORMERS_TOLERANCE:g})")
 
 
 def tensors_written(directory: Path) -> tuple[int, int]:
