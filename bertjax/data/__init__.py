@@ -7,6 +7,7 @@ for pre-training, and labelled examples for fine-tuning.
     pairs.py      next-sentence pairs (IsNext / NotNext)
     masking.py    80/10/10 dynamic masking, whole-word masking
     batches.py    resumable, process-sharded pre-training batches
+    packing.py    sequences packed into rows of a fixed length (best-fit decreasing)
     labelled.py   labelled examples (text, text_pair, label) and the bundled genre task
     tagging.py    tagged sentences (CoNLL, JSON lines; BIO/IOB2), labels aligned to WordPiece
 
@@ -37,14 +38,16 @@ from bertjax.data.corpus import (
     text_documents,
 )
 from bertjax.data.masking import mask_tokens
+from bertjax.data.packing import PackedRows, pack_sequences, unpack_tokens
 from bertjax.data.pairs import COLUMNS as PAIR_COLUMNS
 from bertjax.data.pairs import create_pairs, load_or_create_pairs
 from bertjax.data.shards import Shards, write_shards
 from bertjax.data.tokenizer import SpecialTokens, WordPieceTokenizer
 
 __all__ = [
-    "EVAL_PLAYS", "PAIR_COLUMNS", "Document", "PretrainingBatches", "Shards", "SpecialTokens",
-    "WordPieceTokenizer", "corpus_documents", "create_pairs", "json_documents", "jsonl_documents",
-    "load_or_create_pairs", "mask_tokens", "pretraining_batches", "shakespeare_documents",
-    "shakespeare_plays", "split_sentences", "text_documents", "write_shards",
+    "EVAL_PLAYS", "PAIR_COLUMNS", "Document", "PackedRows", "PretrainingBatches", "Shards",
+    "SpecialTokens", "WordPieceTokenizer", "corpus_documents", "create_pairs", "json_documents",
+    "jsonl_documents", "load_or_create_pairs", "mask_tokens", "pack_sequences",
+    "pretraining_batches", "shakespeare_documents", "shakespeare_plays", "split_sentences",
+    "text_documents", "unpack_tokens", "write_shards",
 ]
