@@ -102,11 +102,11 @@ def packed_attention(sequence_ids: torch.Tensor, attention_mask: torch.Tensor
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """The attention mask (B, S, S) and positions (B, S) of packed rows, as
     `bertjax.inputs.packed_attention`: block-diagonal by sequence id, padding keys masked; a
-    token's position is how many tokens of its sequence come before it."""
+    token's position is how many tokens of its sequence come before it (padding's 0)."""
     same = sequence_ids[:, :, None] == sequence_ids[:, None, :]  # (B, S, S) query x key
     keys = (sequence_ids != 0) & (attention_mask != 0)  # (B, S)
-    positions = torch.tril(same, -1).sum(-1)  # (B, S) earlier, same sequence
-    return same & keys[:, None, :], positions
+    before = torch.tril(same, -1).sum(-1)  # (B, S) earlier, same sequence
+    return same & keys[:, None, :], torch.where(sequence_ids != 0, before, 0)
 
 
 def check_masked_positions(input_ids: torch.Tensor, masked_positions: torch.Tensor,

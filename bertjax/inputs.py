@@ -125,10 +125,11 @@ def check_packing(
             raise ValueError(f"{name} must have the shape of input_ids {(B, S)}, got {arr.shape}")
         if not jnp.issubdtype(arr.dtype, jnp.integer):
             raise ValueError(f"{name} must be integers, got dtype {arr.dtype}")
-    if sequence_ids is not None and _is_concrete(sequence_ids) and sequence_ids.size and (
-            int(np.min(sequence_ids)) < 0):
+    lowest = int(np.asarray(sequence_ids).min(initial=0)) if (
+        sequence_ids is not None and _is_concrete(sequence_ids)) else 0
+    if lowest < 0:
         raise ValueError("sequence_ids must be 0 (padding) or a packed sequence's number (1, 2, "
-                         f"...), got {int(np.min(sequence_ids))}")
+                         f"...), got {lowest}")
     if position_ids is not None and _is_concrete(position_ids):
         _check_range("position_ids", position_ids, config.max_position_embeddings,
                      "max_position_embeddings")
@@ -163,12 +164,12 @@ def packed_attention(sequence_ids: jax.Array, attention_mask: jax.Array
     and key j is a token (sequence id not 0, `attention_mask` not 0): block-diagonal. A padding
     query attends no key (a fully masked row, finite: see `numerics.masked_softmax`). A token's
     position is how many tokens of its sequence come before it in the row: 0, 1, ... per
-    sequence, whether its tokens are contiguous or not (padding counts its own).
+    sequence, whether its tokens are contiguous or not; padding's is 0.
     """
     same = sequence_ids[:, :, None] == sequence_ids[:, None, :]  # (B, S, S) query x key
     keys = (sequence_ids != 0) & (attention_mask != 0)  # (B, S)
-    positions = jnp.sum(jnp.tril(same, -1), axis=-1, dtype=jnp.int32)  # (B, S) earlier, same seq
-    return same & keys[:, None, :], positions
+    before = jnp.sum(jnp.tril(same, -1), axis=-1, dtype=jnp.int32)  # (B, S) earlier, same seq
+    return same & keys[:, None, :], jnp.where(sequence_ids != 0, before, 0)
 
 
 def check_masked_positions(input_ids: jax.Array, masked_positions: jax.Array,
