@@ -139,9 +139,9 @@ def exact_attention(
 ) -> tuple[jax.Array, jax.Array]:
     """Scaled dot-product attention of queries q (B, Q, A, D) over k, v (B, S, A, D) with a key
     padding mask (B, S) or a query x key mask (B, Q, S) (packed rows): float32 scores and masked
-    softmax, `dropout` on the probabilities, the
-    context in v's dtype. Returns the context (B, Q, A, D) and the probabilities before dropout
-    (B, A, Q, S). Self-attention over every position has Q = S.
+    softmax, `dropout` on the probabilities, the context in v's dtype. Returns the context
+    (B, Q, A, D) and the probabilities before dropout (B, A, Q, S). Self-attention over every
+    position has Q = S.
 
     `chunks` (`numerics.cpu_attention_chunks`, for a CPU) computes heads-major, in that many
     slices of the batch for XLA CPU to run side by side; `dropout` is then called once per

@@ -213,8 +213,8 @@ def cudnn_takes_mask(q_len: int, kv_len: int) -> bool:
     `jax.nn.dot_product_attention(mask=..., implementation="cudnn")` (JAX 0.10) hands a boolean
     mask to cuDNN as a dense additive bias, the full (Q, S) (a mask broadcast over queries is
     refused, jax-ml/jax#28974), and always asks cuDNN for that bias's gradient in the backward,
-    which cuDNN computes only for even Q and S (JAX raises otherwise). cuDNN's own packed
-    layout (segment offsets, no dense mask) is not reachable through the public function.
+    which cuDNN computes only for even Q and S (JAX's check raises otherwise). cuDNN's own
+    packed layout (segment offsets, no dense mask) is not reachable through the public function.
     """
     return q_len % 2 == 0 and kv_len % 2 == 0
 
@@ -226,9 +226,10 @@ def use_fused_attention(
     `cudnn_attention_applies(...)` for the heads at hand (and `cudnn_takes_mask` for packed rows).
 
     `packed` rows (a block-diagonal mask) stay exact under "auto": cuDNN would take their mask
-    only as a (B, 1, Q, S) bias with its gradient requested (`cudnn_takes_mask`), a combination
-    JAX refused for a batch over 1 until recently (jax-ml/jax#23701, #30593) and not yet run on
-    a GPU for bertjax (tests/test_gpu.py's packed check is the one to run before lifting this).
+    only as a (B, 1, Q, S) bias with its gradient requested (`cudnn_takes_mask`): a combination
+    earlier JAX versions refused for a batch over 1 (jax-ml/jax#23701, #30593), which JAX 0.10
+    hands to cuDNN unchecked, and which bertjax has not yet run on a GPU (tests/test_gpu.py's
+    packed check is the one to pass before lifting this).
     An explicit "fused" passes the mask to cuDNN where it applies, to XLA otherwise."""
     if implementation == "exact":
         return False
