@@ -1,8 +1,9 @@
 """BERT with a task head, in PyTorch: the reference mirror of `bertjax/heads.py`.
 
 Same classes, same attribute names, same declarations (`base_model_prefix`, `head_modules`);
-logits float32 as there. Dropout follows `.train()` / `.eval()`.
-Shapes: B batch, S sequence, H hidden, P masked positions, V vocabulary, C choices.
+logits float32 as there. Dropout follows `.train()` / `.eval()`; packed rows as there.
+Shapes: B batch, S sequence, H hidden, P masked positions, V vocabulary, C choices, K packed
+sequences per row.
 """
 
 from __future__ import annotations
@@ -62,10 +63,14 @@ class _WithEncoder(nn.Module):
         *,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
+        sequence_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cls_positions: torch.Tensor | None = None,
     ) -> BertOutput:
         out = self.bert(input_ids, token_type_ids, attention_mask,
                         output_attentions=output_attentions,
-                        output_hidden_states=output_hidden_states)
+                        output_hidden_states=output_hidden_states, sequence_ids=sequence_ids,
+                        position_ids=position_ids, cls_positions=cls_positions)
         return self._head(out)
 
     def _head(self, out: BertOutput) -> BertOutput:
@@ -147,7 +152,7 @@ class BertForSequenceClassification(_WithEncoder):
 
     def _head(self, out: BertOutput) -> BertOutput:
         pooled = self.dropout(numerics.upcast(out.pooled_output))
-        return dataclasses.replace(out, logits=self.classifier(pooled))  # (B, num_labels)
+        return dataclasses.replace(out, logits=self.classifier(pooled))  # (B, [K,] num_labels)
 
 
 class BertForTokenClassification(_WithEncoder):
@@ -184,7 +189,8 @@ class BertForQuestionAnswering(_WithEncoder):
 
 
 class BertForMultipleChoice(_WithEncoder):
-    """BERT scoring each of C choices: inputs (B, C, S), `logits` (B, C)."""
+    """BERT scoring each of C choices: inputs (B, C, S), or packed rows (B, S) with the choices'
+    [CLS] at `cls_positions` (B, C) (an empty slot's logit the lowest float32); `logits` (B, C)."""
 
     head_modules = ("choice_classifier",)
 
@@ -200,10 +206,17 @@ class BertForMultipleChoice(_WithEncoder):
         attention_mask: torch.Tensor | None = None,
         **options: Any,
     ) -> BertOutput:
+        if inputs.packed_choices(input_ids, options):
+            out = super().forward(input_ids, token_type_ids, attention_mask, **options)
+            logits = out.logits[..., 0]  # (B, C, 1) -> (B, C)
+            lowest = torch.full_like(logits, torch.finfo(torch.float32).min)
+            return dataclasses.replace(out, logits=torch.where(options["cls_positions"] >= 0,
+                                                               logits, lowest))
         flat, (B, C) = inputs.flatten_choices(input_ids, token_type_ids, attention_mask)
         out = super().forward(*flat, **options)
         return dataclasses.replace(out, logits=out.logits.reshape(B, C))  # (B * C, 1) -> (B, C)
 
     def _head(self, out: BertOutput) -> BertOutput:
-        pooled = self.dropout(numerics.upcast(out.pooled_output))  # (B * C, H)
-        return dataclasses.replace(out, logits=self.choice_classifier(pooled))  # (B * C, 1)
+        # (B * C, H) stacked, (B, C, H) packed -> (B * C, 1) or (B, C, 1)
+        pooled = self.dropout(numerics.upcast(out.pooled_output))
+        return dataclasses.replace(out, logits=self.choice_classifier(pooled))

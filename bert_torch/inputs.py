@@ -1,10 +1,16 @@
-"""Input validation for PyTorch: the same checks and messages as `bertjax.inputs`."""
+"""Input validation for PyTorch: the same checks and messages as `bertjax.inputs`, and the same
+attention mask and positions of packed rows (`packed_attention`)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
 from bertjax.config import BertConfig
+
+# The packing arguments every model class takes (keyword-only), as `bertjax.inputs.PACKING_ARGS`.
+PACKING_ARGS = ("sequence_ids", "position_ids", "cls_positions")
 
 
 def check_inputs(
@@ -13,7 +19,8 @@ def check_inputs(
     token_type_ids: torch.Tensor | None,
     attention_mask: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Same checks and defaults as `bertjax.inputs.check_inputs`."""
+    """Same checks and defaults as `bertjax.inputs.check_inputs` (whose right-padding check is
+    for the fused attention this mirror does not have)."""
     if input_ids.ndim != 2:
         raise ValueError(f"input_ids must have shape (batch, seq_len), got {tuple(input_ids.shape)}")
     B, S = input_ids.shape
@@ -38,6 +45,70 @@ def check_inputs(
     return token_type_ids, attention_mask
 
 
+def packing_inputs(
+    config: BertConfig,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    sequence_ids: torch.Tensor | None,
+    position_ids: torch.Tensor | None,
+    cls_positions: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Same checks and results as `bertjax.inputs.packing_inputs`: the mask the layers take,
+    (B, S) or (B, S, S), and the position ids (None: 0..S-1)."""
+    check_packing(config, input_ids, sequence_ids, position_ids, cls_positions)
+    if sequence_ids is None:
+        return attention_mask, position_ids
+    mask, positions = packed_attention(sequence_ids, attention_mask)
+    return mask, positions if position_ids is None else position_ids
+
+
+def check_packing(
+    config: BertConfig,
+    input_ids: torch.Tensor,
+    sequence_ids: torch.Tensor | None,
+    position_ids: torch.Tensor | None,
+    cls_positions: torch.Tensor | None,
+) -> None:
+    """Same checks as `bertjax.inputs.check_packing`."""
+    B, S = input_ids.shape
+    for name, t in (("sequence_ids", sequence_ids), ("position_ids", position_ids)):
+        if t is None:
+            continue
+        if tuple(t.shape) != (B, S):
+            raise ValueError(f"{name} must have the shape of input_ids {(B, S)}, got {tuple(t.shape)}")
+        if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+            raise ValueError(f"{name} must be integers, got dtype {str(t.dtype).removeprefix('torch.')}")
+    if sequence_ids is not None and sequence_ids.numel() and int(sequence_ids.min()) < 0:
+        raise ValueError("sequence_ids must be 0 (padding) or a packed sequence's number (1, 2, "
+                         f"...), got {int(sequence_ids.min())}")
+    if position_ids is not None:
+        _check_range("position_ids", position_ids, config.max_position_embeddings,
+                     "max_position_embeddings")
+    if cls_positions is None:
+        return
+    if cls_positions.ndim != 2 or cls_positions.shape[0] != B:
+        raise ValueError(f"cls_positions must have shape (batch={B}, sequences per row), "
+                         f"got {tuple(cls_positions.shape)}")
+    _check_range("cls_positions", cls_positions, S, "seq_len", low=-1)
+    if sequence_ids is not None:
+        on = torch.gather(sequence_ids, 1, cls_positions.long().clamp(min=0))  # (B, K)
+        rows = torch.nonzero(((cls_positions >= 0) & (on == 0)).any(dim=1)).flatten()
+        if rows.numel():
+            raise ValueError(f"cls_positions of rows {rows[:5].tolist()} point at padding "
+                             "(sequence id 0): mark an empty slot -1")
+
+
+def packed_attention(sequence_ids: torch.Tensor, attention_mask: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The attention mask (B, S, S) and positions (B, S) of packed rows, as
+    `bertjax.inputs.packed_attention`: block-diagonal by sequence id, padding keys masked; a
+    token's position is how many tokens of its sequence come before it (padding's 0)."""
+    same = sequence_ids[:, :, None] == sequence_ids[:, None, :]  # (B, S, S) query x key
+    keys = (sequence_ids != 0) & (attention_mask != 0)  # (B, S)
+    before = torch.tril(same, -1).sum(-1)  # (B, S) earlier, same sequence
+    return same & keys[:, None, :], torch.where(sequence_ids != 0, before, 0)
+
+
 def check_masked_positions(input_ids: torch.Tensor, masked_positions: torch.Tensor,
                            name: str = "masked_positions") -> None:
     B, S = input_ids.shape
@@ -49,14 +120,14 @@ def check_masked_positions(input_ids: torch.Tensor, masked_positions: torch.Tens
     _check_range(name, masked_positions, S, "seq_len")
 
 
-def _check_range(name: str, t: torch.Tensor, limit: int, limit_name: str) -> None:
+def _check_range(name: str, t: torch.Tensor, limit: int, limit_name: str, low: int = 0) -> None:
     if t.numel() == 0:
         return
     lo, hi = int(t.min()), int(t.max())
-    if lo < 0 or hi >= limit:
-        bad = t[(t < 0) | (t >= limit)]
+    if lo < low or hi >= limit:
+        bad = t[(t < low) | (t >= limit)]
         raise ValueError(
-            f"{name} has values outside [0, {limit_name}={limit}): e.g. {bad[:5].tolist()} "
+            f"{name} has values outside [{low}, {limit_name}={limit}): e.g. {bad[:5].tolist()} "
             f"(min {lo}, max {hi}); check the tokenizer matches the model config"
         )
 
@@ -68,7 +139,9 @@ def flatten_choices(
     """Same checks and reshapes as `bertjax.inputs.flatten_choices`."""
     if input_ids.ndim != 3:
         raise ValueError("multiple choice takes input_ids of shape (batch, num_choices, seq_len), "
-                         f"got {tuple(input_ids.shape)}; stack each example's choices on axis 1")
+                         f"got {tuple(input_ids.shape)}; stack each example's choices on axis 1, or "
+                         "pack them into one row with sequence_ids and cls_positions (batch, "
+                         "num_choices)")
     B, C, S = input_ids.shape
     for name, t in (("token_type_ids", token_type_ids), ("attention_mask", attention_mask)):
         if t is not None and tuple(t.shape) != (B, C, S):
@@ -77,3 +150,15 @@ def flatten_choices(
     flat = tuple(None if t is None else t.reshape(B * C, S)  # (B, C, S) -> (B * C, S)
                  for t in (input_ids, token_type_ids, attention_mask))
     return flat, (B, C)
+
+
+def packed_choices(input_ids: torch.Tensor, options: dict[str, Any]) -> bool:
+    """Same decision and message as `bertjax.inputs.packed_choices`."""
+    given = [k for k in PACKING_ARGS if options.get(k) is not None]
+    if input_ids.ndim == 2 and "cls_positions" in given:
+        return True
+    if input_ids.ndim == 3 and given:
+        raise ValueError(f"{', '.join(given)} apply to packed multiple choice, whose input_ids are "
+                         f"rows (batch, seq_len), got {tuple(input_ids.shape)}: pack each example's "
+                         "choices into one row, or leave the packing arguments out")
+    return False

@@ -4,7 +4,7 @@ Same classes in the same order, same attribute names; leaf names are PyTorch's (
 Flax's `kernel` (transposed), `scale` and `embedding`). Dropout follows `.train()` / `.eval()`.
 
 Shapes: B batch, S sequence, H hidden, A heads, D head dim (H = A * D), P masked positions,
-V vocabulary, I intermediate.
+V vocabulary, I intermediate, K packed sequences per row (`bertjax.inputs` on packing).
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ class BertOutput:
     """What a BERT forward returns; fields a model does not compute are None."""
 
     sequence_output: torch.Tensor  # (B, S, H); (B * C, S, H) for choices; (B, Q, H) at positions
-    pooled_output: torch.Tensor | None = None  # (B, H); None for a model without a pooler
+    # (B, H); (B, K, H) at `cls_positions` (zeros in empty slots); None without a pooler
+    pooled_output: torch.Tensor | None = None
     mlm_logits: torch.Tensor | None = None  # (B, P, V) or (B, S, V)
-    nsp_logits: torch.Tensor | None = None  # (B, 2)
-    # (B, num_labels) sequence, (B, S, num_labels) token classification, (B, C) multiple choice
+    nsp_logits: torch.Tensor | None = None  # (B, 2) or (B, K, 2)
+    # (B, [K,] num_labels) sequence, (B, S, num_labels) token classification, (B, C) multiple choice
     logits: torch.Tensor | None = None
     start_logits: torch.Tensor | None = None  # (B, S): question answering
     end_logits: torch.Tensor | None = None  # (B, S)
@@ -89,7 +90,8 @@ class LayerNorm(nn.LayerNorm):
 
 
 class BertEmbeddings(nn.Module):
-    """Word + position + token-type embeddings, then LayerNorm and dropout."""
+    """Word + position + token-type embeddings, then LayerNorm and dropout; positions 0..S-1, or
+    `position_ids` (B, S) (packed rows restart them per sequence)."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -99,8 +101,10 @@ class BertEmbeddings(nn.Module):
         self.layer_norm = LayerNorm(config)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None, :]  # (1, S)
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
+                position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None, :] if (
+            position_ids is None) else position_ids  # (1 or B, S)
         x = (
             self.word_embeddings(input_ids)
             + self.position_embeddings(positions)
@@ -116,8 +120,9 @@ def take_rows(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
 
 
 class BertAttention(nn.Module):
-    """Multi-head self-attention with a key padding mask; returns (output, probabilities).
-    Keys and values are every position of `x`; the queries `x` too, or its rows at `positions`."""
+    """Multi-head self-attention with a key padding mask (B, S) or packed rows' block-diagonal
+    mask (B, S, S); returns (output, probabilities). Keys and values are every position of `x`;
+    the queries `x` too, or its rows at `positions`."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -137,12 +142,16 @@ class BertAttention(nn.Module):
         queries = x if positions is None else take_rows(x, positions)  # (B, S or Q, H)
         B, S, H = x.shape
         Q = queries.shape[1]
+        if attention_mask.ndim == 3 and positions is not None:
+            attention_mask = take_rows(attention_mask, positions)  # (B, Q, S): the queries' rows
         q = self.query(queries).view(B, Q, self.num_heads, self.head_dim)  # (B, Q, A, D)
         k = self.key(x).view(B, S, self.num_heads, self.head_dim)  # (B, S, A, D)
         v = self.value(x).view(B, S, self.num_heads, self.head_dim)  # (B, S, A, D)
         scores = torch.einsum("bqad,bkad->baqk", numerics.upcast(q), numerics.upcast(k))
         scores = scores / math.sqrt(self.head_dim)  # (B, A, Q, S) float32
-        probs = numerics.masked_softmax(scores, attention_mask[:, None, None, :])
+        mask = attention_mask[:, None, None, :] if attention_mask.ndim == 2 else (
+            attention_mask[:, None, :, :])  # (B, 1, 1 or Q, S)
+        probs = numerics.masked_softmax(scores, mask)
         dropped = self.attention_dropout(probs)
         context = torch.einsum("baqk,bkad->bqad", dropped.to(v.dtype), v)  # (B, Q, A, D)
         context = context.reshape(B, Q, H)  # (B, Q, A, D) -> (B, Q, H)
@@ -175,20 +184,27 @@ class BertLayer(nn.Module):
 
 
 class BertPooler(nn.Module):
-    """Dense + tanh on the [CLS] position."""
+    """Dense + tanh on the [CLS] position: row 0, or each packed sequence's at `cls_positions`
+    (B, K), whose empty slots (-1) pool to zeros."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
         self.dense = linear(config, config.hidden_size, config.hidden_size)
 
-    def forward(self, sequence_output: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.dense(sequence_output[:, 0]))  # (B, H)
+    def forward(self, sequence_output: torch.Tensor, cls_positions: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        if cls_positions is None:
+            return torch.tanh(self.dense(sequence_output[:, 0]))  # (B, H)
+        cls = take_rows(sequence_output, cls_positions.clamp(min=0))  # (B, K, H)
+        pooled = torch.tanh(self.dense(cls))  # (B, K, H)
+        return torch.where(cls_positions[:, :, None] >= 0, pooled, torch.zeros_like(pooled))
 
 
 class BertModel(nn.Module):
     """The BERT encoder: embeddings, `num_hidden_layers` layers, pooler. Declares what it is as
     its bertjax mirror does (`base_model_prefix`, `head_modules`: see `bertjax.model.BertModel`);
-    `output_positions` as there: the last layer computes those rows (and [CLS]) alone."""
+    `output_positions` as there: the last layer computes those rows (and [CLS]) alone; packed
+    rows (`sequence_ids`, `position_ids`, `cls_positions`) as there."""
 
     base_model_prefix: ClassVar[str] = ""
     head_modules: ClassVar[tuple[str, ...]] = ("pooler",)
@@ -209,21 +225,30 @@ class BertModel(nn.Module):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
         output_positions: torch.Tensor | None = None,
+        sequence_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cls_positions: torch.Tensor | None = None,
     ) -> BertOutput:
         token_type_ids, attention_mask = inputs.check_inputs(
             self.config, input_ids, token_type_ids, attention_mask
         )
+        if self.pooler is not None and sequence_ids is not None and cls_positions is None:
+            raise ValueError("packed rows (sequence_ids) need cls_positions for the pooler: where "
+                             "each sequence's [CLS] is, -1 for an empty slot")
+        attention_mask, position_ids = inputs.packing_inputs(  # (B, S) or (B, S, S); (B, S)
+            self.config, input_ids, attention_mask, sequence_ids, position_ids, cls_positions)
         whole = output_attentions or output_hidden_states
         if output_positions is not None:
             inputs.check_masked_positions(input_ids, output_positions, "output_positions")
-        rows = self._last_rows(output_positions, input_ids.shape[1], whole)  # (B, [1 +] Q) or None
-        x = self.embeddings(input_ids, token_type_ids)
+        # (B, [1 or K +] Q) or None
+        rows = self._last_rows(output_positions, input_ids.shape[1], whole, cls_positions)
+        x = self.embeddings(input_ids, token_type_ids, position_ids)
         hidden_states, attentions = [x], []
         for i, layer in enumerate(self.layers):
             x, probs = layer(x, attention_mask, rows if i == len(self.layers) - 1 else None)
             hidden_states.append(x)
             attentions.append(probs)
-        pooled = None if self.pooler is None else self.pooler(x)  # row 0 is [CLS] either way
+        pooled = self._pool(x, cls_positions, rows is not None)
         if output_positions is not None:  # (B, Q, H): the rows' tail, or taken from every row
             Q = output_positions.shape[1]
             x = take_rows(x, output_positions) if rows is None else x[:, rows.shape[1] - Q:]
@@ -234,13 +259,26 @@ class BertModel(nn.Module):
             hidden_states=tuple(hidden_states) if output_hidden_states else None,
         )
 
-    def _last_rows(self, positions: torch.Tensor | None, seq_len: int, whole: bool
-                   ) -> torch.Tensor | None:
-        """The rows the last layer computes: positions (B, Q), after [CLS] (B, 1 + Q) for the
-        pooler; None for every row (no positions, `whole` asked for, or no fewer rows than
-        `seq_len`)."""
+    def _last_rows(self, positions: torch.Tensor | None, seq_len: int, whole: bool,
+                   cls_positions: torch.Tensor | None) -> torch.Tensor | None:
+        """The rows the last layer computes: positions (B, Q), after [CLS] for the pooler (row 0:
+        (B, 1 + Q), or `cls_positions` (B, K + Q), an empty slot's at row 0); None for every row
+        (no positions, `whole` asked for, or no fewer rows than `seq_len`)."""
         if positions is None or whole:
             return None
         if self.pooler is not None:
-            positions = torch.cat([torch.zeros_like(positions[:, :1]), positions], dim=1)
+            cls = torch.zeros_like(positions[:, :1]) if cls_positions is None else (
+                cls_positions.clamp(min=0).to(positions.dtype))  # (B, 1 or K)
+            positions = torch.cat([cls, positions], dim=1)
         return positions if positions.shape[1] < seq_len else None
+
+    def _pool(self, x: torch.Tensor, cls_positions: torch.Tensor | None, rows: bool
+              ) -> torch.Tensor | None:
+        """The pooler's output on every row or the last layer's `rows` ([CLS] rows first), as
+        `bertjax.model.BertModel._pool`."""
+        if self.pooler is None:
+            return None
+        if rows and cls_positions is not None:  # sequence k's [CLS] is row k, an empty slot -1
+            slots = torch.arange(cls_positions.shape[1], device=cls_positions.device)  # (K,)
+            cls_positions = torch.where(cls_positions >= 0, slots, -1)  # (B, K)
+        return self.pooler(x, cls_positions)  # row 0 is [CLS] either way without packing

@@ -11,7 +11,14 @@ belongs to, so one class's head is never loaded as another's. Hugging Face calls
 `classifier`; `bertjax.io.names` maps between the two by the checkpoint's architecture.
 
 Logits are float32 whatever the compute dtype. Shapes: B batch, S sequence, H hidden,
-P masked positions, V vocabulary, C choices.
+P masked positions, V vocabulary, C choices, K packed sequences per row.
+
+Packed rows (`bertjax.inputs`): every class takes `sequence_ids`, `position_ids` and
+`cls_positions` (keyword-only). The heads on [CLS] (next sentence, sequence classification,
+multiple choice, the pooler) then give one output per slot of `cls_positions` (B, K), those of
+empty slots (-1) to be ignored; the per-token heads (masked LM, token classification, question
+answering) give rows (B, S, ...) whose sequence k is where `sequence_ids == k`
+(`bertjax.data.packing.unpack_tokens` splits them), and `masked_positions` index the row.
 """
 
 from __future__ import annotations
@@ -70,10 +77,14 @@ class _WithEncoder(nnx.Module):
         dropout_rng: jax.Array | None = None,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
+        sequence_ids: jax.Array | None = None,
+        position_ids: jax.Array | None = None,
+        cls_positions: jax.Array | None = None,
     ) -> BertOutput:
         out = self.bert(input_ids, token_type_ids, attention_mask, deterministic=deterministic,
                         dropout_rng=dropout_rng, output_attentions=output_attentions,
-                        output_hidden_states=output_hidden_states)
+                        output_hidden_states=output_hidden_states, sequence_ids=sequence_ids,
+                        position_ids=position_ids, cls_positions=cls_positions)
         return self._head(out, deterministic, dropout_rng)
 
     def _head(self, out: BertOutput, deterministic: bool,
@@ -121,7 +132,7 @@ class _MaskedLM(_WithEncoder):
 class BertForPreTraining(_MaskedLM):
     """BERT with the masked-LM (`mlm_head`, tied to the word embeddings) and next-sentence-
     prediction (`nsp_head`) heads: `mlm_logits` (B, P, V) at `masked_positions` or (B, S, V),
-    and `nsp_logits` (B, 2)."""
+    and `nsp_logits` (B, 2), or (B, K, 2) at packed rows' `cls_positions`."""
 
     head_modules = ("mlm_head", "nsp_head")
 
@@ -149,7 +160,8 @@ class BertForMaskedLM(_MaskedLM):
 
 class BertForNextSentencePrediction(_WithEncoder):
     """BERT with the next-sentence-prediction head on the pooled [CLS] output (`nsp_logits`
-    (B, 2): 0 = B follows A, 1 = B is random; Hugging Face's BertForNextSentencePrediction)."""
+    (B, 2), or (B, K, 2) packed: 0 = B follows A, 1 = B is random; Hugging Face's
+    BertForNextSentencePrediction)."""
 
     head_modules = ("nsp_head",)
 
@@ -164,7 +176,8 @@ class BertForNextSentencePrediction(_WithEncoder):
 
 class BertForSequenceClassification(_WithEncoder):
     """BERT with a classifier on the pooled [CLS] output: dropout (`classifier_dropout`), then a
-    dense layer to `logits` (B, num_labels) (Hugging Face's BertForSequenceClassification)."""
+    dense layer to `logits` (B, num_labels), or (B, K, num_labels) packed (Hugging Face's
+    BertForSequenceClassification)."""
 
     head_modules = ("classifier",)
 
@@ -176,7 +189,7 @@ class BertForSequenceClassification(_WithEncoder):
     def _head(self, out: BertOutput, deterministic: bool,
               dropout_rng: jax.Array | None) -> BertOutput:
         pooled = self._head_dropout(out.pooled_output, deterministic, dropout_rng)
-        return out.replace(logits=self.classifier(pooled))  # (B, num_labels)
+        return out.replace(logits=self.classifier(pooled))  # (B, [K,] num_labels)
 
 
 class BertForTokenClassification(_WithEncoder):
@@ -202,7 +215,8 @@ class BertForQuestionAnswering(_WithEncoder):
     """BERT with one dense layer `qa_outputs` to a start and an end logit per token
     (`start_logits`, `end_logits`, each (B, S)); no pooler, no dropout (Hugging Face's
     BertForQuestionAnswering). Two outputs whatever `config.num_labels` says; the model's config
-    says 2, as transformers needs to load the head."""
+    says 2, as transformers needs to load the head. In packed rows a span's start and end lie in
+    one sequence: mask the logits to `sequence_ids == k` before picking sequence k's span."""
 
     head_modules = ("qa_outputs",)
     pooled = False
@@ -222,7 +236,12 @@ class BertForQuestionAnswering(_WithEncoder):
 class BertForMultipleChoice(_WithEncoder):
     """BERT scoring each of C choices: inputs (B, C, S) run as B * C sequences, dropout
     (`classifier_dropout`) on each pooled output, a dense layer to one score, `logits` (B, C)
-    (Hugging Face's BertForMultipleChoice). `sequence_output` is (B * C, S, H)."""
+    (Hugging Face's BertForMultipleChoice). `sequence_output` is (B * C, S, H).
+
+    Packed, each row (B, S) holds one example's choices as its sequences (`sequence_ids`), their
+    [CLS] at `cls_positions` (B, C); `logits` are (B, C) as stacked, an empty slot's (-1) the
+    lowest float32, so a softmax or cross-entropy over the choices leaves it out, and
+    `sequence_output` is (B, S, H)."""
 
     head_modules = ("choice_classifier",)
 
@@ -238,14 +257,20 @@ class BertForMultipleChoice(_WithEncoder):
         attention_mask: jax.Array | None = None,
         **options: Any,
     ) -> BertOutput:
+        if inputs.packed_choices(input_ids, options):
+            out = super().__call__(input_ids, token_type_ids, attention_mask, **options)
+            logits = jnp.where(options["cls_positions"] >= 0, out.logits[..., 0],
+                               jnp.finfo(jnp.float32).min)  # (B, C, 1) -> (B, C)
+            return out.replace(logits=logits)
         flat, (B, C) = inputs.flatten_choices(input_ids, token_type_ids, attention_mask)
         out = super().__call__(*flat, **options)
         return out.replace(logits=out.logits.reshape(B, C))  # (B * C, 1) -> (B, C)
 
     def _head(self, out: BertOutput, deterministic: bool,
               dropout_rng: jax.Array | None) -> BertOutput:
-        pooled = self._head_dropout(out.pooled_output, deterministic, dropout_rng)  # (B * C, H)
-        return out.replace(logits=self.choice_classifier(pooled))  # (B * C, 1)
+        # (B * C, H) stacked, (B, C, H) packed -> (B * C, 1) or (B, C, 1)
+        pooled = self._head_dropout(out.pooled_output, deterministic, dropout_rng)
+        return out.replace(logits=self.choice_classifier(pooled))
 
 
 # Every model class by name: the names config.json's `architectures` and `bertjax convert --as` use.

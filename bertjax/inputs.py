@@ -1,10 +1,19 @@
-"""Input validation: shapes always, values where the arrays are concrete (outside `jit`).
+"""Input validation: shapes always, values where the arrays are concrete (outside `jit`); and
+the attention mask and positions of packed rows (`packed_attention`).
 
 Every check raises a `ValueError` that names the input, what was found and the fix.
 `bert_torch/inputs.py` makes the same checks for PyTorch.
+
+Packing: a row may hold several sequences, each with its own [CLS], token types and positions
+from 0. `sequence_ids` (B, S) says which (1..K; 0 is padding); attention then stays inside each
+sequence, positions restart per sequence unless `position_ids` (B, S) are given, and the heads
+that read [CLS] read it at `cls_positions` (B, K) (-1: a row with fewer than K sequences).
+`bertjax.data.packing` packs token-id sequences into such rows.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +21,9 @@ import numpy as np
 
 from bertjax.config import BertConfig
 from bertjax.numerics import cudnn_attention_applies
+
+# The packing arguments every model class takes (keyword-only), in `packing_inputs`'s order.
+PACKING_ARGS = ("sequence_ids", "position_ids", "cls_positions")
 
 
 def _is_concrete(x: jax.Array) -> bool:
@@ -23,8 +35,11 @@ def check_inputs(
     input_ids: jax.Array,
     token_type_ids: jax.Array | None,
     attention_mask: jax.Array | None,
+    *,
+    packed: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
-    """Validate a batch; fill in default token types (zeros) and mask (ones).
+    """Validate a batch; fill in default token types (zeros) and mask (ones). `packed` rows
+    (`sequence_ids` given) need not be right padding: their mask is not read as lengths.
 
     Shapes are always checked. Values (ids inside the vocabulary, token types inside
     `type_vocab_size`) are checked when the arrays are concrete, i.e. outside `jit`; inside `jit`
@@ -48,7 +63,7 @@ def check_inputs(
     for name, arr in (("token_type_ids", token_type_ids), ("attention_mask", attention_mask)):
         if arr.shape != (B, S):
             raise ValueError(f"{name} must have the shape of input_ids {(B, S)}, got {arr.shape}")
-    if _is_concrete(attention_mask) and may_fuse_attention(config):
+    if not packed and _is_concrete(attention_mask) and may_fuse_attention(config):
         _check_right_padding(attention_mask)
     if _is_concrete(input_ids):
         _check_range("input_ids", input_ids, config.vocab_size, "vocab_size")
@@ -75,6 +90,88 @@ def _check_right_padding(attention_mask: jax.Array) -> None:
             "attn_implementation='exact'")
 
 
+def packing_inputs(
+    config: BertConfig,
+    input_ids: jax.Array,
+    attention_mask: jax.Array,
+    sequence_ids: jax.Array | None,
+    position_ids: jax.Array | None,
+    cls_positions: jax.Array | None,
+) -> tuple[jax.Array, jax.Array | None]:
+    """Validate the packing inputs; return the mask the layers take (the key padding mask (B, S),
+    or packed rows' block-diagonal mask (B, S, S)) and the position ids (None: 0..S-1 in every
+    row; with `sequence_ids` and no `position_ids`, each sequence's from 0)."""
+    check_packing(config, input_ids, sequence_ids, position_ids, cls_positions)
+    if sequence_ids is None:
+        return attention_mask, position_ids
+    mask, positions = packed_attention(sequence_ids, attention_mask)
+    return mask, positions if position_ids is None else position_ids
+
+
+def check_packing(
+    config: BertConfig,
+    input_ids: jax.Array,
+    sequence_ids: jax.Array | None,
+    position_ids: jax.Array | None,
+    cls_positions: jax.Array | None,
+) -> None:
+    """Shapes and dtypes always; values where concrete (ids >= 0, positions inside the table,
+    [CLS] positions on tokens or -1)."""
+    B, S = input_ids.shape
+    for name, arr in (("sequence_ids", sequence_ids), ("position_ids", position_ids)):
+        if arr is None:
+            continue
+        if arr.shape != (B, S):
+            raise ValueError(f"{name} must have the shape of input_ids {(B, S)}, got {arr.shape}")
+        if not jnp.issubdtype(arr.dtype, jnp.integer):
+            raise ValueError(f"{name} must be integers, got dtype {arr.dtype}")
+    lowest = int(np.asarray(sequence_ids).min(initial=0)) if (
+        sequence_ids is not None and _is_concrete(sequence_ids)) else 0
+    if lowest < 0:
+        raise ValueError("sequence_ids must be 0 (padding) or a packed sequence's number (1, 2, "
+                         f"...), got {lowest}")
+    if position_ids is not None and _is_concrete(position_ids):
+        _check_range("position_ids", position_ids, config.max_position_embeddings,
+                     "max_position_embeddings")
+    if cls_positions is not None:
+        _check_cls_positions(cls_positions, input_ids, sequence_ids)
+
+
+def _check_cls_positions(cls_positions: jax.Array, input_ids: jax.Array,
+                         sequence_ids: jax.Array | None) -> None:
+    """(B, K) positions in [0, S), or -1 for an empty slot; each on a token of some sequence."""
+    B, S = input_ids.shape
+    if cls_positions.ndim != 2 or cls_positions.shape[0] != B:
+        raise ValueError(f"cls_positions must have shape (batch={B}, sequences per row), "
+                         f"got {cls_positions.shape}")
+    if not _is_concrete(cls_positions):
+        return
+    _check_range("cls_positions", cls_positions, S, "seq_len", low=-1)
+    if sequence_ids is not None and _is_concrete(sequence_ids):
+        cls = np.asarray(cls_positions)
+        on = np.take_along_axis(np.asarray(sequence_ids), np.maximum(cls, 0), axis=1)  # (B, K)
+        rows = np.flatnonzero(((cls >= 0) & (on == 0)).any(axis=1))
+        if rows.size:
+            raise ValueError(f"cls_positions of rows {rows[:5].tolist()} point at padding "
+                             "(sequence id 0): mark an empty slot -1")
+
+
+def packed_attention(sequence_ids: jax.Array, attention_mask: jax.Array
+                     ) -> tuple[jax.Array, jax.Array]:
+    """The attention mask (B, S, S) and positions (B, S) of packed rows.
+
+    Query i may attend key j where both belong to one sequence (`sequence_ids` (B, S) equal)
+    and key j is a token (sequence id not 0, `attention_mask` not 0): block-diagonal. A padding
+    query attends no key (a fully masked row, finite: see `numerics.masked_softmax`). A token's
+    position is how many tokens of its sequence come before it in the row: 0, 1, ... per
+    sequence, whether its tokens are contiguous or not; padding's is 0.
+    """
+    same = sequence_ids[:, :, None] == sequence_ids[:, None, :]  # (B, S, S) query x key
+    keys = (sequence_ids != 0) & (attention_mask != 0)  # (B, S)
+    before = jnp.sum(jnp.tril(same, -1), axis=-1, dtype=jnp.int32)  # (B, S) earlier, same seq
+    return same & keys[:, None, :], jnp.where(sequence_ids != 0, before, 0)
+
+
 def check_masked_positions(input_ids: jax.Array, masked_positions: jax.Array,
                            name: str = "masked_positions") -> None:
     """Positions (B, P) into input_ids (B, S): the shape always, the range where concrete."""
@@ -88,15 +185,15 @@ def check_masked_positions(input_ids: jax.Array, masked_positions: jax.Array,
         _check_range(name, masked_positions, S, "seq_len")
 
 
-def _check_range(name: str, arr: jax.Array, limit: int, limit_name: str) -> None:
+def _check_range(name: str, arr: jax.Array, limit: int, limit_name: str, low: int = 0) -> None:
     values = np.asarray(arr)
     if values.size == 0:
         return
     lo, hi = int(values.min()), int(values.max())
-    if lo < 0 or hi >= limit:
-        bad = values[(values < 0) | (values >= limit)]
+    if lo < low or hi >= limit:
+        bad = values[(values < low) | (values >= limit)]
         raise ValueError(
-            f"{name} has values outside [0, {limit_name}={limit}): e.g. {bad[:5].tolist()} "
+            f"{name} has values outside [{low}, {limit_name}={limit}): e.g. {bad[:5].tolist()} "
             f"(min {lo}, max {hi}); check the tokenizer matches the model config"
         )
 
@@ -104,7 +201,10 @@ def _check_range(name: str, arr: jax.Array, limit: int, limit_name: str) -> None
 def check_batch(config: BertConfig, batch: dict[str, np.ndarray]) -> None:
     """Host-side check of a batch before it enters a jitted step."""
     ids = batch["input_ids"]
-    check_inputs(config, ids, batch.get("token_type_ids"), batch.get("attention_mask"))
+    packed = batch.get("sequence_ids") is not None
+    check_inputs(config, ids, batch.get("token_type_ids"), batch.get("attention_mask"),
+                 packed=packed)
+    check_packing(config, ids, *(batch.get(k) for k in PACKING_ARGS))
     if "masked_positions" in batch:
         check_masked_positions(ids, batch["masked_positions"])
 
@@ -116,7 +216,9 @@ def flatten_choices(
     mask array stays None (the encoder fills it in)."""
     if input_ids.ndim != 3:
         raise ValueError("multiple choice takes input_ids of shape (batch, num_choices, seq_len), "
-                         f"got {input_ids.shape}; stack each example's choices on axis 1")
+                         f"got {input_ids.shape}; stack each example's choices on axis 1, or pack "
+                         "them into one row with sequence_ids and cls_positions (batch, "
+                         "num_choices)")
     B, C, S = input_ids.shape
     for name, arr in (("token_type_ids", token_type_ids), ("attention_mask", attention_mask)):
         if arr is not None and arr.shape != input_ids.shape:
@@ -124,3 +226,17 @@ def flatten_choices(
     flat = tuple(None if a is None else a.reshape(B * C, S)  # (B, C, S) -> (B * C, S)
                  for a in (input_ids, token_type_ids, attention_mask))
     return flat, (B, C)
+
+
+def packed_choices(input_ids: jax.Array, options: dict[str, Any]) -> bool:
+    """Whether multiple-choice inputs are packed rows (B, S), each holding one example's choices
+    as its sequences with their [CLS] at `cls_positions` (B, C), rather than choices stacked
+    (B, C, S) one per row. Packing arguments with stacked choices are refused."""
+    given = [k for k in PACKING_ARGS if options.get(k) is not None]
+    if input_ids.ndim == 2 and "cls_positions" in given:
+        return True
+    if input_ids.ndim == 3 and given:
+        raise ValueError(f"{', '.join(given)} apply to packed multiple choice, whose input_ids are "
+                         f"rows (batch, seq_len), got {input_ids.shape}: pack each example's "
+                         "choices into one row, or leave the packing arguments out")
+    return False

@@ -5,7 +5,7 @@ differences are the leaf names (`kernel`/`scale`/`embedding` here, `weight` ther
 frameworks disagree on are pinned in `bertjax.numerics` and commented where they are used.
 
 Shapes: B batch, S sequence, H hidden, A heads, D head dim (H = A * D), P masked positions,
-V vocabulary, I intermediate.
+V vocabulary, I intermediate, K packed sequences per row (`bertjax.inputs` on packing).
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ class BertOutput:
 
     # (B, S, H) in the compute dtype; (B * C, S, H) for choices; (B, Q, H) at `output_positions`
     sequence_output: jax.Array
-    pooled_output: jax.Array | None = None  # (B, H); None for a model without a pooler
+    # (B, H); (B, K, H) at `cls_positions` (zeros in empty slots); None without a pooler
+    pooled_output: jax.Array | None = None
     mlm_logits: jax.Array | None = None  # (B, P, V) or (B, S, V), float32
-    nsp_logits: jax.Array | None = None  # (B, 2), float32
-    # float32: (B, num_labels) sequence classification, (B, S, num_labels) token
-    # classification, (B, C) multiple choice
+    nsp_logits: jax.Array | None = None  # (B, 2) or (B, K, 2), float32
+    # float32: (B, num_labels) or (B, K, num_labels) sequence classification, (B, S, num_labels)
+    # token classification, (B, C) multiple choice
     logits: jax.Array | None = None
     start_logits: jax.Array | None = None  # (B, S), float32: question answering
     end_logits: jax.Array | None = None  # (B, S), float32
@@ -92,7 +93,9 @@ class BertEmbeddings(nnx.Module):
     not a scatter-add into a 2-row table where every token of the batch collides, which took a
     third of a GPU training step. The slice's rows are added with `numerics.add_broadcast`, whose
     gradient sums over the batch with a matmul, not a reduction that makes XLA GPU transpose the
-    residual stream around every layer.
+    residual stream around every layer. Packed rows' `position_ids` (B, S) restart per sequence:
+    a gather from the table then, whose scatter-add gradient collides far less (B * K rows per
+    position) than the token types' did.
     """
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
@@ -106,18 +109,23 @@ class BertEmbeddings(nnx.Module):
         self,
         input_ids: jax.Array,
         token_type_ids: jax.Array,
+        position_ids: jax.Array | None = None,
         *,
         deterministic: bool = True,
         rngs: nnx.Rngs | None = None,
     ) -> jax.Array:
         dtype = numerics.compute_dtype_of(self.word_embeddings)
-        positions = self.position_embeddings.embedding[...][: input_ids.shape[1]]  # (S, H)
         table = self.token_type_embeddings.embedding[...].astype(dtype)  # (T, H)
         one_hot = jax.nn.one_hot(token_type_ids, table.shape[0], dtype=dtype)  # (B, S, T)
         types = jnp.einsum("bst,th->bsh", one_hot, table,
                            precision=jax.lax.Precision.HIGHEST)  # exact rows (no TF32 rounding)
-        x = numerics.add_broadcast(self.word_embeddings(input_ids),
-                                   positions.astype(dtype)) + types  # (B, S, H), the mirror's order
+        words = self.word_embeddings(input_ids)  # (B, S, H)
+        if position_ids is None:  # 0..S-1 in every row: a slice of the table
+            positions = self.position_embeddings.embedding[...][: input_ids.shape[1]]  # (S, H)
+            x = numerics.add_broadcast(words, positions.astype(dtype))  # (B, S, H)
+        else:
+            x = words + self.position_embeddings(position_ids)  # (B, S, H)
+        x = x + types  # the mirror's order: words + positions + types
         return self.dropout(self.layer_norm(x), deterministic=deterministic, rngs=rngs)
 
 
@@ -130,9 +138,10 @@ def exact_attention(
     chunks: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Scaled dot-product attention of queries q (B, Q, A, D) over k, v (B, S, A, D) with a key
-    padding mask (B, S): float32 scores and masked softmax, `dropout` on the probabilities, the
-    context in v's dtype. Returns the context (B, Q, A, D) and the probabilities before dropout
-    (B, A, Q, S). Self-attention over every position has Q = S.
+    padding mask (B, S) or a query x key mask (B, Q, S) (packed rows): float32 scores and masked
+    softmax, `dropout` on the probabilities, the context in v's dtype. Returns the context
+    (B, Q, A, D) and the probabilities before dropout (B, A, Q, S). Self-attention over every
+    position has Q = S.
 
     `chunks` (`numerics.cpu_attention_chunks`, for a CPU) computes heads-major, in that many
     slices of the batch for XLA CPU to run side by side; `dropout` is then called once per
@@ -166,7 +175,9 @@ def _attend(q: jax.Array, k: jax.Array, v: jax.Array, attention_mask: jax.Array,
         q, k, v = (x.transpose(0, 2, 1, 3) for x in (q, k, v))  # (b, A, Q or S, D)
     scores = jnp.einsum(_SCORES[heads_major], q, k, preferred_element_type=jnp.float32)
     scores = scores / jnp.sqrt(jnp.float32(q.shape[-1]))  # (b, A, Q, S) float32
-    probs = numerics.masked_softmax(scores, attention_mask[:, None, None, :])
+    mask = attention_mask[:, None, None, :] if attention_mask.ndim == 2 else (
+        attention_mask[:, None, :, :])  # (b, 1, 1 or Q, S)
+    probs = numerics.masked_softmax(scores, mask)
     context = jnp.einsum(_CONTEXT[heads_major], dropout(probs).astype(v.dtype), v)  # v's layout
     if heads_major:
         context = context.transpose(0, 2, 1, 3)  # (b, A, Q, D) -> (b, Q, A, D)
@@ -204,7 +215,8 @@ def dropout_rows(dropout: nnx.Dropout, x: jax.Array, positions: jax.Array | None
 
 
 class BertAttention(nnx.Module):
-    """Multi-head self-attention with a key padding mask; returns (output, probabilities).
+    """Multi-head self-attention with a key padding mask (B, S) or packed rows' block-diagonal
+    mask (B, S, S) (`inputs.packed_attention`); returns (output, probabilities).
 
     Two paths (`config.attn_implementation`): "exact" computes the scores with an einsum and a
     float32 masked softmax, drops attention probabilities out and returns them (the parity
@@ -214,7 +226,8 @@ class BertAttention(nnx.Module):
     no dropout to them: cuDNN's flash attention where it applies (an
     NVIDIA GPU, bfloat16/float16 compute, head size a multiple of 8 up to 128), XLA otherwise.
     "auto" is fused where cuDNN applies and neither is needed, exact otherwise; an explicit
-    "fused" refuses probability dropout.
+    "fused" refuses probability dropout. Packed rows' mask goes to the fused path as its `mask`
+    argument, and "auto" keeps them exact (`numerics.use_fused_attention` says why).
 
     Keys and values are every position of `x` (B, S, H); the queries are `x` too, or its rows
     at `positions` (B, Q) when given: the output is then (B, Q, H), with the dropout masks of
@@ -246,15 +259,25 @@ class BertAttention(nnx.Module):
         queries = x if positions is None else take_rows(x, positions)  # (B, S or Q, H)
         B, S, H = x.shape
         Q = queries.shape[1]
+        packed = attention_mask.ndim == 3
+        if packed and positions is not None:
+            attention_mask = take_rows(attention_mask, positions)  # (B, Q, S): the queries' rows
         q = self.query(queries).reshape(B, Q, self.num_heads, self.head_dim)  # (B, Q, A, D)
         k = self.key(x).reshape(B, S, self.num_heads, self.head_dim)  # (B, S, A, D)
         v = self.value(x).reshape(B, S, self.num_heads, self.head_dim)  # (B, S, A, D)
         drops_probs = not deterministic and self.attention_dropout.rate > 0
-        cudnn = numerics.cudnn_attention_applies(q.dtype, self.head_dim)
-        if numerics.use_fused_attention(self.implementation, drops_probs, output_probs, cudnn):
-            lengths = jnp.sum(attention_mask, axis=-1, dtype=jnp.int32)  # (B,) right padding
-            context = jax.nn.dot_product_attention(
-                q, k, v, key_value_seq_lengths=lengths, implementation="cudnn" if cudnn else "xla")
+        cudnn = numerics.cudnn_attention_applies(q.dtype, self.head_dim) and (
+            not packed or numerics.cudnn_takes_mask(Q, S))
+        if numerics.use_fused_attention(self.implementation, drops_probs, output_probs, cudnn,
+                                        packed):
+            implementation = "cudnn" if cudnn else "xla"
+            if packed:  # (B, 1, Q, S): one mask for every head
+                context = jax.nn.dot_product_attention(
+                    q, k, v, mask=attention_mask[:, None], implementation=implementation)
+            else:
+                lengths = jnp.sum(attention_mask, axis=-1, dtype=jnp.int32)  # (B,) right padding
+                context = jax.nn.dot_product_attention(
+                    q, k, v, key_value_seq_lengths=lengths, implementation=implementation)
             probs = None
         else:
             def dropout(probs: jax.Array) -> jax.Array:  # (B, A, Q, S): rows on axis 2
@@ -308,13 +331,18 @@ class BertLayer(nnx.Module):
 
 
 class BertPooler(nnx.Module):
-    """Dense + tanh on the [CLS] position."""
+    """Dense + tanh on the [CLS] position: row 0, or each packed sequence's at `cls_positions`
+    (B, K), whose empty slots (-1) pool to zeros."""
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         self.dense = linear(config, config.hidden_size, config.hidden_size, rngs)
 
-    def __call__(self, sequence_output: jax.Array) -> jax.Array:
-        return jnp.tanh(self.dense(sequence_output[:, 0]))  # (B, H)
+    def __call__(self, sequence_output: jax.Array, cls_positions: jax.Array | None = None
+                 ) -> jax.Array:
+        if cls_positions is None:
+            return jnp.tanh(self.dense(sequence_output[:, 0]))  # (B, H)
+        cls = take_rows(sequence_output, jnp.maximum(cls_positions, 0))  # (B, K, H)
+        return jnp.where(cls_positions[:, :, None] >= 0, jnp.tanh(self.dense(cls)), 0)  # (B, K, H)
 
 
 def _stacked_layers(config: BertConfig, rngs: nnx.Rngs) -> BertLayer:
@@ -341,7 +369,11 @@ class BertModel(nnx.Module):
 
     `output_positions` (B, Q) asks for the sequence output at those positions only, (B, Q, H):
     what pre-training's losses read. The last layer then computes those rows (and [CLS] for the
-    pooler) alone (`BertLayer`'s `positions`), saving most of its work. Attention maps or hidden
+    pooler, or each packed sequence's) alone (`BertLayer`'s `positions`), saving most of its work.
+
+    Packed rows (`bertjax.inputs`): `sequence_ids` (B, S) keep attention inside each sequence and
+    restart its positions (unless `position_ids` (B, S) say otherwise); with a pooler they need
+    `cls_positions` (B, K), and `pooled_output` is then (B, K, H). Attention maps or hidden
     states asked for alongside are every layer's at every position, the output taken from them,
     and so is a `scan_layers` model's: splitting its last layer off the scan would copy the
     stacked parameters every step (what the scan is there to avoid).
@@ -371,22 +403,31 @@ class BertModel(nnx.Module):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
         output_positions: jax.Array | None = None,
+        sequence_ids: jax.Array | None = None,
+        position_ids: jax.Array | None = None,
+        cls_positions: jax.Array | None = None,
     ) -> BertOutput:
         token_type_ids, attention_mask = inputs.check_inputs(
-            self.config, input_ids, token_type_ids, attention_mask
+            self.config, input_ids, token_type_ids, attention_mask, packed=sequence_ids is not None
         )
+        if self.pooler is not None and sequence_ids is not None and cls_positions is None:
+            raise ValueError("packed rows (sequence_ids) need cls_positions for the pooler: where "
+                             "each sequence's [CLS] is, -1 for an empty slot")
+        attention_mask, position_ids = inputs.packing_inputs(  # (B, S) or (B, S, S); (B, S)
+            self.config, input_ids, attention_mask, sequence_ids, position_ids, cls_positions)
         whole = output_attentions or output_hidden_states or self.config.scan_layers
         if output_positions is not None:
             inputs.check_masked_positions(input_ids, output_positions, "output_positions")
         # one dropout stream for the embeddings, one per layer: the same masks whether the
         # layers run in a Python loop or under lax.scan
         keys = numerics.dropout_keys(deterministic, dropout_rng, self.config.num_hidden_layers + 1)
-        x = self.embeddings(input_ids, token_type_ids, deterministic=deterministic,
+        x = self.embeddings(input_ids, token_type_ids, position_ids, deterministic=deterministic,
                             rngs=numerics.rngs_of(keys, 0))
-        rows = self._last_rows(output_positions, input_ids.shape[1], whole)  # (B, [1 +] Q) or None
+        # (B, [1 or K +] Q) or None
+        rows = self._last_rows(output_positions, input_ids.shape[1], whole, cls_positions)
         x, hidden, probs = self._layers(x, attention_mask, keys, deterministic, output_attentions,
                                         output_hidden_states, rows)
-        pooled = None if self.pooler is None else self.pooler(x)  # row 0 is [CLS] either way
+        pooled = self._pool(x, cls_positions, rows is not None)
         if output_positions is not None:  # (B, Q, H): the rows' tail, or taken from every row
             Q = output_positions.shape[1]
             x = take_rows(x, output_positions) if rows is None else x[:, rows.shape[1] - Q:]
@@ -397,16 +438,29 @@ class BertModel(nnx.Module):
             hidden_states=tuple(hidden) if output_hidden_states else None,
         )
 
-    def _last_rows(self, positions: jax.Array | None, seq_len: int, whole: bool
-                   ) -> jax.Array | None:
-        """The rows the last layer computes: positions (B, Q), after [CLS] (B, 1 + Q) for the
-        pooler; None for every row (no positions, `whole` asked for, or no fewer rows than
-        `seq_len`)."""
+    def _last_rows(self, positions: jax.Array | None, seq_len: int, whole: bool,
+                   cls_positions: jax.Array | None) -> jax.Array | None:
+        """The rows the last layer computes: positions (B, Q), after [CLS] for the pooler (row 0:
+        (B, 1 + Q), or `cls_positions` (B, K + Q), an empty slot's at row 0); None for every row
+        (no positions, `whole` asked for, or no fewer rows than `seq_len`)."""
         if positions is None or whole:
             return None
         if self.pooler is not None:
-            positions = jnp.concatenate([jnp.zeros_like(positions[:, :1]), positions], axis=1)
+            cls = jnp.zeros_like(positions[:, :1]) if cls_positions is None else (
+                jnp.maximum(cls_positions, 0).astype(positions.dtype))  # (B, 1 or K)
+            positions = jnp.concatenate([cls, positions], axis=1)
         return positions if positions.shape[1] < seq_len else None
+
+    def _pool(self, x: jax.Array, cls_positions: jax.Array | None, rows: bool
+              ) -> jax.Array | None:
+        """The pooler's output on x, every row (B, S, H) or the last layer's `rows`, whose first
+        ones are the [CLS] rows (`_last_rows`): (B, H), or (B, K, H) at `cls_positions`."""
+        if self.pooler is None:
+            return None
+        if rows and cls_positions is not None:  # sequence k's [CLS] is row k, an empty slot -1
+            slots = jnp.arange(cls_positions.shape[1], dtype=cls_positions.dtype)  # (K,)
+            cls_positions = jnp.where(cls_positions >= 0, slots, -1)  # (B, K)
+        return self.pooler(x, cls_positions)  # row 0 is [CLS] either way without packing
 
     def _layers(
         self, x: jax.Array, attention_mask: jax.Array, keys: jax.Array | None,

@@ -207,11 +207,30 @@ def cpu_attention_chunks(batch: int, drops_probs: bool) -> int | None:
     return max(1, min(batch, cores or 1))
 
 
+def cudnn_takes_mask(q_len: int, kv_len: int) -> bool:
+    """Whether cuDNN's fused attention takes packed rows' mask (B, 1, Q, S) for these lengths.
+
+    `jax.nn.dot_product_attention(mask=..., implementation="cudnn")` (JAX 0.10) hands a boolean
+    mask to cuDNN as a dense additive bias, the full (Q, S) (a mask broadcast over queries is
+    refused, jax-ml/jax#28974), and always asks cuDNN for that bias's gradient in the backward,
+    which cuDNN computes only for even Q and S (JAX's check raises otherwise). cuDNN's own
+    packed layout (segment offsets, no dense mask) is not reachable through the public function.
+    """
+    return q_len % 2 == 0 and kv_len % 2 == 0
+
+
 def use_fused_attention(
-    implementation: str, drops_probs: bool, output_probs: bool, cudnn: bool
+    implementation: str, drops_probs: bool, output_probs: bool, cudnn: bool, packed: bool = False
 ) -> bool:
     """Whether attention takes the fused path (see `bertjax.model.BertAttention`); `cudnn` is
-    `cudnn_attention_applies(...)` for the heads at hand."""
+    `cudnn_attention_applies(...)` for the heads at hand (and `cudnn_takes_mask` for packed rows).
+
+    `packed` rows (a block-diagonal mask) stay exact under "auto": cuDNN would take their mask
+    only as a (B, 1, Q, S) bias with its gradient requested (`cudnn_takes_mask`): a combination
+    earlier JAX versions refused for a batch over 1 (jax-ml/jax#23701, #30593), which JAX 0.10
+    hands to cuDNN unchecked, and which bertjax has not yet run on a GPU (tests/test_gpu.py's
+    packed check is the one to pass before lifting this).
+    An explicit "fused" passes the mask to cuDNN where it applies, to XLA otherwise."""
     if implementation == "exact":
         return False
     if implementation == "fused" and drops_probs:
@@ -219,6 +238,6 @@ def use_fused_attention(
             "attn_implementation='fused' applies no dropout to attention probabilities, but "
             "attention_probs_dropout_prob > 0 in training: set it to 0, or use 'exact' (or 'auto', "
             "which takes the exact path when probability dropout is due)")
-    if implementation == "auto" and (drops_probs or not cudnn):
+    if implementation == "auto" and (drops_probs or not cudnn or packed):
         return False
     return not output_probs

@@ -28,6 +28,7 @@ from use_helpers import peaked_checkpoint, pipeline_fill_mask, sentences, tiny_c
 
 import bertjax
 from bertjax import BertConfig, BertForPreTraining
+from bertjax.data.packing import pack_sequences
 from bertjax.io.weights import state_to_numpy
 from bertjax.losses import pretraining_loss
 from bertjax.train.choices import PRNG_IMPLS
@@ -130,6 +131,57 @@ def test_the_gpu_computes_what_the_cpu_computes():
     assert max(_max_diff(gpu_out, cpu_out).values()) <= TOL
     assert abs(gpu_loss - cpu_loss) <= TOL
     assert max(gradient_errors(gpu_grads, cpu_grads).values()) <= TOL
+
+
+def _packed_inputs(config: BertConfig) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Packed rows of 64 tokens (up to 6 sequences each, an odd-length one among them) and fixed
+    random weights for a loss over every real output: ({argument: array}, weights)."""
+    rng = np.random.default_rng(3)
+    lengths = [*rng.integers(6, 40, size=15).tolist(), 7]
+    ids = [[2, *rng.integers(3, config.vocab_size, n - 1).tolist()] for n in lengths]
+    packed = pack_sequences(ids, seq_len=64, max_per_row=6)
+    args = {k: getattr(packed, k) for k in ("input_ids", "token_type_ids", "attention_mask",
+                                             "sequence_ids", "cls_positions")}
+    real = (packed.sequence_ids > 0).astype(np.float32)[:, :, None]  # (R, S, 1): no padding
+    return args, real * rng.normal(size=(*packed.input_ids.shape, config.hidden_size))
+
+
+def _packed_outputs_and_grads(model, args, weights):
+    graphdef, params = nnx.split(model, nnx.Param)
+
+    @jax.jit
+    def run(params, args):
+        def loss(p):
+            out = nnx.merge(graphdef, p)(args["input_ids"], args["token_type_ids"],
+                                         args["attention_mask"], sequence_ids=args["sequence_ids"],
+                                         cls_positions=args["cls_positions"])
+            h = out.sequence_output.astype(jnp.float32)
+            return jnp.sum(h * weights) + jnp.sum(out.nsp_logits), h
+
+        return jax.value_and_grad(loss, has_aux=True)(params)
+
+    (_, h), grads = run(params, args)
+    hlo = run.lower(params, args).compile().as_text()
+    return np.asarray(h) * (weights != 0), state_to_numpy(grads), hlo
+
+
+def test_packed_rows_on_cudnn_equal_the_exact_path_and_auto_stays_exact():
+    """Packed rows' block-diagonal mask through cuDNN (an explicit "fused": JAX hands it over as a
+    (B, 1, S, S) bias whose gradient cuDNN also computes, see `numerics.cudnn_takes_mask`) against
+    the exact path, forward and backward, in bfloat16; "auto" keeps packed rows exact until this
+    passes (`numerics.use_fused_attention`)."""
+    config = CONFIG.replace(dtype="bfloat16")
+    args, weights = _packed_inputs(config)
+    exact = BertForPreTraining(config.replace(attn_implementation="exact"), rngs=nnx.Rngs(0))
+    fused = BertForPreTraining(config.replace(attn_implementation="fused"), rngs=nnx.Rngs(0))
+    auto = BertForPreTraining(config, rngs=nnx.Rngs(0))
+    ha, ga, _ = _packed_outputs_and_grads(exact, args, weights)
+    hb, gb, hlo = _packed_outputs_and_grads(fused, args, weights)
+    assert "__cudnn$fmha" in hlo  # cuDNN took the mask, forward and backward
+    assert np.abs(ha - hb).max() <= 2e-2 * np.abs(ha).max()
+    errors = gradient_errors(gb, ga)
+    assert max(errors.values()) <= 5e-2, sorted(errors.items(), key=lambda kv: -kv[1])[:3]
+    assert "__cudnn$fmha" not in _packed_outputs_and_grads(auto, args, weights)[2]
 
 
 @pytest.mark.parametrize("changes", [{"scan_layers": True}, {"remat": True},
