@@ -1,6 +1,6 @@
 """`bertjax answer` against transformers' question-answering pipeline (4.57, its last release:
 transformers 5 has none), whose answers on a small model are fixtures made once by
-scripts/make_qa_pipeline_fixtures.py: the same answers, character offsets and order exactly,
+scripts/dev/make_qa_pipeline_fixtures.py: the same answers, character offsets and order exactly,
 scores within 1e-5 (float32 softmax products), long contexts cut into windows included."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The corpus benchmark (`scripts/bench_corpus.py`): the generated corpus, each child's own peak
+"""The corpus benchmark (`bertjax bench corpus`): the generated corpus, each child's own peak
 memory, and one small run end to end. Its rates are not checked: timings are not tests."""
 
 from __future__ import annotations

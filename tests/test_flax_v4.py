@@ -1,6 +1,6 @@
 """transformers-v4 Flax checkpoints in: the migration path transformers 5 does not offer.
 
-The fixtures (tests/fixtures/flax_v4/, made once by scripts/make_flax_v4_fixtures.py with
+The fixtures (tests/fixtures/flax_v4/, made once by scripts/dev/make_flax_v4_fixtures.py with
 transformers 4.57.6 + flax 0.12.8 in a side environment) are real `FlaxBert*.save_pretrained`
 directories, one per class plus a sharded one, with FlaxBert's own outputs on fixed inputs.
 

@@ -19,7 +19,8 @@ NOT_SOURCE = {"runs", "build", "dist", "data", "docs", "tests"}  # top level, wi
 EVERY_HELP = """
 import sys
 from bertjax.cli.main import COMMANDS, main
-for name in list(COMMANDS) + ["bench train", "bench infer", "bench embed", "bench data"]:
+for name in list(COMMANDS) + ["bench train", "bench infer", "bench embed", "bench data",
+                            "bench corpus"]:
     try:
         main([*name.split(), "--help"])
     except SystemExit as stop:

@@ -1,4 +1,4 @@
-"""`scripts/profile_step.py`: what its CPU report sums, and `--cores`.
+"""`scripts/dev/profile_step.py`: what its CPU report sums, and `--cores`.
 
 On a CPU the host timeline holds the XLA ops and the runtime's events around them
 ("ThunkExecutor::Execute" spans a whole step); counting both made every op's share about a third
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "profile_step.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "dev" / "profile_step.py"
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 entity metric.
 
 The metric is checked against seqeval 1.2.2 itself: tests/fixtures/seqeval/cases.json holds its
-outputs on 38 tricky sequences (made by scripts/make_seqeval_fixtures.py in a side environment;
+outputs on 38 tricky sequences (made by scripts/dev/make_seqeval_fixtures.py in a side environment;
 seqeval is no dependency). Tolerances: entity and token counts exactly, scores within 1e-12.
 """
 

@@ -1,7 +1,7 @@
 """Benchmarks. `bertjax bench train` / `bertjax bench infer`: implementations of BERT timed side
 by side (the modules below); `embed.py`: sentence-embedding throughput (`bertjax bench embed`);
 `data.py`: the input pipeline's throughput (`bertjax bench data`); `corpus.py`: `bertjax data`'s
-input MB/s and peak memory on a large generated corpus (`scripts/bench_corpus.py`).
+input MB/s and peak memory on a large generated corpus (`bertjax bench corpus`).
 
 One run times the same configuration on the same batch in every implementation: bertjax in
 float32 and bfloat16, transformers' `BertForPreTraining` eager (SDPA attention) and under

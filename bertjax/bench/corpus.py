@@ -16,8 +16,8 @@ meta.json (reading + tokenising + writing shards). By default no NSP pairs are m
 (`--seq-len 0`): their array grows with the corpus by design and would hide what the reader
 holds; `--seq-len 128` measures the whole command.
 
-    python scripts/bench_corpus.py --sizes-mb 50 200          # the numbers for a report
-    python scripts/bench_corpus.py --sizes-mb 5 --json out.json   # a quick check
+    bertjax bench corpus --sizes-mb 50 200          # the numbers for a report
+    bertjax bench corpus --sizes-mb 5 --json out.json   # a quick check
 
 The machine must be otherwise idle for the rates to mean anything; the peak memory does not
 depend on it.
@@ -204,9 +204,8 @@ def _summary(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python scripts/bench_corpus.py [--sizes-mb 50 200] [--formats parquet jsonl] ...`."""
-    parser = argparse.ArgumentParser(prog="bench_corpus", description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `bertjax bench corpus`."""
     parser.add_argument("--sizes-mb", type=float, nargs="+", default=[50, 200],
                         help="corpus sizes in MB of text (default: 50 200)")
     parser.add_argument("--formats", nargs="+", choices=FORMATS, default=["parquet"],
@@ -220,7 +219,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workdir", default=None, help="where the temporary corpora go "
                                                         "(default: the system's temporary directory)")
     parser.add_argument("--json", default=None, metavar="FILE", help="also write the numbers here")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """`bertjax bench corpus [--sizes-mb 50 200] [--formats parquet jsonl] ...`."""
     result = run_corpus_benchmark(args.sizes_mb, args.formats, vocab=args.vocab,
                                   seq_len=args.seq_len, cpus=args.cpus, workdir=args.workdir)
     if args.json:

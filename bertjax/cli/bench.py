@@ -1,7 +1,8 @@
 """`bertjax bench WHAT`: benchmarks. `data`: tokenisation MB/s and masked sequences/s on one core;
 `train` / `infer`: the training step / inference forward of bertjax (float32, bfloat16),
 transformers (eager, torch.compile) and bert_torch side by side (`bertjax.bench`); `embed`:
-sentence-embedding throughput against transformers.
+sentence-embedding throughput against transformers; `corpus`: `bertjax data`'s MB/s and peak
+memory on large generated corpora.
 
 Each benchmark is a sub-command with its own options: an entry of BENCHMARKS. The options of
 `train` and `infer` are derived from the fields of `BenchSettings` (`bertjax.cli.fields`).
@@ -15,6 +16,7 @@ import inspect
 import json
 from typing import Any
 
+from bertjax.bench import corpus as corpus_bench
 from bertjax.bench import options as bench_options
 from bertjax.bench.options import BenchSettings
 from bertjax.bench.run import run_benchmark
@@ -173,6 +175,9 @@ BENCHMARKS = {
               functools.partial(_run_mode, mode="infer")),
     "embed": ("sentences/s of `bertjax embed` (all-MiniLM-L6-v2, mean pooling) against "
               "transformers eager with the same batches", _add_embed_arguments, _run_embed),
+    "corpus": ("`bertjax data` on generated Parquet / JSON-lines corpora of several sizes: input "
+               "MB/s and peak RSS", corpus_bench.add_arguments,
+               lambda args: corpus_bench.run(args)),
 }
 
 

@@ -67,7 +67,7 @@ def _command(argv: list[str]) -> str | None:
 
 
 # commands that run no JAX computation: they keep glibc's defaults for their tokenizer threads
-WITHOUT_JAX = {("vocab",), ("data",), ("bench", "data")}
+WITHOUT_JAX = {("vocab",), ("data",), ("bench", "data"), ("bench", "corpus")}
 
 
 def _runs_jax(argv: list[str]) -> bool:

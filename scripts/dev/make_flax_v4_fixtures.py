@@ -66,7 +66,7 @@ from transformers import (  # noqa: E402
     FlaxBertModel,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "tests" / "fixtures" / "flax_v4"
 
 CONFIG = dict(

@@ -23,7 +23,7 @@ from pathlib import Path
 from seqeval.metrics import accuracy_score, classification_report, f1_score, precision_score, recall_score
 from seqeval.metrics.sequence_labeling import get_entities
 
-OUT = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "seqeval" / "cases.json"
+OUT = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "seqeval" / "cases.json"
 
 # (name, true sentences, predicted sentences)
 HAND_CASES = [

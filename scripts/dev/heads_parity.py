@@ -14,7 +14,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 import test_flax_v4 as flax_v4  # noqa: E402
 import test_heads as heads  # noqa: E402

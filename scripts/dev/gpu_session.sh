@@ -21,7 +21,7 @@
 #   profile    device time by kernel of bertjax's step, default and recipe
 #   probe      scripts/gpu_layout_probe.py: formulations of the embeddings and the decoder
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/bertjax-gpu-out}
 RESULTS=/tmp/bertjax-gpu-results
 mkdir -p "$OUT" "$RESULTS"

@@ -30,7 +30,7 @@ import tokenizers
 import torch
 import transformers
 
-HERE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "qa_pipeline"
+HERE = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "qa_pipeline"
 MAX_POSITIONS = 128
 
 HAMLET = ("Hamlet is the Prince of Denmark, and Horatio is his friend. The King, Claudius, married "
