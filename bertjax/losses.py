@@ -96,21 +96,36 @@ def pretraining_sums(
     """Sums over a batch that add up across micro-batches and devices (float32 scalars).
 
     logits (B, P, V) and (B, 2); `masked_ids`/`masked_weights` (B, P), `next_sentence_label` (B,)
-    (0 IsNext). `*_loss_sum` are summed cross-entropies (MLM weighted), `mlm_weight` /
-    `nsp_count` what they are divided by, `*_correct` right argmax predictions (MLM weighted).
+    (0 IsNext). Packed rows (`bertjax.data.pair_packing`) give NSP logits (B, K, 2) and labels
+    (B, K) with `next_sentence_weights` (B, K) (0: an empty slot, left out). `*_loss_sum` are
+    summed cross-entropies (weighted), `mlm_weight` / `nsp_count` what they are divided by,
+    `*_correct` right argmax predictions (weighted).
     """
     weights = batch["masked_weights"].astype(jnp.float32)  # (B, P)
-    labels = batch["next_sentence_label"]
+    labels = batch["next_sentence_label"]  # (B,) or (B, K)
     mlm_ce = cross_entropy(mlm_logits.astype(jnp.float32), batch["masked_ids"])  # (B, P)
-    nsp_ce = cross_entropy(nsp_logits.astype(jnp.float32), labels)  # (B,)
+    nsp_ce = cross_entropy(nsp_logits.astype(jnp.float32), labels)  # (B,) or (B, K)
+    nsp_right = argmax_is(nsp_logits, labels)
+    if "next_sentence_weights" in batch:  # packed: the real pairs only
+        pairs = batch["next_sentence_weights"].astype(jnp.float32)  # (B, K)
+        nsp = {"nsp_loss_sum": jnp.sum(nsp_ce * pairs), "nsp_count": jnp.sum(pairs),
+               "nsp_correct": jnp.sum(nsp_right * pairs)}
+    else:
+        nsp = {"nsp_loss_sum": jnp.sum(nsp_ce), "nsp_count": jnp.float32(labels.shape[0]),
+               "nsp_correct": jnp.sum(nsp_right).astype(jnp.float32)}
     return {
         "mlm_loss_sum": jnp.sum(mlm_ce * weights),
         "mlm_weight": jnp.sum(weights),
         "mlm_correct": jnp.sum(argmax_is(mlm_logits, batch["masked_ids"]) * weights),
-        "nsp_loss_sum": jnp.sum(nsp_ce),
-        "nsp_count": jnp.float32(labels.shape[0]),
-        "nsp_correct": jnp.sum(argmax_is(nsp_logits, labels)).astype(jnp.float32),
+        **nsp,
     }
+
+
+def nsp_count(batch: dict[str, jax.Array]) -> jax.Array:
+    """The sequences a batch's NSP loss is the mean over: its rows, or its packed pairs."""
+    if "next_sentence_weights" in batch:
+        return jnp.sum(batch["next_sentence_weights"].astype(jnp.float32))
+    return jnp.float32(batch["next_sentence_label"].shape[0])
 
 
 def loss_from_sums(sums: dict[str, jax.Array], predictions: jax.Array, sequences: jax.Array

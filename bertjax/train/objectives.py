@@ -21,6 +21,7 @@ from bertjax.losses import (
     classification_sums,
     loss_from_sums,
     metrics_from_sums,
+    nsp_count,
     pretraining_sums,
     question_answering_loss_from_sums,
     question_answering_sums,
@@ -42,9 +43,19 @@ class Objective:
     metrics: Callable[[Sums], dict[str, jax.Array]]
 
 
+# The packing arrays a packed batch holds (`bertjax.inputs.PACKING_ARGS`), passed to the model.
+PACKING_KEYS = ("sequence_ids", "position_ids", "cls_positions")
+
+
+def packing_options(batch: Batch) -> dict[str, jax.Array]:
+    """The model's packing keywords from a batch: none for rows of one sequence each."""
+    return {k: batch[k] for k in PACKING_KEYS if k in batch}
+
+
 def _pretraining_sums(model: Any, batch: Batch, rng: jax.Array | None) -> Sums:
     out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
-                batch["masked_positions"], deterministic=rng is None, dropout_rng=rng)
+                batch["masked_positions"], deterministic=rng is None, dropout_rng=rng,
+                **packing_options(batch))
     return pretraining_sums(out.mlm_logits, out.nsp_logits, batch)
 
 
@@ -57,7 +68,7 @@ def _pretraining_metrics(sums: Sums) -> dict[str, jax.Array]:
 PRETRAINING = Objective(
     forward_sums=_pretraining_sums,
     counts=lambda batch: {"predictions": jnp.sum(batch["masked_weights"].astype(jnp.float32)),
-                          "sequences": jnp.float32(batch["next_sentence_label"].shape[0])},
+                          "sequences": nsp_count(batch)},
     loss=lambda sums, counts: loss_from_sums(sums, counts["predictions"], counts["sequences"]),
     metrics=_pretraining_metrics,
 )
