@@ -26,6 +26,12 @@ from bertjax.numerics import cudnn_attention_applies
 PACKING_ARGS = ("sequence_ids", "position_ids", "cls_positions")
 
 
+def packing_options(batch: Any) -> dict[str, Any]:
+    """The model's packing keywords from a batch (a dict of arrays): those of `PACKING_ARGS` it
+    holds, none for rows of one sequence each."""
+    return {k: batch[k] for k in PACKING_ARGS if k in batch}
+
+
 def _is_concrete(x: jax.Array) -> bool:
     return not isinstance(x, jax.core.Tracer)
 

@@ -28,6 +28,7 @@ from bertjax.use.encode import TruncationWarning, encode, jitted_forward
 
 TOL = 1e-5
 BATCH = 8  # several sorted batches of the 32 lines, two padded widths
+PACKED = 256  # max_tokens: rows of 128 tokens, two per batch, several batches of packed lines
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +77,11 @@ def test_lines_cover_several_lengths_and_need_sorting(minilm, lines):
     assert widths == {16, 48}, widths
 
 
-def test_mean_normalized_matches_transformers_recipe(minilm, lines, hf_last_hidden):
+@pytest.mark.parametrize("max_tokens", [None, PACKED])
+def test_mean_normalized_matches_transformers_recipe(minilm, lines, hf_last_hidden, max_tokens):
     model, tokenizer = minilm
-    ours = embed(model, tokenizer, lines, pooling="mean", normalize=True, batch_size=BATCH)
+    ours = embed(model, tokenizer, lines, pooling="mean", normalize=True, batch_size=BATCH,
+                 max_tokens=max_tokens)
     ref = sentence_transformers_recipe(*hf_last_hidden)
     assert ours.shape == (32, 384) and ours.dtype == np.float32
     diff = np.abs(ours - ref).max()
@@ -114,13 +117,29 @@ def test_order_restored_and_padding_free(minilm, lines):
     assert np.abs(together[1:] - together[:-1]).max() > 0.1  # distinct rows, not one repeated
 
 
-def test_cls_pooling_is_first_hidden_state(minilm, lines, hf_last_hidden):
+@pytest.mark.parametrize("max_tokens", [None, PACKED])
+def test_cls_pooling_is_first_hidden_state(minilm, lines, hf_last_hidden, max_tokens):
     model, tokenizer = minilm
-    ours = embed(model, tokenizer, lines, pooling="cls", batch_size=BATCH)
+    ours = embed(model, tokenizer, lines, pooling="cls", batch_size=BATCH, max_tokens=max_tokens)
     batch = encode(tokenizer, lines, max_length=512)
     direct = np.asarray(jitted_forward(model)(batch.arrays()).sequence_output)[:, 0]  # (N, H)
     assert np.abs(ours - direct).max() <= TOL
     assert np.abs(ours - hf_last_hidden[0][:, 0]).max() <= TOL
+
+
+def test_packed_lines_are_their_unpacked_vectors(minilm, lines):
+    """Packed into shared rows (several lines a row, the last batch completed with empty rows),
+    every line's vector is the one it gets alone; a budget below one row is refused by name."""
+    model, tokenizer = minilm
+    unpacked = embed(model, tokenizer, lines, batch_size=BATCH)
+    for budget in (128, PACKED, 4096):  # one row a batch, two, every line in one batch
+        packed = embed(model, tokenizer, lines, max_tokens=budget)
+        diff = np.abs(packed - unpacked).max()
+        print(f"max_tokens {budget}: max |packed - unpacked| = {diff:.2e}")
+        assert diff <= TOL, diff
+    with pytest.raises(ValueError, match=r"max_tokens \(--max-tokens\) 100 holds no packed row "
+                                         r"of 128 tokens.*pass max_tokens \(--max-tokens\) 128"):
+        embed(model, tokenizer, lines, max_tokens=100)
 
 
 def test_nearest_finds_the_line_itself(minilm, lines):

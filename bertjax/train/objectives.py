@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bertjax.inputs import packing_options
 from bertjax.losses import (
     IGNORE_INDEX,
     classification_sums,
@@ -41,15 +42,6 @@ class Objective:
     counts: Callable[[Batch], dict[str, jax.Array]]
     loss: Callable[[Sums, dict[str, jax.Array]], jax.Array]
     metrics: Callable[[Sums], dict[str, jax.Array]]
-
-
-# The packing arrays a packed batch holds (`bertjax.inputs.PACKING_ARGS`), passed to the model.
-PACKING_KEYS = ("sequence_ids", "position_ids", "cls_positions")
-
-
-def packing_options(batch: Batch) -> dict[str, jax.Array]:
-    """The model's packing keywords from a batch: none for rows of one sequence each."""
-    return {k: batch[k] for k in PACKING_KEYS if k in batch}
 
 
 def _pretraining_sums(model: Any, batch: Batch, rng: jax.Array | None) -> Sums:
