@@ -178,6 +178,13 @@ def packed_attention(sequence_ids: jax.Array, attention_mask: jax.Array
     return same & keys[:, None, :], jnp.where(sequence_ids != 0, before, 0)
 
 
+def sequence_mask(sequence_ids: jax.Array, slots: int) -> jax.Array:
+    """(B, K, S) bool of packed rows: position s holds the row's sequence k (slot k holds
+    sequence id k + 1); what per-sequence pooling and losses over a row's positions select."""
+    ids = jnp.arange(1, slots + 1, dtype=sequence_ids.dtype)  # (K,)
+    return sequence_ids[:, None, :] == ids[None, :, None]
+
+
 def check_masked_positions(input_ids: jax.Array, masked_positions: jax.Array,
                            name: str = "masked_positions") -> None:
     """Positions (B, P) into input_ids (B, S): the shape always, the range where concrete."""

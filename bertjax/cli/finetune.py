@@ -65,6 +65,10 @@ RECIPE: dict[str, tuple[Callable[[str], Any], str]] = {
     "max_length": (int_range(3), "tokens per example, longer ones are cut (at most the "
                                  "model's positions)"),
     "seed": (non_negative_int, "shuffling, the validation split and dropout"),
+    "max_tokens": (positive_int, "pack the examples into rows and make each step a batch of "
+                                 "this many token slots (rows as long as the longest example, "
+                                 "at least 128; --batch-size is then unused, a step holds the "
+                                 "examples that fit); validation and test are packed too"),
 }
 
 
@@ -127,8 +131,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for field in dataclasses.fields(FinetuneConfig):
         parse, help_text = RECIPE[field.name]
         default = getattr(defaults, field.name)
+        shown = "off" if default is None else default
         recipe.add_argument(f"--{field.name.replace('_', '-')}", type=parse, default=default,
-                            metavar=field.name.upper(), help=f"{help_text} (default: {default})")
+                            metavar=field.name.upper(), help=f"{help_text} (default: {shown})")
     recipe.add_argument("--dropout", type=probability, default=0.1,
                         help="hidden, attention and classifier dropout, in [0, 1) (default 0.1)")
     recipe.add_argument("--init", choices=("pretrained", "random"), default="pretrained",

@@ -14,12 +14,14 @@ import numpy as np
 from flax import nnx
 
 from bertjax.data.labelled import Example, check_labels, majority_baseline
+from bertjax.data.packing import RowLayout
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.heads import BertForSequenceClassification
+from bertjax.losses import IGNORE_INDEX
 from bertjax.tasks.task import TaskScores
 from bertjax.train.objectives import CLASSIFICATION
 from bertjax.use.encode import check_max_length, encode, model_max_length
-from bertjax.use.packed import packed_batches, packing_options
+from bertjax.use.packed import pack_arrays, packed_batches, packing_options
 from bertjax.use.truncation import warn_cut
 from bertjax.viz.curves import plot_confusion
 
@@ -154,9 +156,18 @@ class ClassificationTask:
                         warn=False).arrays(model_config)
         return {**arrays, "labels": label_ids(examples, model_config.id2label)}
 
+    def pack_lengths(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
+        return arrays["attention_mask"].sum(1)
+
+    def pack(self, arrays: dict[str, np.ndarray], layout: RowLayout, pad_id: int
+             ) -> dict[str, np.ndarray]:
+        return pack_arrays(arrays, layout, pad_id=pad_id, per_sequence=("labels",),
+                           fills={"labels": IGNORE_INDEX})  # (R, K) labels, empty slots ignored
+
     def evaluate(self, model: Any, tokenizer: WordPieceTokenizer, examples: Sequence[Example],
-                 max_length: int) -> TaskScores:
-        scores = score(predict(model, tokenizer, examples, max_length=max_length, warn=False),
+                 max_length: int, max_tokens: int | None = None) -> TaskScores:
+        scores = score(predict(model, tokenizer, examples, max_length=max_length, warn=False,
+                               max_tokens=max_tokens),
                        label_ids(examples, model.config.id2label))
         return _task_scores(scores)
 

@@ -20,16 +20,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from bertjax.data.packing import RowLayout, pack_layout
-from bertjax.inputs import packing_options
+from bertjax.inputs import packing_options, sequence_mask
 from bertjax.use.encode import PAD_MULTIPLE
 
 __all__ = ["MAX_TOKENS", "ROW_FLOOR", "Budget", "PackedBatch", "pack_arrays", "packed_batches",
-           "packing_options", "per_sequence_logits", "sequence_mask", "token_budget"]
+           "packed_layouts", "packing_options", "sequence_mask",
+           "token_budget"]
 
 ROW_FLOOR = 128  # shortest packed row where the model has the positions (see the docstring)
 
@@ -89,32 +88,28 @@ def pack_arrays(arrays: Mapping[str, np.ndarray], layout: RowLayout, *, pad_id: 
     return out
 
 
+def packed_layouts(lengths: np.ndarray, *, max_tokens: int, limit: int,
+                   option: str = MAX_TOKENS) -> list[tuple[np.ndarray, RowLayout]]:
+    """Sequences of `lengths` packed by best-fit decreasing into batches of `token_budget` rows:
+    (the sequences of each batch, their layout in its rows)."""
+    lengths = np.asarray(lengths)
+    if not len(lengths):
+        return []
+    budget = token_budget(max_tokens, int(lengths.max()), limit, option)
+    return pack_layout(lengths, budget.row_len).batches(budget.rows)
+
+
 def packed_batches(arrays: Mapping[str, np.ndarray], *, max_tokens: int, limit: int,
                    pad_id: int, option: str = MAX_TOKENS, per_token: Sequence[str] = (),
                    per_sequence: Sequence[str] = (),
                    fills: Mapping[str, int | float] | None = None) -> list[PackedBatch]:
     """Right-padded sequences (`arrays`, each (N, W, ...) or (N, ...), their lengths from
-    `attention_mask`) packed by best-fit decreasing into batches of `token_budget` rows."""
+    `attention_mask`) packed into batches (`packed_layouts`), their arrays moved into the rows
+    (`pack_arrays`)."""
     lengths = np.asarray(arrays["attention_mask"]).sum(1)
-    if not len(lengths):
-        return []
-    budget = token_budget(max_tokens, int(lengths.max()), limit, option)
-    layout = pack_layout(lengths, budget.row_len)
     return [PackedBatch(members, sub, pack_arrays({k: np.asarray(v)[members] for k, v in
                                                    arrays.items()}, sub, pad_id=pad_id,
                                                   per_token=per_token,
                                                   per_sequence=per_sequence, fills=fills))
-            for members, sub in layout.batches(budget.rows)]
-
-
-def sequence_mask(sequence_ids: jax.Array, slots: int) -> jax.Array:
-    """(B, K, S) bool: position s holds the row's sequence k (slot k holds sequence id k + 1)."""
-    ids = jnp.arange(1, slots + 1, dtype=sequence_ids.dtype)  # (K,)
-    return sequence_ids[:, None, :] == ids[None, :, None]
-
-
-def per_sequence_logits(logits: jax.Array, sequence_ids: jax.Array, slots: int) -> jax.Array:
-    """Per-token logits (B, S) of packed rows as each slot's own (B, K, S): float32, the lowest
-    float32 outside the sequence, so a softmax over S is over the sequence's tokens alone."""
-    own = sequence_mask(sequence_ids, slots)
-    return jnp.where(own, logits.astype(jnp.float32)[:, None, :], jnp.finfo(jnp.float32).min)
+            for members, sub in packed_layouts(lengths, max_tokens=max_tokens, limit=limit,
+                                               option=option)]
