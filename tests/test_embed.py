@@ -20,7 +20,8 @@ from tokenizers import Tokenizer
 from use_helpers import sentences
 
 from bertjax import BertModel
-from bertjax.bench.embed import run_embed_benchmark
+from bertjax.bench.embed import DEFAULT_MAX_TOKENS, format_table, run_embed_benchmark
+from bertjax.cli.bench import EMBED_MAX_TOKENS
 from bertjax.cli.main import main
 from bertjax.pretrained import from_pretrained
 from bertjax.use.embed import embed, nearest, sentence_transformers_settings, sorted_batches
@@ -247,17 +248,26 @@ def test_bad_inputs_exit_2_with_a_message(command, tmp_path, capsys):
 
 def test_benchmark_rows_agree(lines):
     # the test's 32 lines in batches of 8: the shapes bertjax compiled for the tests above
-    result = run_embed_benchmark(lines, batch_size=BATCH, repeats=1, keep_vectors=True, quiet=True)
+    result = run_embed_benchmark(lines, batch_size=BATCH, repeats=1, keep_vectors=True, quiet=True,
+                                 max_tokens=PACKED)
     assert result["lines"] == 32 and result["repeats"] == 1 and result["max_length"] == 256
-    assert [r["row"] for r in result["rows"]] == ["bertjax (jit)", "transformers eager (sdpa)"]
+    assert [r["row"] for r in result["rows"]] == [
+        "bertjax (jit, packed)", "bertjax (jit)", "transformers eager (sdpa)"]
     for row in result["rows"]:
         assert row["sentences_per_s"] == pytest.approx(32 / row["median_s"])
         assert len(row["times_s"]) == 1 and row["first_s"] > 0
     rates = [r["sentences_per_s"] for r in result["rows"]]
-    assert result["ratio"] == pytest.approx(rates[0] / rates[1])
-    ours, theirs = result["vectors"].values()
-    assert ours.shape == theirs.shape == (32, 384)
-    assert np.abs(ours - theirs).max() == pytest.approx(result["max_abs_diff"])
+    assert result["ratio"] == result["rows"][0]["ratio"] == pytest.approx(rates[0] / rates[2])
+    assert result["rows"][1]["ratio"] == pytest.approx(rates[1] / rates[2])
+    packed, ours, theirs = result["vectors"].values()
+    assert packed.shape == ours.shape == theirs.shape == (32, 384)
+    assert np.abs(packed - theirs).max() == pytest.approx(result["max_abs_diff"])
+    assert result["rows"][1]["max_abs_diff"] == pytest.approx(np.abs(ours - theirs).max())
+    assert max(result["max_abs_diff"], result["rows"][1]["max_abs_diff"]) <= TOL
+    R, S, _ = result["packed_shape"]  # one shape, its slots mostly real tokens
+    assert (R, S) == (2, 128) and result["packed_slots"] < result["padded_tokens"]
+    assert EMBED_MAX_TOKENS == DEFAULT_MAX_TOKENS
+    assert "packed: " in format_table(result) and "vs transformers" in format_table(result)
     assert result["max_abs_diff"] <= TOL
     assert result["real_tokens"] < result["padded_tokens"]
     assert all(s % 16 == 0 for _, s in result["shapes"])

@@ -29,6 +29,7 @@ from bertjax.settings import field_options, parse_value
 # Options a mode does not have (inference runs without dropout).
 EXCLUDED = {"train": (), "infer": ("dropout",)}
 EMBED_DEFAULT_LINES = 10_000  # bertjax.bench.embed.DEFAULT_LINES, without importing JAX for --help
+EMBED_MAX_TOKENS = 2048  # bertjax.bench.embed.DEFAULT_MAX_TOKENS (a test holds them equal)
 
 
 # --- data -------------------------------------------------------------------------------------
@@ -136,7 +137,10 @@ def _add_embed_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Hugging Face BERT directory or `bertjax pretrain` run directory "
                              "(default: all-MiniLM-L6-v2)")
     parser.add_argument("--batch-size", type=positive_int, default=64, metavar="N",
-                        help="lines per batch (default: 64)")
+                        help="lines per sorted batch, both bertjax's and transformers' (default: 64)")
+    parser.add_argument("--max-tokens", type=non_negative_int, default=EMBED_MAX_TOKENS,
+                        metavar="N", help="token slots per batch of the packed bertjax row; 0: "
+                                          f"no packed row (default: {EMBED_MAX_TOKENS})")
     parser.add_argument("--repeats", type=positive_int, default=3, help="timed repeats (default: 3)")
     parser.add_argument("--attn-implementation", choices=("sdpa", "eager"), default="sdpa",
                         help="transformers' attention (default: sdpa, its own default)")
@@ -155,7 +159,8 @@ def _run_embed(args: argparse.Namespace) -> int:
     else:
         lines = shakespeare_lines(args.lines)
     result = run_embed_benchmark(lines, batch_size=args.batch_size, repeats=args.repeats,
-                                 model=args.model, attn_implementation=args.attn_implementation)
+                                 model=args.model, attn_implementation=args.attn_implementation,
+                                 max_tokens=args.max_tokens or None)
     if args.json:
         write_json_atomic(args.json, result)
     return 0
