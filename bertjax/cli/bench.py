@@ -1,8 +1,9 @@
 """`bertjax bench WHAT`: benchmarks. `data`: tokenisation MB/s and masked sequences/s on one core;
 `train` / `infer`: the training step / inference forward of bertjax (float32, bfloat16),
 transformers (eager, torch.compile) and bert_torch side by side (`bertjax.bench`); `embed`:
-sentence-embedding throughput against transformers; `corpus`: `bertjax data`'s MB/s and peak
-memory on large generated corpora.
+sentence-embedding throughput against transformers (packed and in sorted batches); `corpus`:
+`bertjax data`'s MB/s and peak memory on large generated corpora; `finetune`: the bundled tasks,
+padded batches against packed; `pack`: pre-training on short documents, unpacked against packed.
 
 Each benchmark is a sub-command with its own options: an entry of BENCHMARKS. The options of
 `train` and `infer` are derived from the fields of `BenchSettings` (`bertjax.cli.fields`).
@@ -20,7 +21,7 @@ from bertjax.bench import corpus as corpus_bench
 from bertjax.bench import options as bench_options
 from bertjax.bench.options import BenchSettings
 from bertjax.bench.run import run_benchmark
-from bertjax.cli.argtypes import int_range, non_negative_int, positive_int
+from bertjax.cli.argtypes import int_range, non_negative_int, positive_int, subset_of
 from bertjax.cli.corpus_options import add_corpus_arguments
 from bertjax.cli.fields import add_field_arguments, device_defaults_table, settings_from_args
 from bertjax.config import BertConfig
@@ -166,6 +167,66 @@ def _run_embed(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- finetune, pack ------------------------------------------------------------------------
+
+
+def _add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
+    from bertjax.tasks.registry import BUNDLED  # no framework
+
+    parser.add_argument("--tasks", type=subset_of(tuple(BUNDLED)), default=tuple(BUNDLED),
+                        metavar="A,B", help=f"bundled tasks (default: all: {', '.join(BUNDLED)})")
+    parser.add_argument("--model", default=None, metavar="DIR",
+                        help="the model to fine-tune (default: all-MiniLM-L6-v2)")
+    parser.add_argument("--seeds", type=positive_int, default=2,
+                        help="seeds 0..N-1 of each mode (default: 2)")
+    parser.add_argument("--epochs", type=positive_int, default=1, help="(default: 1)")
+    parser.add_argument("--batch-size", type=positive_int, default=32,
+                        help="examples per padded step (default: 32)")
+    parser.add_argument("--max-length", type=int_range(8), default=128, help="(default: 128)")
+    parser.add_argument("--max-tokens", type=positive_int, default=None, metavar="N",
+                        help="token slots per packed step (default: as many steps as padded)")
+    parser.add_argument("--limit", type=positive_int, default=None, metavar="N",
+                        help="only N training and N validation examples, drawn with a fixed seed "
+                             "(a quick check)")
+    parser.add_argument("--json", default=None, metavar="FILE", help="also write the numbers here")
+
+
+def _run_finetune(args: argparse.Namespace) -> int:
+    from bertjax.bench.finetune import run_finetune_benchmark
+    from bertjax.files import write_json_atomic
+
+    result = run_finetune_benchmark(args.tasks, model=args.model, seeds=range(args.seeds),
+                                    epochs=args.epochs, batch_size=args.batch_size,
+                                    max_length=args.max_length, max_tokens=args.max_tokens,
+                                    limit=args.limit)
+    if args.json:
+        write_json_atomic(args.json, result)
+    return 0
+
+
+def _add_pack_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", default="mini", help="model size (default: mini, the recipe's)")
+    parser.add_argument("--seq-len", type=int_range(16), default=128, help="(default: 128)")
+    parser.add_argument("--batch-size", type=positive_int, default=8,
+                        help="rows a step (default: 8, the recipe's)")
+    parser.add_argument("--steps", type=positive_int, default=20,
+                        help="train steps per timed repeat (default: 20)")
+    parser.add_argument("--repeats", type=positive_int, default=3, help="(default: 3)")
+    parser.add_argument("--json", default=None, metavar="FILE", help="also write the numbers here")
+
+
+def _run_pack(args: argparse.Namespace) -> int:
+    from bertjax.bench.packing import run_packing_benchmark
+    from bertjax.files import write_json_atomic
+
+    result = run_packing_benchmark(preset=args.preset, seq_len=args.seq_len,
+                                   batch_size=args.batch_size, steps=args.steps,
+                                   repeats=args.repeats)
+    if args.json:
+        write_json_atomic(args.json, result)
+    return 0
+
+
 # name -> (help, add_arguments, run)
 BENCHMARKS = {
     "data": ("data pipeline: tokenisation MB/s, masked sequences/s (one core)",
@@ -183,6 +244,12 @@ BENCHMARKS = {
     "corpus": ("`bertjax data` on generated Parquet / JSON-lines corpora of several sizes: input "
                "MB/s and peak RSS", corpus_bench.add_arguments,
                lambda args: corpus_bench.run(args)),
+    "finetune": ("an epoch of each bundled fine-tuning task, padded batches against packed "
+                 "(--max-tokens), two seeds: training wall time and validation scores",
+                 _add_finetune_arguments, _run_finetune),
+    "pack": ("pre-training on short documents (the plays as speeches): the share of real "
+             "tokens per row and tokens of real text per second, unpacked against packed",
+             _add_pack_arguments, _run_pack),
 }
 
 

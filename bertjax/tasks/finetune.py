@@ -68,6 +68,8 @@ class FinetuneResult:
     baseline: str  # the task's non-neural predictor, fitted on the training examples
     baseline_scores: dict[str, float]  # its scores on the test set (validation if none)
     seconds: float
+    train_seconds: float = 0.0  # the training steps' wall time, compilation included
+    steps: int = 0  # optimizer steps taken
 
 
 def finetune(
@@ -148,7 +150,9 @@ def _train(run: _Run, state: TrainState, validation: Sequence[Any], progress: bo
     best: _BestEpoch | None = None
     try:
         for epoch in range(1, config.epochs + 1):
+            started = time.perf_counter()
             state, step = _train_epoch(run, state, epoch, rng, pending, clock)
+            run.train_seconds += time.perf_counter() - started  # the last step synced its metrics
             current = nnx.merge(run.graphdef, state.params)
             scores = run.task.evaluate(current, run.tokenizer, validation, config.max_length,
                                        config.max_tokens)
@@ -187,6 +191,7 @@ class _Run:
     baseline: str
     baseline_scores: TaskScores
     examples: int  # training examples (before any windows)
+    train_seconds: float = 0.0  # the training loops' wall time so far
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -322,7 +327,8 @@ def _finish(run: _Run, best: _BestEpoch, test: Sequence[Any] | None,
         output_dir=str(final), task=task.kind, labels=list(labels), train_examples=run.examples,
         best_epoch=best.epoch, validation=best.scores.metrics,
         test=None if test_scores is None else test_scores.metrics, baseline=run.baseline,
-        baseline_scores=run.baseline_scores.metrics, seconds=time.perf_counter() - started)
+        baseline_scores=run.baseline_scores.metrics, seconds=time.perf_counter() - started,
+        train_seconds=run.train_seconds, steps=run.steps_per_epoch * run.config.epochs)
     write_json_atomic(out / "summary.json", dataclasses.asdict(result))
     return result
 
