@@ -43,7 +43,7 @@ def test_finetune_bench_runs_both_modes_with_matching_steps():
     assert [(r["packed"], r["seed"]) for r in result["runs"]] == [(False, 0), (True, 0)]
     (task,) = result["tasks"]
     assert task["padded_steps"] == 48 // 8 and abs(task["packed_steps"] - 6) <= 2
-    assert task["max_tokens"] % 128 == 0  # whole rows (of the floor's 128 tokens here)
+    assert task["max_tokens"] % 64 == 0  # whole rows (of the --max-length's 64 tokens here)
     assert all(r["train_s"] > 0 and 0 <= r["score"] <= 1 for r in result["runs"])
     assert task["speedup"] == pytest.approx(task["padded_train_s"] / task["packed_train_s"])
     assert "shakespeare-genres" in finetune_table(result)

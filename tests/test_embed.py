@@ -26,10 +26,11 @@ from bertjax.cli.main import main
 from bertjax.pretrained import from_pretrained
 from bertjax.use.embed import embed, nearest, sentence_transformers_settings, sorted_batches
 from bertjax.use.encode import TruncationWarning, encode, jitted_forward
+from bertjax.use.packed import packed_layouts
 
 TOL = 1e-5
 BATCH = 8  # several sorted batches of the 32 lines, two padded widths
-PACKED = 256  # max_tokens: rows of 128 tokens, two per batch, several batches of packed lines
+PACKED = 256  # max_tokens: rows of 64 tokens, four per batch, several batches of packed lines
 
 
 @pytest.fixture(scope="module")
@@ -132,15 +133,20 @@ def test_packed_lines_are_their_unpacked_vectors(minilm, lines):
     """Packed into shared rows (several lines a row, the last batch completed with empty rows),
     every line's vector is the one it gets alone; a budget below one row is refused by name."""
     model, tokenizer = minilm
+    long_line = " ".join(lines[:28])  # 199 tokens, far longer than the rest: rows of its own
+    lines = [*lines, long_line]
     unpacked = embed(model, tokenizer, lines, batch_size=BATCH)
-    for budget in (128, PACKED, 4096):  # one row a batch, two, every line in one batch
+    for budget in (256, 1024, 8192):  # rows of 64 and of the long line's length, then one batch
         packed = embed(model, tokenizer, lines, max_tokens=budget)
         diff = np.abs(packed - unpacked).max()
         print(f"max_tokens {budget}: max |packed - unpacked| = {diff:.2e}")
         assert diff <= TOL, diff
-    with pytest.raises(ValueError, match=r"max_tokens \(--max-tokens\) 100 holds no packed row "
-                                         r"of 128 tokens.*pass max_tokens \(--max-tokens\) 128"):
-        embed(model, tokenizer, lines, max_tokens=100)
+    batches = packed_layouts(encode(tokenizer, lines, max_length=512).attention_mask.sum(1),
+                             max_tokens=1024, limit=512)
+    assert {layout.seq_len for _, layout in batches} == {64, 208}  # the bulk, the long line
+    with pytest.raises(ValueError, match=r"max_tokens \(--max-tokens\) 50 holds no packed row "
+                                         r"of 64 tokens.*pass max_tokens \(--max-tokens\) 64"):
+        embed(model, tokenizer, lines[:32], max_tokens=50)
 
 
 def test_nearest_finds_the_line_itself(minilm, lines):
@@ -264,8 +270,8 @@ def test_benchmark_rows_agree(lines):
     assert np.abs(packed - theirs).max() == pytest.approx(result["max_abs_diff"])
     assert result["rows"][1]["max_abs_diff"] == pytest.approx(np.abs(ours - theirs).max())
     assert max(result["max_abs_diff"], result["rows"][1]["max_abs_diff"]) <= TOL
-    R, S, _ = result["packed_shape"]  # one shape, its slots mostly real tokens
-    assert (R, S) == (2, 128) and result["packed_slots"] < result["padded_tokens"]
+    ((R, S, _),) = result["packed_shapes"]  # one shape, its slots mostly real tokens
+    assert (R, S) == (4, 64) and result["packed_slots"] < result["padded_tokens"]
     assert EMBED_MAX_TOKENS == DEFAULT_MAX_TOKENS
     assert "packed: " in format_table(result) and "vs transformers" in format_table(result)
     assert result["max_abs_diff"] <= TOL

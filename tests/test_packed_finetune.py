@@ -151,7 +151,7 @@ def test_a_packed_run_learns_and_says_how_it_packed(tmp_path, capsys):
                  "--no-progress"])
     assert code == 0
     err = capsys.readouterr().err
-    assert "160 training units packed into" in err and "4 rows a step" in err
+    assert "160 training units packed into" in err and "8 rows a step" in err
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["validation"]["accuracy"] >= 0.9, summary
     with pytest.raises(SystemExit):

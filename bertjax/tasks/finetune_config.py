@@ -12,7 +12,7 @@ class FinetuneConfig:
 
     `max_tokens` packs the examples into rows (several per row, attention kept inside each;
     `bertjax.use.packed`) and makes every step a batch of `max_tokens` token slots: rows as long
-    as the longest example (rounded up to 16, at least 128), `max_tokens // row` rows a step.
+    as the longest example (rounded up to 16, at least 64), `max_tokens // row` rows a step.
     A step then holds as many examples as fit, not `batch_size` (which is unused): about
     `max_tokens` x fill / mean length, printed when the run starts. The loss is still the mean
     over the step's examples (or labelled tokens, or answers), so one step's gradient scale is
