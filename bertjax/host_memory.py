@@ -7,7 +7,7 @@ temporary memory again: 208k faults and ~370 ms of kernel time per step on two c
 first touches landing inside the matmuls. `keep_freed_memory()` asks glibc to serve large blocks
 from one heap and keep it (`mallopt`: one arena, no `mmap`, trim threshold 2 GiB), so the next step
 reuses the same, already mapped pages. `bertjax bench train --impl bertjax --dtype float32` on
-the 2-core Intel Xeon (README, Benchmarks): 958 -> 785 ms a step, peak RSS 1.54 -> 3.81 GiB.
+a 2-core Intel Xeon (docs/design.md, "Speed"): 958 -> 785 ms a step, peak RSS 1.54 -> 3.81 GiB.
 The freed blocks stay mapped, and when a small allocation splits one the next is placed anew:
 a loop of 100 such steps counting each step's faults (`getrusage`) saw 84 steps without any.
 

@@ -67,11 +67,15 @@ def test_bench_data_reports_rates(tmp_path, corpus, capsys):
     cores = os.sched_getaffinity(0)
     code = main(["bench", "data", "--corpus", str(corpus), "--vocab", str(minilm_dir()),
                  "--seq-len", "32", "--batch-size", "16", "--max-predictions", "5",
-                 "--steps", "2", "--repeats", "1", "--warmup", "0", "--json"])
+                 "--steps", "2", "--repeats", "1", "--warmup", "0", "--json",
+                 str(tmp_path / "data.json")])
     assert code == 0
     assert os.sched_getaffinity(0) == cores  # the one-core pin is undone afterwards
     lines = capsys.readouterr().out.strip().splitlines()
-    result = json.loads(lines[-1])
+    result = json.loads((tmp_path / "data.json").read_text())
+    stamp = result["provenance"]  # what the docs' tables name: machine, command, commit, date
+    assert stamp["kind"] == "data" and set(stamp) == {"kind", "machine", "command", "commit", "date"}
+    assert "cores" in stamp["machine"] and len(stamp["date"]) == 10
     assert result["tokenise_mb_per_s"] > 0 and result["sequences_per_s"] > 0
     # the two rates describe the same batches: 32 tokens per sequence (each rounded on its own)
     assert abs(result["tokens_per_s"] - 32 * result["sequences_per_s"]) <= 32

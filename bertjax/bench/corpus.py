@@ -39,6 +39,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from bertjax.bench.stamp import write_result
+
 ROW_GROUP_ROWS = 4096  # rows per Parquet row group (scenes: about 20 MB of text)
 FORMATS = ("parquet", "jsonl", "jsonl.zst")
 
@@ -226,5 +228,5 @@ def run(args: argparse.Namespace) -> int:
     result = run_corpus_benchmark(args.sizes_mb, args.formats, vocab=args.vocab,
                                   seq_len=args.seq_len, cpus=args.cpus, workdir=args.workdir)
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        write_result(result, args.json, "corpus")
     return 0

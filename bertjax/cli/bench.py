@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import functools
 import inspect
-import json
 from typing import Any
 
 from bertjax.bench import corpus as corpus_bench
@@ -60,7 +59,7 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--whole-word-mask", action="store_true")
     parser.add_argument("--cpu", type=non_negative_int, default=None,
                         help="core to pin to, one this process may use (default: the first)")
-    parser.add_argument("--json", action="store_true", help="also print the numbers as JSON")
+    parser.add_argument("--json", default=None, metavar="FILE", help="also write the numbers here")
 
 
 def _run_data(args: argparse.Namespace) -> int:
@@ -73,7 +72,9 @@ def _run_data(args: argparse.Namespace) -> int:
         steps=args.steps, repeats=args.repeats, warmup=args.warmup, cpu=args.cpu,
     )
     if args.json:
-        print(json.dumps(result, sort_keys=True))
+        from bertjax.bench.stamp import write_result
+
+        write_result(result, args.json, "data")
     return 0
 
 
@@ -147,7 +148,7 @@ def _run_embed(args: argparse.Namespace) -> int:
     """`bertjax bench embed` (bad input raises: exit status 2 from `bertjax.cli.main`)."""
     # JAX, torch and transformers: imported when this benchmark runs, not for `--help`
     from bertjax.bench.embed import run_embed_benchmark, shakespeare_lines
-    from bertjax.files import write_json_atomic
+    from bertjax.bench.stamp import write_result
     from bertjax.use.embed import read_lines
 
     if args.file is not None:
@@ -157,8 +158,14 @@ def _run_embed(args: argparse.Namespace) -> int:
     result = run_embed_benchmark(lines, batch_size=args.batch_size, repeats=args.repeats,
                                  model=args.model, attn_implementation=args.attn_implementation)
     if args.json:
-        write_json_atomic(args.json, result)
+        write_result(result, args.json, "embed", accelerator=_accelerator(result))
     return 0
+
+
+def _accelerator(result: dict[str, Any]) -> str | None:
+    """The GPU/TPU a result was measured on, None on a CPU (its `device` line names it)."""
+    device = str(result.get("device", ""))
+    return None if not device or device.lower().startswith("cpu") else device
 
 
 # name -> (help, add_arguments, run)

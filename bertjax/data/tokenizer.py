@@ -87,7 +87,7 @@ class WordPieceTokenizer:
         limit_alphabet: int = 1000,
         show_progress: bool = False,
     ) -> WordPieceTokenizer:
-        """Train on an iterator of sentences; [PAD] gets id 0, then [UNK] [CLS] [SEP] [MASK].
+        """Train on an iterator of sentences; `[PAD]` gets id 0, then `[UNK] [CLS] [SEP] [MASK]`.
 
         Deterministic: the same sentences and options give the same vocabulary, ids included, in
         any process. `tokenizers` alone does not: it numbers the continuation pieces ("##e") in

@@ -21,6 +21,8 @@ from pathlib import Path
 
 CONFIG = "config.json"
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+# a sentence-transformers model's pooling and maximum length (`bertjax embed` follows them)
+SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "1_Pooling/config.json")
 # (weight file, its shard index): the first present is fetched, as transformers prefers them
 WEIGHTS = (("model.safetensors", "model.safetensors.index.json"),
            ("pytorch_model.bin", "pytorch_model.bin.index.json"),
@@ -101,7 +103,7 @@ def _download(repo_id: str, revision: str | None, cache_dir: str | Path | None) 
             return None
 
     config = fetch(CONFIG, required=True)
-    for filename in TOKENIZER_FILES:
+    for filename in (*TOKENIZER_FILES, *SENTENCE_TRANSFORMERS_FILES):
         fetch(filename)
     for single, index in WEIGHTS:
         if fetch(single) is not None:

@@ -14,9 +14,9 @@ tokens); batches of 8 x 128 beat 16 x 64 and 32 x 64 (x2.51 vs x2.34 after 400 u
 tokens); a peak rate of 2e-3 stayed on the baseline for 200 updates where 1e-3 had left it.
 Those runs all stopped at the accuracy of a predictor that sees no context (x2.87); with every
 layer's heads initialised to read the pieces beside them (`local_attention_layers`,
-bertjax.train.local_init) the same 1,500 steps reach x5.7 (README, "the recipe sweep"), and the
-default 2,500 steps x6.8 in 5.5-7 minutes here, fine-tuning better than 1,500 (README, "Longer
-runs").
+bertjax.train.local_init) the same 1,500 steps reach x5.7 (docs/research.md), and the
+default 2,500 steps x6.8 in 5.5-7 minutes there, fine-tuning better than 1,500
+(docs/pretraining.md, "Longer runs").
 """
 
 from __future__ import annotations
