@@ -190,7 +190,7 @@ def cudnn_attention_applies(dtype: jnp.dtype, head_dim: int) -> bool:
 
 def cpu_attention_chunks(batch: int, drops_probs: bool) -> int | None:
     """How many slices of the batch the exact attention computes apart on a CPU (see
-    `bertjax.model.exact_attention`): one per core XLA computes on (read when the model is
+    `bertjax.attention.exact_attention`): one per core XLA computes on (read when the model is
     traced), at most one per sequence. One slice with probability dropout (its random draws
     stay those of the whole batch) and with several devices (slicing a sharded batch would move
     rows between devices; processes could differ in cores). None on a GPU/TPU, whose compilers

@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("bertjax", "bert_torch", "parity")
 CORE = {"bertjax", "bertjax.config", "bertjax.model", "bertjax.heads", "bertjax.numerics",
-        "bertjax.inputs", "bertjax.losses", "bertjax.lazy"}
+        "bertjax.inputs", "bertjax.losses", "bertjax.lazy", "bertjax.attention"}
 
 
 

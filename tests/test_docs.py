@@ -82,9 +82,10 @@ def _write_corpora(root: Path) -> None:
     (root / "wiki").mkdir()
     (root / "corpus").mkdir()
     for i, part in enumerate((texts[:30], texts[30:])):
-        table = pa.table({"id": list(range(len(part))), "body": part})
-        pq.write_table(table, root / "wiki" / f"part-{i}.parquet")
-        pq.write_table(table, root / "corpus" / f"part-{i}.parquet")
+        pq.write_table(pa.table({"id": list(range(len(part))), "text": part}),
+                       root / "wiki" / f"part-{i}.parquet")
+        pq.write_table(pa.table({"id": list(range(len(part))), "body": part}),
+                       root / "corpus" / f"part-{i}.parquet")
     pq.write_table(pa.table({"text": texts[:20]}), root / "a.parquet")
     lines = "\n".join(f'{{"text": "{t[:200]}"}}' for t in texts[:20]).replace("\\", "")
     (root / "books.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(lines.encode()))
@@ -120,8 +121,9 @@ def template(tmp_path_factory) -> Path:
                                ("classifier/model", "BertForSequenceClassification")):
             with warnings.catch_warnings():  # the heads a run has no weights for: fresh
                 warnings.simplefilter("ignore", FreshHeadsWarning)
+                labels = {"id2label": ("comedy", "tragedy")} if "Sequence" in cls else {}
                 model, tokenizer = bertjax.from_pretrained("runs/pretrain",
-                                                           model_cls=MODEL_CLASSES[cls])
+                                                           model_cls=MODEL_CLASSES[cls], **labels)
             bertjax.save_pretrained(model, f"runs/{directory}", tokenizer)
         assert main(["vocab", "--out", "vocab", "--vocab-size", "200"]) == 0
     _write_examples(root)

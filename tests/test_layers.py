@@ -31,7 +31,8 @@ RANKS = {"cli": 5, "api": 4, "train": 3, "tasks": 3, "bench": 3, "io": 2, "use":
 TOP_LEVEL = {"__init__": "api", "pretrained": "api", "files": "plumbing", "config": "plumbing",
              "host_memory": "plumbing", "settings": "plumbing", "lazy": "plumbing",
              "console": "plumbing",
-             "model": "core", "heads": "core", "numerics": "core", "inputs": "core", "losses": "core"}
+             "model": "core", "attention": "core", "heads": "core", "numerics": "core",
+             "inputs": "core", "losses": "core"}
 
 
 def _module_name(path: Path) -> str:

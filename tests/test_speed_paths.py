@@ -22,9 +22,9 @@ import pytest
 from flax import nnx
 
 from bertjax import BertConfig, BertForPreTraining, inputs, numerics
+from bertjax.attention import exact_attention
 from bertjax.io.weights import state_to_numpy
 from bertjax.losses import pretraining_loss
-from bertjax.model import exact_attention
 from bertjax.train.optim import OptimConfig, learning_rate_schedule, make_optimizer
 from bertjax.train.prefetch import Prefetch
 from bertjax.train.step import create_train_state, make_train_step

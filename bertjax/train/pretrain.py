@@ -293,8 +293,8 @@ def _restore(checkpointer: Checkpointer, state: TrainState, data: PretrainData, 
     with warnings.catch_warnings(record=True) as damaged:  # said below, once each
         warnings.simplefilter("always")
         restored = checkpointer.restore(state) if resume else None
-    for warning in damaged:
-        say(f"warning: {warning.message}")
+    for warning in damaged:  # every process says it: each one read the damaged step itself
+        (say if jax.process_index() == 0 else to_stderr)(f"warning: {warning.message}")
     if restored is None:
         if resume:
             say(f"no usable checkpoint in {checkpointer.directory}; starting from step 0")
