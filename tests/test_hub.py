@@ -135,8 +135,12 @@ def test_one_set_of_weights_is_chosen_safetensors_first(offline, tmp_path) -> No
                                   np.asarray(only_bin[0](ids).start_logits))
 
 
-def test_a_local_path_is_never_taken_for_a_hub_id(tmp_path) -> None:
+def test_a_local_path_is_never_taken_for_a_hub_id(tmp_path, monkeypatch) -> None:
     assert hub.resolve_model(tmp_path) == tmp_path
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    assert not hub.looks_like_hub_id("runs/typo")  # inside a directory that is here: a path
+    assert hub.resolve_model("runs/typo") == Path("runs/typo")  # the loader names it missing
     assert not hub.looks_like_hub_id("./runs/typo") and not hub.looks_like_hub_id("../x/y")
     assert not hub.looks_like_hub_id(str(tmp_path / "missing"))  # absolute: a path
     assert hub.looks_like_hub_id("bert-base-uncased") and hub.looks_like_hub_id("org/name")

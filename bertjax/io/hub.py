@@ -34,9 +34,12 @@ _resolved: dict[tuple[str, str | None, str | None], Path] = {}  # one lookup per
 
 
 def looks_like_hub_id(name: str) -> bool:
-    """Whether `name` could be a Hub repository id (and is no path on this machine)."""
-    return (bool(_REPO_ID.fullmatch(name)) and not Path(name).exists() and ".." not in name
-            and not name.startswith(".") and not name.endswith((".json", ".safetensors", ".bin")))
+    """Whether `name` could be a Hub repository id and is no path on this machine: not there,
+    and not inside a directory that is (`runs/typo` is a mistyped run, not a Hub id)."""
+    path = Path(name)
+    return (bool(_REPO_ID.fullmatch(name)) and not path.exists() and ".." not in name
+            and not name.startswith(".") and not name.endswith((".json", ".safetensors", ".bin"))
+            and not (len(path.parts) > 1 and path.parent.is_dir()))
 
 
 def resolve_model(name: str | Path, *, revision: str | None = None,
