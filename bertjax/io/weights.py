@@ -296,6 +296,15 @@ def _heads_named(names: Iterable[str], heads: tuple[str, ...]) -> list[str]:
     return [h.removesuffix(".") for h in heads if any(n.startswith(h) for n in names)]
 
 
+def missing_heads_error(source: str, heads: Iterable[str], model_cls: type) -> ValueError:
+    """The error for weights at `source` that lack `heads` of `model_cls`: it names the command
+    that makes such a model."""
+    name = model_cls.__name__
+    fix = MADE_BY.get(name, MADE_BY_DEFAULT.format(cls=name))
+    return ValueError(f"{source} has no weights for {', '.join(sorted(heads))}, which {name} "
+                      f"needs here: {fix}")
+
+
 def _fresh_heads(
     names: list[str], fresh: list[str], config: BertConfig, model_cls: type, *, seed: int,
     source: str, missing_heads: str,
@@ -304,9 +313,7 @@ def _fresh_heads(
     warning; with `missing_heads="error"` a ValueError instead."""
     lacking = ", ".join(sorted(fresh))
     if missing_heads == "error":
-        name = model_cls.__name__
-        fix = MADE_BY.get(name, MADE_BY_DEFAULT.format(cls=name))
-        raise ValueError(f"{source} has no weights for {lacking}, which {name} needs here: {fix}")
+        raise missing_heads_error(source, fresh, model_cls)
     fresh = model_to_numpy(model_cls(config, rngs=nnx.Rngs(seed)))
     warnings.warn(
         f"{source} has no weights for {lacking}: freshly initialised (seed {seed}). "
