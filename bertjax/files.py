@@ -11,7 +11,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +177,38 @@ def check_output_directory(
     if not replace:
         raise FileExistsError(f"{what} {path} already exists (written by {made_by}); "
                               f"{replace_hint}, or choose another {what}")
+
+
+def check_output_file(
+    path: str | os.PathLike,
+    *,
+    what: str = "--out",
+    force: bool = False,
+    inputs: Mapping[str, str | os.PathLike | None] | None = None,
+    example: str = "out.txt",
+) -> None:
+    """Raise an OSError naming `what`, `path` and the fix unless `path` may be written as a
+    file: new, or (with `force`) an existing file that is none of `inputs` (option -> the path
+    it reads). A directory - or a name ending in "/", which names one - is never written as a
+    file, and neither is a path whose parent is a file or cannot be written. Call it before any
+    work, so a mistyped path fails before the work, not after it."""
+    text = os.fspath(path)
+    target = Path(text)
+    if target.is_dir() or text.endswith(("/", os.sep)):
+        kind = "is a directory" if target.is_dir() else "names a directory (it ends with /)"
+        raise IsADirectoryError(f"{what} {text} {kind}; pass a file name such as "
+                                f"{target / example}")
+    check_creatable(target, what)
+    if not target.exists() and not target.is_symlink():
+        return
+    for option, source in (inputs or {}).items():
+        if source is not None and target.exists() and Path(source).exists() \
+                and os.path.samefile(target, source):
+            raise FileExistsError(f"{what} {text} is the {option} this command reads: writing "
+                                  f"it would replace your input; choose another {what}")
+    if not force:
+        raise FileExistsError(f"{what} {text} already exists; pass --force to replace it, or "
+                              f"choose another {what}")
 
 
 def read_text(path: str | os.PathLike, what: str = "file") -> str:

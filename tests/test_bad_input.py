@@ -3,7 +3,8 @@ traceback, and the file system untouched (nothing deleted, nothing half-written,
 
 Each row is (command line, a piece of the expected message). `{tmp}` is the test's directory,
 `{model}` a tiny Hugging Face BERT directory, `{binary}` a binary file, `{latin1}` a non-UTF-8
-text file, `{empty}` an empty file, `{thesis}` a folder of a user's own files, `{text}` a UTF-8
+text file, `{empty}` an empty file, `{thesis}` a folder of a user's own files, `{pictures}` one
+whose files have the names `bertjax attention` writes, `{text}` a UTF-8
 text file, `{labels}` labelled examples with mixed label types, `{good}` valid ones.
 The command modules' own tests check the finer behaviour of each class.
 """
@@ -80,6 +81,38 @@ BAD_INPUT = [
      "has no weights for choice_classifier"),
     (["finetune", "{model}", "--task", "shakespeare-speakers", "--train", "{good}",
       "--output-dir", "{tmp}/ft"], "brings its own data"),
+    # outputs over inputs (issue 29): checked before anything runs; --force never replaces an
+    # input, and a folder of the user's files is never written into
+    (["embed", "{model}", "--file", "{text}", "--out", "{text}"],
+     "--out {text} is the --file this command reads: writing it would replace your input"),
+    (["embed", "{model}", "--file", "{text}", "--out", "{text}", "--force"],
+     "--out {text} is the --file this command reads"),
+    (["embed", "{model}", "--file", "{text}", "--out", "{binary}"],
+     "--out {binary} already exists; pass --force to replace it, or choose another --out"),
+    (["embed", "{model}", "--file", "{text}", "--out", "{tmp}/adir/"],
+     "--out {tmp}/adir/ names a directory (it ends with /); pass a file name such as "
+     "{tmp}/adir/vectors.npy"),
+    (["embed", "{model}", "--file", "{text}", "--out", "{thesis}"],
+     "--out {thesis} is a directory; pass a file name such as {thesis}/vectors.npy"),
+    (["classify", "{model}", "--file", "{good}", "--out", "{good}", "--force"],
+     "--out {good} is the --file this command reads"),
+    (["classify", "{model}", "--file", "{good}", "--out", "{text}"],
+     "--out {text} already exists; pass --force"),
+    (["attention", "{model}", "the king", "--out", "{thesis}", "--force"],
+     "--out {thesis} already holds files that `bertjax attention` did not write"),
+    (["attention", "{model}", "the king", "--out", "{pictures}", "--force"],
+     "--out {pictures} already holds files that `bertjax attention` did not write "
+     "(attention.html, layer_01.png)"),
+    (["attention", "{model}", "--file", "{text}", "--out", "{text}"], "--out {text} is a file"),
+    (["bench", "embed", "--lines", "4", "--json", "{thesis}"], "--json {thesis} is a directory"),
+    (["bench", "embed", "--lines", "4", "--json", "{text}"], "--json {text} already exists"),
+    (["bench", "embed", "--file", "{text}", "--json", "{text}", "--force"],
+     "--json {text} is the --file this command reads"),
+    (["bench", "embed", "--lines", "4", "--json", "{text}/out.json"],
+     "{text} is a file, not a directory"),
+    (["bench", "train", "--json", "{thesis}"], "--json {thesis} is a directory"),
+    (["bench", "infer", "--json", "{text}"], "--json {text} already exists"),
+    (["bench", "corpus", "--json", "{tmp}/out/"], "--json {tmp}/out/ names a directory"),
 ]
 
 
@@ -98,6 +131,9 @@ def _workspace(tmp: Path, model: Path) -> dict[str, str]:
     (tmp / "thesis").mkdir()
     (tmp / "thesis" / "chapter1.tex").write_text("\\chapter{Introduction}\n")
     (tmp / "thesis" / "figures").mkdir()
+    (tmp / "pictures").mkdir()  # the user's own files, under the names `attention` writes
+    (tmp / "pictures" / "attention.html").write_text("<html>my page</html>\n")
+    (tmp / "pictures" / "layer_01.png").write_bytes(b"\x89PNG\r\n\x1a\nmine")
     (tmp / "binary.bin").write_bytes(bytes(range(256)) * 8)
     (tmp / "latin1.txt").write_bytes("Ô vérité, où es-tu ?\n".encode("latin-1"))
     (tmp / "empty.txt").write_bytes(b"")
@@ -106,7 +142,7 @@ def _workspace(tmp: Path, model: Path) -> dict[str, str]:
     (tmp / "labels.jsonl").write_text("".join(json.dumps(r) + "\n" for r in labels))
     good = [{"text": f"line {i}", "label": ["comedy", "tragedy"][i % 2]} for i in range(8)]
     (tmp / "good.jsonl").write_text("".join(json.dumps(r) + "\n" for r in good))
-    names = ("thesis", "binary.bin", "latin1.txt", "empty.txt", "text.txt", "labels.jsonl",
+    names = ("thesis", "pictures", "binary.bin", "latin1.txt", "empty.txt", "text.txt", "labels.jsonl",
              "good.jsonl")
     places = {Path(n).stem: str(tmp / n) for n in names}
     return {"tmp": str(tmp), "model": str(model), **places}

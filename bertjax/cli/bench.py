@@ -22,7 +22,9 @@ from bertjax.bench.options import BenchSettings
 from bertjax.bench.run import run_benchmark
 from bertjax.cli.argtypes import int_range, non_negative_int, positive_int
 from bertjax.cli.corpus_options import add_corpus_arguments
+from bertjax.cli.errors import writing
 from bertjax.cli.fields import add_field_arguments, device_defaults_table, settings_from_args
+from bertjax.cli.outputs import check_output_path
 from bertjax.config import BertConfig
 from bertjax.settings import field_options, parse_value
 
@@ -115,12 +117,16 @@ def _add_mode_arguments(parser: argparse.ArgumentParser, mode: str) -> None:
     parser.allow_abbrev = False
     add_field_arguments(parser, BenchSettings, exclude=EXCLUDED[mode],
                         parsers={"overrides": parse_override})
+    parser.add_argument("--force", action="store_true", help="replace an existing --json file")
 
 
 def _run_mode(args: argparse.Namespace, mode: str) -> int:
     """0 when every row ran or was skipped, 1 when one failed (options that do not fit raise
     BenchError: exit status 2 from `bertjax.cli.main`)."""
-    report = run_benchmark(settings_from_args(BenchSettings, args, mode=mode))
+    settings = settings_from_args(BenchSettings, args, mode=mode)
+    if settings.json_path:  # before the benchmark, not after it
+        check_output_path(settings.json_path, "--json", force=args.force, example="bench.json")
+    report = run_benchmark(settings)
     return 1 if report["failed"] else 0
 
 
@@ -140,7 +146,9 @@ def _add_embed_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=positive_int, default=3, help="timed repeats (default: 3)")
     parser.add_argument("--attn-implementation", choices=("sdpa", "eager"), default="sdpa",
                         help="transformers' attention (default: sdpa, its own default)")
-    parser.add_argument("--json", default=None, metavar="FILE", help="also write the numbers here")
+    parser.add_argument("--json", default=None, metavar="FILE",
+                        help="also write the numbers to this new file")
+    parser.add_argument("--force", action="store_true", help="replace an existing --json file")
 
 
 def _run_embed(args: argparse.Namespace) -> int:
@@ -150,6 +158,9 @@ def _run_embed(args: argparse.Namespace) -> int:
     from bertjax.files import write_json_atomic
     from bertjax.use.embed import read_lines
 
+    if args.json:  # before the benchmark, not after it
+        check_output_path(args.json, "--json", force=args.force, inputs={"--file": args.file},
+                          example="bench.json")
     if args.file is not None:
         lines = read_lines(args.file)[:args.lines]
     else:
@@ -157,7 +168,8 @@ def _run_embed(args: argparse.Namespace) -> int:
     result = run_embed_benchmark(lines, batch_size=args.batch_size, repeats=args.repeats,
                                  model=args.model, attn_implementation=args.attn_implementation)
     if args.json:
-        write_json_atomic(args.json, result)
+        with writing("--json", args.json):
+            write_json_atomic(args.json, result)
     return 0
 
 
