@@ -33,6 +33,27 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
+def umask() -> int:
+    """The process's umask. Read from /proc where Linux has it: setting the umask to learn it
+    would, for an instant, change the mode of files other threads (Orbax's) create."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(path: str | os.PathLike) -> None:
+    """Give the file `path` the mode `open()` gives a new file (0o666 less the umask): for
+    writers that create their files private (safetensors writes 0600), so a model another user
+    or a serving process must read is not."""
+    os.chmod(path, 0o666 & ~umask())
+
+
 def temporary_name(name: str, pid: str = "*") -> str:
     """The name `atomic_file` writes `name` under first (a glob of them with the default `pid`)."""
     path = Path(name)
