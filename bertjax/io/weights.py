@@ -268,6 +268,7 @@ def build_model(
     heads (`HEAD_PREFIXES`) are left out, named on the `bertjax.io` logger; any other missing,
     unexpected or mis-shaped weight is an error naming each one.
     """
+    check_finite(arrays, source)
     abstract = _abstract(config, model_cls)
     ours = {checkpoint_name(name, model_cls.base_model_prefix): name
             for name in _shapes_of(abstract)}  # checkpoint name -> the class's name
@@ -288,6 +289,18 @@ def build_model(
     report = LoadReport(model_class=model_cls.__name__, loaded_heads=tuple(loaded),
                         initialised_heads=tuple(fresh), left_out_heads=tuple(left_out), seed=seed)
     return model_from_numpy(state, config, model_cls, what=source), report
+
+
+def check_finite(arrays: Mapping[str, Any], source: str) -> None:
+    """A ValueError naming the weights of `arrays` that hold NaN or Inf: a damaged file (or a
+    model that diverged) would otherwise load and compute NaN without a word."""
+    bad = sorted(name for name, value in arrays.items()
+                 if np.issubdtype(np.asarray(value).dtype, np.floating)
+                 and not np.isfinite(value).all())
+    if bad:
+        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise ValueError(f"{source} has NaN or Inf in {len(bad)} weight(s) ({shown}): its file "
+                         "is damaged or the model diverged; download, convert or train it again")
 
 
 def _heads_named(names: Iterable[str], heads: tuple[str, ...]) -> list[str]:
