@@ -28,6 +28,10 @@ BAD_INPUT = [
     (["parity", "--batch-size", "0"], "--batch-size: expected a positive integer"),
     (["parity", "--num-predictions", "0"], "--num-predictions: expected a positive integer"),
     (["parity", "--train-steps", "2", "--seq-len", "4"], "need --seq-len 5 or more"),
+    (["parity", "--num-predictions", "40", "--seq-len", "32"],
+     "--num-predictions 40 is more than the 31 positions after [CLS] of --seq-len 32; pass "
+     "--num-predictions 31 or less"),
+    (["parity", "--step", "3"], "--step and --revision choose a checkpoint of --hf MODEL"),
     (["parity", "--hf", "{tmp}/missing"], "{tmp}/missing"),
     (["parity", "--hf", "{thesis}"], "{thesis}"),
     (["bench", "train", "--seq", "1"], "--seq 1 is too short"),
