@@ -9,7 +9,8 @@ bitwise equal to an uninterrupted one on the CPU.
 Nothing is written before the run directory has been checked (`check_run_dir`), and
 run_config.json only once the data is ready: a run that fails before its first checkpoint leaves
 a directory a retry accepts (a configuration without a checkpoint is a run not yet started).
-Ctrl-C stops at the end of the step with a checkpoint (`CtrlC`); `--resume` of a finished run
+Ctrl-C stops at the end of the step with a checkpoint (`CtrlC`), or at once before the first step
+has run, while it compiles (nothing to save yet: `abandonable`); `--resume` of a finished run
 keeps its summary.
 """
 
@@ -37,7 +38,7 @@ from bertjax.train import run_config as rc
 from bertjax.train.assembly import Strategy, assemble
 from bertjax.train.checkpoint import Checkpointer
 from bertjax.train.distributed import allgather_json, barrier
-from bertjax.train.interrupt import CtrlC, PretrainInterrupted
+from bertjax.train.interrupt import Abandoned, CtrlC, PretrainInterrupted, abandonable
 from bertjax.train.local_init import local_attention_init
 from bertjax.train.loop import NonFiniteLossError, PendingMetrics, StepSchedule, TrainClock
 from bertjax.train.metrics import MetricsWriter, read_jsonl
@@ -133,8 +134,9 @@ def pretrain(
             result = _finish(job, run, end, clock, t_start)
         except PretrainInterrupted:
             raise
-        except KeyboardInterrupt:
-            raise interrupted_error(run, config, ctrl_c) from None
+        except KeyboardInterrupt as stop:
+            raise interrupted_error(run, config, ctrl_c,
+                                    abandoned=isinstance(stop, Abandoned)) from None
     if end.stopped and end.interrupted:
         raise PretrainInterrupted(
             f"interrupted (Ctrl-C) at step {end.step} of {config.train.steps}; saved a checkpoint "
@@ -309,8 +311,9 @@ def _run_loop(job: _Job, state: TrainState, run: RunDir, start: RunStart, ctrl_c
               ) -> tuple[_LoopEnd, TrainClock]:
     """The loop with its metrics log, clock, schedule and prefetching, closed after."""
     config, is_main = job.config, jax.process_index() == 0
-    writer = MetricsWriter(run.metrics, tensorboard_dir=run.tensorboard, enabled=is_main,
-                           resume_step=job.start_step if start.resume or start.restart else None)
+    writer = _before_first_step(  # its imports (TensorBoard's) take seconds
+        ctrl_c, MetricsWriter, run.metrics, tensorboard_dir=run.tensorboard, enabled=is_main,
+        resume_step=job.start_step if start.resume or start.restart else None)
     pending = PendingMetrics(job.strategy.host_metrics, writer, on_step=on_step,
                              advice=lambda: _nan_advice(job.checkpointer.steps()))
     clock = TrainClock(total=config.train.steps, start=job.start_step,
@@ -332,6 +335,15 @@ def _run_loop(job: _Job, state: TrainState, run: RunDir, start: RunStart, ctrl_c
         writer.close()
 
 
+def _before_first_step(ctrl_c: CtrlC, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)`, abandoned at once on Ctrl-C (`abandonable`): nothing is there to
+    save before the first step. A multi-host run waits for it instead (a process leaving on its
+    own would stall the others in their collectives)."""
+    if jax.process_count() > 1:
+        return fn(*args, **kwargs)
+    return abandonable(ctrl_c, fn, *args, **kwargs)
+
+
 @dataclasses.dataclass
 class _LoopEnd:
     step: int
@@ -347,7 +359,10 @@ def _train(job: _Job, state: TrainState, batches: Prefetch, schedule: StepSchedu
     step, last_eval = job.start_step, {}
     while step < schedule.total:
         batch, data_state = next(batches)
-        state, metrics = job.train_step(state, batch)
+        if step == job.start_step:  # it compiles first: Ctrl-C answered at once
+            state, metrics = _before_first_step(ctrl_c, job.train_step, state, batch)
+        else:
+            state, metrics = job.train_step(state, batch)
         step += 1
         ctrl_c.trained(step)
         pending.add(step, metrics)
