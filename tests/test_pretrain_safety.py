@@ -325,13 +325,16 @@ def _interrupt(args: list[str], run_dir: Path, moment: str) -> tuple[int, str]:
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seen = ""
     try:
-        if moment == "mid-run":  # a checkpoint is on disk: the loop is running
-            deadline = time.time() + 300
-            while proc.poll() is None and time.time() < deadline and not (
-                    run_dir / "checkpoints" / "40").is_dir():
+        if moment in ("mid-run", "compilation"):  # a file the loop writes is on disk
+            # a checkpoint (the loop is running), or TensorBoard's events file: the metrics
+            # writer is made, the next thing is the first step and its compilation
+            ready = {"mid-run": lambda: (run_dir / "checkpoints" / "40").is_dir(),
+                     "compilation": lambda: any((run_dir / "tensorboard").glob("events.*"))}
+            deadline = time.time() + 300  # a hang guard
+            while proc.poll() is None and time.time() < deadline and not ready[moment]():
                 time.sleep(0.02)
-        else:  # the line printed as the set-up begins, or the one just before the first step
-            marker = {"set-up": "preparing the data", "compilation": "baseline: "}[moment]
+        else:  # the line printed as the set-up begins, or the one just before the loop
+            marker = {"set-up": "preparing the data", "loop start": "baseline: "}[moment]
             while marker not in seen and proc.poll() is None:
                 seen += proc.stderr.readline()
         assert proc.poll() is None, f"the run ended before Ctrl-C: {seen}{proc.stderr.read()}"
@@ -352,12 +355,13 @@ def _train_records(run_dir: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("moment", ["set-up", "compilation", "mid-run"])
+@pytest.mark.parametrize("moment", ["set-up", "loop start", "compilation", "mid-run"])
 def test_ctrl_c_stops_at_the_right_point_and_resumes_exactly(reference: Path, corpus: Path,
                                                              tmp_path: Path, moment: str) -> None:
     """Where a Ctrl-C stops, by the order of events (not by seconds: CI machines are shared):
-    in the set-up and while the first step compiles, before any step has run (nothing to save,
-    no step's metrics logged); in the loop, at the end of a step with its checkpoint."""
+    in the set-up, as the loop starts (TensorBoard's import) and while the first step compiles,
+    before any step has run (nothing to save, no step's metrics logged); in the loop, at the end
+    of a step with its checkpoint."""
     run_dir = tmp_path / "run"
     code, err = _interrupt([*_ctrl_c_options(corpus), f"--output-dir={run_dir}"], run_dir, moment)
     assert code == 130, err[-3000:]
@@ -372,7 +376,7 @@ def test_ctrl_c_stops_at_the_right_point_and_resumes_exactly(reference: Path, co
         run_dir / "metrics.jsonl").is_file() else []
     if moment == "set-up":
         assert "during set-up; no checkpoint was written" in lines[0] and not steps
-    elif moment == "compilation":  # at once: the first step was never waited for
+    elif moment in ("loop start", "compilation"):  # at once: the first step never ran
         assert "before the first step; no checkpoint was written" in lines[0], lines[0]
         assert not steps and not trained and not (run_dir / "summary.json").exists()
         assert json.loads((run_dir / "run_config.json").read_text())["train"]["steps"] == 160
