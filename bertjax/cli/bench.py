@@ -43,12 +43,13 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
     add_corpus_arguments(parser)
     parser.add_argument("--vocab", default=None, metavar="PATH",
                         help="vocabulary to use (default: train one of --vocab-size first)")
+    from bertjax.config import MAX_VOCAB_SIZE
     from bertjax.data.pairs import MIN_SEQ_LEN
     from bertjax.data.tokenizer import MIN_VOCAB_SIZE
 
     for flag, kind, help_text in (
-        ("vocab-size", int_range(MIN_VOCAB_SIZE), "size of the vocabulary trained when --vocab is "
-         "not given"),
+        ("vocab-size", int_range(MIN_VOCAB_SIZE, MAX_VOCAB_SIZE),
+         "size of the vocabulary trained when --vocab is not given"),
         ("seq-len", int_range(MIN_SEQ_LEN), "tokens per sequence"),
         ("batch-size", positive_int, "sequences per batch"),
         ("max-predictions", positive_int, "masked positions per sequence"),
