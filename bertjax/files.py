@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -73,7 +74,22 @@ def write_npy_atomic(path: str | os.PathLike, array: Any) -> None:
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    """`data` as indented JSON, written aside then renamed. NaN and infinities (a run stopped
+    before its first evaluation has no accuracy yet) are written as null: JSON has no such
+    numbers, and `json.dumps` would write a bare NaN that other JSON readers refuse."""
+    text = json.dumps(_finite(data), indent=2, sort_keys=True, allow_nan=False)
+    write_text_atomic(path, text + "\n")
+
+
+def _finite(data: Any) -> Any:
+    """`data` with every non-finite float (at any depth of dicts, lists and tuples) as None."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [_finite(v) for v in data]
+    return data
 
 
 @contextlib.contextmanager
