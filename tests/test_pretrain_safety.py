@@ -27,10 +27,13 @@ import pytest
 from use_helpers import state_leaves
 
 from bertjax.cli.main import main
+from bertjax.train import run_config as rc
 from bertjax.train.checkpoint import read_state
 from bertjax.train.interrupt import Abandoned, CtrlC, abandonable
 from bertjax.train.metrics import read_jsonl
 from bertjax.train.pretrain import TRAIN_METRIC_KEYS
+from bertjax.train.run_state import check_run_dir
+from bertjax.train.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = ("the king queen lord lady sword crown night day love hate fear hope time death life "
@@ -380,6 +383,10 @@ def test_ctrl_c_stops_at_the_right_point_and_resumes_exactly(reference: Path, co
         assert "before the first step; no checkpoint was written" in lines[0], lines[0]
         assert not steps and not trained and not (run_dir / "summary.json").exists()
         assert json.loads((run_dir / "run_config.json").read_text())["train"]["steps"] == 160
+        # what it left is a run not yet started: a plain retry starts it afresh (reads only)
+        saved = rc.RunConfig.from_dict(RunDir(run_dir).saved_config())
+        start = check_run_dir(RunDir(run_dir), saved, resume=False)
+        assert start.restart and not start.resume and not start.rebuild_data
     else:  # a step had run: a checkpoint of the step it stopped at
         stopped = int(re.search(r"at step (\d+) of 160; saved a checkpoint", lines[0])[1])
         assert stopped == max(steps) and 40 <= stopped < 160

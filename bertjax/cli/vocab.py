@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         tokenizer.save(tmp)
     if tokenizer.vocab_size < args.vocab_size:
         print(f"note: the corpus gave {tokenizer.vocab_size} tokens, fewer than --vocab-size "
-              f"{args.vocab_size}: every piece it has at least --min-frequency "
+              f"{args.vocab_size}: every piece seen at least --min-frequency "
               f"{args.min_frequency} times (a larger corpus gives more)", file=sys.stderr)
     s = tokenizer.special
     print(f"vocabulary of {tokenizer.vocab_size} tokens ({'cased' if args.cased else 'uncased'}) "
