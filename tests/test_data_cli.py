@@ -88,3 +88,15 @@ def test_bench_needs_a_choice(capsys):
         main(["bench"])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and len(err.splitlines()) == 1 and "bench --help" in err
+
+
+def test_vocab_says_when_the_corpus_gives_fewer_tokens_than_asked(tmp_path, corpus, capsys):
+    """A --vocab-size far above what the corpus holds is not silently shrunk (issue 29)."""
+    assert main(["vocab", "--corpus", str(corpus), "--vocab-size", "900000", "--out",
+                 str(tmp_path / "v")]) == 0
+    captured = capsys.readouterr()
+    size = WordPieceTokenizer.load(tmp_path / "v").vocab_size
+    assert size < 900000 and f"vocabulary of {size} tokens" in captured.out
+    assert captured.err.strip() == (
+        f"note: the corpus gave {size} tokens, fewer than --vocab-size 900000: every piece seen "
+        "at least --min-frequency 2 times (a larger corpus gives more)")

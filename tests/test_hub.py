@@ -176,3 +176,13 @@ def test_without_huggingface_hub_an_id_says_what_to_install(monkeypatch) -> None
                                                 r"Face Hub id it needs huggingface_hub \(pip "
                                                 r"install 'bertjax\[hub\]'\)"):
         hub.resolve_model("org/name")
+
+
+def test_parity_takes_a_hub_id(offline, capsys) -> None:
+    """`bertjax parity --hf` resolves an id as every command's MODEL does (issue 29)."""
+    from bertjax.cli.main import main
+
+    assert main(["parity", "--hf", MINILM, "--revision", COMMIT, "--seq-len", "12"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"bertjax vs bert_torch: {MINILM}, BertModel;")
+    assert out.rstrip().endswith(" 0 failed")

@@ -156,8 +156,12 @@ def run_benchmark(
     report = build_report(s, device, gemm, raw, skipped, failed)
     print_fn(format_table(report))
     if s.json_path:
-        write_result(report, s.json_path, s.mode, accelerator=None if device["platform"] == "cpu"
-                     else f"{device['device_kind']}")
+        try:
+            write_result(report, s.json_path, s.mode, accelerator=None
+                         if device["platform"] == "cpu" else f"{device['device_kind']}")
+        except OSError as err:  # checked before the run; the disk may still fill up
+            raise BenchError(f"cannot write --json {s.json_path}: {err.strerror or err}; the "
+                             "table above holds the numbers") from err
         progress(f"wrote {s.json_path}")
     return report
 

@@ -21,7 +21,9 @@ from bertjax.bench.options import BenchSettings
 from bertjax.bench.run import run_benchmark
 from bertjax.cli.argtypes import int_range, non_negative_int, positive_int
 from bertjax.cli.corpus_options import add_corpus_arguments
+from bertjax.cli.errors import writing
 from bertjax.cli.fields import add_field_arguments, device_defaults_table, settings_from_args
+from bertjax.cli.outputs import check_output_path
 from bertjax.config import BertConfig
 from bertjax.settings import field_options, parse_value
 
@@ -40,12 +42,13 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
     add_corpus_arguments(parser)
     parser.add_argument("--vocab", default=None, metavar="PATH",
                         help="vocabulary to use (default: train one of --vocab-size first)")
+    from bertjax.config import MAX_VOCAB_SIZE
     from bertjax.data.pairs import MIN_SEQ_LEN
     from bertjax.data.tokenizer import MIN_VOCAB_SIZE
 
     for flag, kind, help_text in (
-        ("vocab-size", int_range(MIN_VOCAB_SIZE), "size of the vocabulary trained when --vocab is "
-         "not given"),
+        ("vocab-size", int_range(MIN_VOCAB_SIZE, MAX_VOCAB_SIZE),
+         "size of the vocabulary trained when --vocab is not given"),
         ("seq-len", int_range(MIN_SEQ_LEN), "tokens per sequence"),
         ("batch-size", positive_int, "sequences per batch"),
         ("max-predictions", positive_int, "masked positions per sequence"),
@@ -60,11 +63,14 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpu", type=non_negative_int, default=None,
                         help="core to pin to, one this process may use (default: the first)")
     parser.add_argument("--json", default=None, metavar="FILE", help="also write the numbers here")
+    parser.add_argument("--force", action="store_true", help="replace an existing --json file")
 
 
 def _run_data(args: argparse.Namespace) -> int:
     from bertjax.bench.data import run_data_benchmark
 
+    if args.json:  # before the benchmark, not after it
+        check_output_path(args.json, "--json", force=args.force, example="bench.json")
     result = run_data_benchmark(
         corpus=args.corpus, split=args.split, text_field=args.text_field, vocab=args.vocab,
         vocab_size=args.vocab_size, seq_len=args.seq_len, batch_size=args.batch_size,
@@ -74,7 +80,8 @@ def _run_data(args: argparse.Namespace) -> int:
     if args.json:
         from bertjax.bench.stamp import write_result
 
-        write_result(result, args.json, "data")
+        with writing("--json", args.json):
+            write_result(result, args.json, "data")
     return 0
 
 
@@ -116,12 +123,16 @@ def _add_mode_arguments(parser: argparse.ArgumentParser, mode: str) -> None:
     parser.allow_abbrev = False
     add_field_arguments(parser, BenchSettings, exclude=EXCLUDED[mode],
                         parsers={"overrides": parse_override})
+    parser.add_argument("--force", action="store_true", help="replace an existing --json file")
 
 
 def _run_mode(args: argparse.Namespace, mode: str) -> int:
     """0 when every row ran or was skipped, 1 when one failed (options that do not fit raise
     BenchError: exit status 2 from `bertjax.cli.main`)."""
-    report = run_benchmark(settings_from_args(BenchSettings, args, mode=mode))
+    settings = settings_from_args(BenchSettings, args, mode=mode)
+    if settings.json_path:  # before the benchmark, not after it
+        check_output_path(settings.json_path, "--json", force=args.force, example="bench.json")
+    report = run_benchmark(settings)
     return 1 if report["failed"] else 0
 
 
@@ -141,7 +152,9 @@ def _add_embed_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=positive_int, default=3, help="timed repeats (default: 3)")
     parser.add_argument("--attn-implementation", choices=("sdpa", "eager"), default="sdpa",
                         help="transformers' attention (default: sdpa, its own default)")
-    parser.add_argument("--json", default=None, metavar="FILE", help="also write the numbers here")
+    parser.add_argument("--json", default=None, metavar="FILE",
+                        help="also write the numbers to this new file")
+    parser.add_argument("--force", action="store_true", help="replace an existing --json file")
 
 
 def _run_embed(args: argparse.Namespace) -> int:
@@ -151,6 +164,9 @@ def _run_embed(args: argparse.Namespace) -> int:
     from bertjax.bench.stamp import write_result
     from bertjax.use.embed import read_lines
 
+    if args.json:  # before the benchmark, not after it
+        check_output_path(args.json, "--json", force=args.force, inputs={"--file": args.file},
+                          example="bench.json")
     if args.file is not None:
         lines = read_lines(args.file)[:args.lines]
     else:
@@ -158,7 +174,8 @@ def _run_embed(args: argparse.Namespace) -> int:
     result = run_embed_benchmark(lines, batch_size=args.batch_size, repeats=args.repeats,
                                  model=args.model, attn_implementation=args.attn_implementation)
     if args.json:
-        write_result(result, args.json, "embed", accelerator=_accelerator(result))
+        with writing("--json", args.json):
+            write_result(result, args.json, "embed", accelerator=_accelerator(result))
     return 0
 
 
