@@ -39,9 +39,9 @@ TINY = {
     "pretrain": ["--model.preset=tiny", "--data.vocab_size=200", "--data.seq_len=32",
                  "--data.max_predictions=5", "--data.batch_size=4", "--data.eval_batches=1",
                  "--train.steps=4", "--train.eval_every=2", "--no-progress"],
-    "finetune": ["--epochs", "1", "--batch-size", "8", "--max-length", "32", "--per-genre", "8",
-                 "--no-progress"],
+    "finetune": ["--epochs", "1", "--batch-size", "8", "--max-length", "32", "--no-progress"],
 }
+GENRES = ["--per-genre", "8"]  # finetune --task shakespeare-genres: a few speeches per genre
 SUBSTITUTIONS = [("--sizes-mb 50 200", "--sizes-mb 0.1 0.2")]  # bench corpus: small corpora
 
 
@@ -176,6 +176,7 @@ def run_shell(code: str) -> None:
     for argv in _commands(code):
         if argv[0] == "bertjax":
             extra = TINY.get(argv[1], []) if "--resume" not in argv else []
+            extra = extra + GENRES if "shakespeare-genres" in argv else extra
             code_ = main([*argv[1:], *extra])
             assert code_ == 0, f"`{shlex.join(argv)}` exited {code_}"
         elif argv[0] == "python":
