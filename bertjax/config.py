@@ -193,6 +193,11 @@ def _shape(layers: int, hidden: int, heads: int) -> dict[str, int]:
 
 
 # The one table of model sizes (Turc et al. 2019 names for the small ones).
+# the largest vocabulary bertjax trains: more than any BERT has (multilingual ones: about 120k);
+# its embeddings alone would be 3 GB at hidden size 768, and a corpus rarely has that many
+# pieces, so a larger request is a typo
+MAX_VOCAB_SIZE = 1_000_000
+
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {**_shape(2, 128, 2), "vocab_size": 1024, "max_position_embeddings": 128},
     "mini": _shape(4, 256, 4),

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,27 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
+def umask() -> int:
+    """The process's umask. Read from /proc where Linux has it: setting the umask to learn it
+    would, for an instant, change the mode of files other threads (Orbax's) create."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(path: str | os.PathLike) -> None:
+    """Give the file `path` the mode `open()` gives a new file (0o666 less the umask): for
+    writers that create their files private (safetensors writes 0600), so a model another user
+    or a serving process must read is not."""
+    os.chmod(path, 0o666 & ~umask())
+
+
 def temporary_name(name: str, pid: str = "*") -> str:
     """The name `atomic_file` writes `name` under first (a glob of them with the default `pid`)."""
     path = Path(name)
@@ -52,7 +74,22 @@ def write_npy_atomic(path: str | os.PathLike, array: Any) -> None:
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    """`data` as indented JSON, written aside then renamed. NaN and infinities (a run stopped
+    before its first evaluation has no accuracy yet) are written as null: JSON has no such
+    numbers, and `json.dumps` would write a bare NaN that other JSON readers refuse."""
+    text = json.dumps(_finite(data), indent=2, sort_keys=True, allow_nan=False)
+    write_text_atomic(path, text + "\n")
+
+
+def _finite(data: Any) -> Any:
+    """`data` with every non-finite float (at any depth of dicts, lists and tuples) as None."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [_finite(v) for v in data]
+    return data
 
 
 @contextlib.contextmanager
@@ -177,6 +214,38 @@ def check_output_directory(
     if not replace:
         raise FileExistsError(f"{what} {path} already exists (written by {made_by}); "
                               f"{replace_hint}, or choose another {what}")
+
+
+def check_output_file(
+    path: str | os.PathLike,
+    *,
+    what: str = "--out",
+    force: bool = False,
+    inputs: Mapping[str, str | os.PathLike | None] | None = None,
+    example: str = "out.txt",
+) -> None:
+    """Raise an OSError naming `what`, `path` and the fix unless `path` may be written as a
+    file: new, or (with `force`) an existing file that is none of `inputs` (option -> the path
+    it reads). A directory - or a name ending in "/", which names one - is never written as a
+    file, and neither is a path whose parent is a file or cannot be written. Call it before any
+    work, so a mistyped path fails before the work, not after it."""
+    text = os.fspath(path)
+    target = Path(text)
+    if target.is_dir() or text.endswith(("/", os.sep)):
+        kind = "is a directory" if target.is_dir() else "names a directory (it ends with /)"
+        raise IsADirectoryError(f"{what} {text} {kind}; pass a file name such as "
+                                f"{target / example}")
+    check_creatable(target, what)
+    if not target.exists() and not target.is_symlink():
+        return
+    for option, source in (inputs or {}).items():
+        if source is not None and target.exists() and Path(source).exists() \
+                and os.path.samefile(target, source):
+            raise FileExistsError(f"{what} {text} is the {option} this command reads: writing "
+                                  f"it would replace your input; choose another {what}")
+    if not force:
+        raise FileExistsError(f"{what} {text} already exists; pass --force to replace it, or "
+                              f"choose another {what}")
 
 
 def read_text(path: str | os.PathLike, what: str = "file") -> str:

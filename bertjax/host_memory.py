@@ -7,7 +7,7 @@ temporary memory again: 208k faults and ~370 ms of kernel time per step on two c
 first touches landing inside the matmuls. `keep_freed_memory()` asks glibc to serve large blocks
 from one heap and keep it (`mallopt`: one arena, no `mmap`, trim threshold 2 GiB), so the next step
 reuses the same, already mapped pages. `bertjax bench train --impl bertjax --dtype float32` on
-the 2-core Intel Xeon (README, Benchmarks): 958 -> 785 ms a step, peak RSS 1.54 -> 3.81 GiB.
+a 2-core Intel Xeon (docs/design.md, "Speed"): 958 -> 785 ms a step, peak RSS 1.54 -> 3.81 GiB.
 The freed blocks stay mapped, and when a small allocation splits one the next is placed anew:
 a loop of 100 such steps counting each step's faults (`getrusage`) saw 84 steps without any.
 
@@ -61,14 +61,20 @@ def _accelerator_plugin() -> str | None:
 
 
 def _jax_started() -> bool:
-    """Whether JAX has opened its backends (and started the thread pools) in this process."""
+    """Whether JAX has opened its backends (and started the thread pools) in this process.
+
+    The one private JAX import in bertjax, on purpose: JAX offers no public way to ask this
+    without opening the backends itself (`jax.extend.backend` has none as of 0.10), and asking
+    must not start them. If the module moves, this answers True, so `keep_freed_memory` leaves
+    glibc as it is: only the CPU speed-up is lost, never correctness.
+    """
     if "jax" not in sys.modules:
         return False
     try:
-        from jax._src import xla_bridge
-    except ImportError:  # a JAX without this private module: assume it may have started
+        from jax._src import xla_bridge  # private: see the docstring
+    except ImportError:
         return True
-    return bool(xla_bridge.backends_are_initialized())
+    return bool(getattr(xla_bridge, "backends_are_initialized", lambda: True)())
 
 
 def keep_freed_memory() -> str:

@@ -10,7 +10,6 @@ V vocabulary, I intermediate, K packed sequences per row (`bertjax.inputs` on pa
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -19,6 +18,7 @@ import jax.numpy as jnp
 from flax import nnx, struct
 
 from bertjax import inputs, numerics
+from bertjax.attention import dropout_rows, exact_attention, take_rows
 from bertjax.config import BertConfig
 
 
@@ -127,91 +127,6 @@ class BertEmbeddings(nnx.Module):
             x = words + self.position_embeddings(position_ids)  # (B, S, H)
         x = x + types  # the mirror's order: words + positions + types
         return self.dropout(self.layer_norm(x), deterministic=deterministic, rngs=rngs)
-
-
-def exact_attention(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    attention_mask: jax.Array,
-    dropout: Callable[[jax.Array], jax.Array],
-    chunks: int | None = None,
-) -> tuple[jax.Array, jax.Array]:
-    """Scaled dot-product attention of queries q (B, Q, A, D) over k, v (B, S, A, D) with a key
-    padding mask (B, S) or a query x key mask (B, Q, S) (packed rows): float32 scores and masked
-    softmax, `dropout` on the probabilities, the context in v's dtype. Returns the context
-    (B, Q, A, D) and the probabilities before dropout (B, A, Q, S). Self-attention over every
-    position has Q = S.
-
-    `chunks` (`numerics.cpu_attention_chunks`, for a CPU) computes heads-major, in that many
-    slices of the batch for XLA CPU to run side by side; `dropout` is then called once per
-    slice, so give several only with a dropout that draws nothing. None leaves the layout to
-    the compiler. The same products per sequence and head either way: the same numbers up to
-    float32 rounding.
-    """
-    if chunks is None:
-        return _attend(q, k, v, attention_mask, dropout, heads_major=False)
-    chunks = max(1, min(chunks, len(q)))
-    if chunks == 1:  # one slice (an empty batch included)
-        return _attend(q, k, v, attention_mask, dropout, heads_major=True)
-    bounds = [len(q) * i // chunks for i in range(chunks + 1)]  # slice i: rows bounds[i]:bounds[i+1]
-    parts = [_attend(q[a:b], k[a:b], v[a:b], attention_mask[a:b], dropout, heads_major=True)
-             for a, b in itertools.pairwise(bounds)]
-    return (jnp.concatenate([c for c, _ in parts]),  # (B, Q, A, D)
-            jnp.concatenate([p for _, p in parts]))  # (B, A, Q, S)
-
-
-# The batched matmuls of `_attend`, as laid out in memory: (b, S, A, D) operands, or heads-major
-# (b, A, S, D) ones whose batch axes lead, not strided through (S, A).
-_SCORES = {False: "bqad,bkad->baqk", True: "baqd,bakd->baqk"}
-_CONTEXT = {False: "baqk,bkad->bqad", True: "baqk,bakd->baqd"}
-
-
-def _attend(q: jax.Array, k: jax.Array, v: jax.Array, attention_mask: jax.Array,
-            dropout: Callable[[jax.Array], jax.Array], *, heads_major: bool
-            ) -> tuple[jax.Array, jax.Array]:
-    """`exact_attention` of q (b, Q, A, D) over k, v (b, S, A, D), optionally heads-major."""
-    if heads_major:
-        q, k, v = (x.transpose(0, 2, 1, 3) for x in (q, k, v))  # (b, A, Q or S, D)
-    scores = jnp.einsum(_SCORES[heads_major], q, k, preferred_element_type=jnp.float32)
-    scores = scores / jnp.sqrt(jnp.float32(q.shape[-1]))  # (b, A, Q, S) float32
-    mask = attention_mask[:, None, None, :] if attention_mask.ndim == 2 else (
-        attention_mask[:, None, :, :])  # (b, 1, 1 or Q, S)
-    probs = numerics.masked_softmax(scores, mask)
-    context = jnp.einsum(_CONTEXT[heads_major], dropout(probs).astype(v.dtype), v)  # v's layout
-    if heads_major:
-        context = context.transpose(0, 2, 1, 3)  # (b, A, Q, D) -> (b, Q, A, D)
-    return context, probs  # (b, Q, A, D), (b, A, Q, S)
-
-
-def take_rows(x: jax.Array, positions: jax.Array) -> jax.Array:
-    """The rows of x (B, S, H) at positions (B, Q): (B, Q, H)."""
-    return jnp.take_along_axis(x, positions[:, :, None], axis=1)  # (B, Q, H)
-
-
-def dropout_rows(dropout: nnx.Dropout, x: jax.Array, positions: jax.Array | None, length: int,
-                 axis: int, *, deterministic: bool, rngs: nnx.Rngs | None) -> jax.Array:
-    """`dropout` on x, the rows `positions` (B, Q) along `axis` of an array `length` long there:
-    the rows of the mask `dropout` draws for the whole array (nnx.Dropout's draw, same key), so
-    a layer computed at some rows drops out what the whole layer would at those rows."""
-    if positions is None:
-        return dropout(x, deterministic=deterministic, rngs=rngs)
-    if deterministic or dropout.rate == 0.0:
-        return x
-    if dropout.rate == 1.0:
-        return jnp.zeros_like(x)
-    if rngs is None:
-        raise ValueError("dropout at some rows needs rngs: call the model with "
-                         "deterministic=False and a dropout_rng")
-    keep = 1.0 - dropout.rate
-    key = rngs[dropout.rng_collection]()
-    whole = jax.random.bernoulli(key, keep, (*x.shape[:axis], length, *x.shape[axis + 1:]),
-                                 out_sharding=jax.typeof(x).sharding)  # as nnx.Dropout draws
-    index = positions.reshape(positions.shape + (1,) * (x.ndim - 2))  # (B, Q, 1...)
-    if axis != 1:  # (B, 1..., Q, 1...): Q at `axis`
-        index = jnp.moveaxis(index, 1, axis)
-    mask = jnp.take_along_axis(whole, index, axis=axis)  # x's shape
-    return jax.lax.select(mask, x / keep, jnp.zeros_like(x))
 
 
 class BertAttention(nnx.Module):

@@ -28,7 +28,7 @@ def gelu_exact(x: jax.Array) -> jax.Array:
     `jax.nn.gelu(approximate=False)` takes the `erfc` form, closer to float64 in the far
     negative tail (3.8e-7 against PyTorch's 1.2e-6 over [-12, 12]) but dearer on a CPU, where
     XLA's `erfc` branches and calls `exp`: the `erf` form took the CPU bench's step (4 layers of
-    4096 x 1024) from 596 to 587 ms (README, Benchmarks). A 16-bit x is computed in float32
+    4096 x 1024) from 596 to 587 ms (docs/design.md, "Speed"). A 16-bit x is computed in float32
     and rounded once, as PyTorch does: in bfloat16, `1 + erf` cancels to 0 below x = -3.
     """
     x32 = x.astype(jnp.float32)
@@ -61,7 +61,7 @@ def rows_dot_general(x: jax.Array, kernel: jax.Array, dimension_numbers: Any, **
     The kernel's gradient is then a product over one row axis. Over (B, S) XLA CPU first
     transposed the (B, S, n_out) output gradient into an (n_out, B * S) copy (16 MB per
     feed-forward layer of the CPU bench); one row axis took its step from 764 to 663 ms
-    together with `tied_decoder`'s (README, Benchmarks).
+    together with `tied_decoder`'s (docs/design.md, "Speed").
     """
     (contract_x, contract_k), batch = dimension_numbers
     if tuple(contract_x) != (x.ndim - 1,) or tuple(contract_k) != (0,) or batch != ((), ()):
@@ -190,14 +190,14 @@ def cudnn_attention_applies(dtype: jnp.dtype, head_dim: int) -> bool:
 
 def cpu_attention_chunks(batch: int, drops_probs: bool) -> int | None:
     """How many slices of the batch the exact attention computes apart on a CPU (see
-    `bertjax.model.exact_attention`): one per core XLA computes on (read when the model is
+    `bertjax.attention.exact_attention`): one per core XLA computes on (read when the model is
     traced), at most one per sequence. One slice with probability dropout (its random draws
     stay those of the whole batch) and with several devices (slicing a sharded batch would move
     rows between devices; processes could differ in cores). None on a GPU/TPU, whose compilers
     lay the batched matmuls out themselves.
 
     XLA CPU runs a batched matmul on one thread, and independent operations side by side: on
-    2 cores the CPU bench's step gained ~8% (README, Benchmarks); more cores are unmeasured.
+    2 cores the CPU bench's step gained ~8% (docs/design.md, "Speed"); more cores are unmeasured.
     """
     if jax.default_backend() != "cpu":
         return None

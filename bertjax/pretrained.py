@@ -27,7 +27,7 @@ from bertjax.io.runs import load_run_model
 from bertjax.train.rundir import RunDir
 
 __all__ = ["DEFAULT_MODEL_CLASS", "LoadReport", "checkpoint_class", "from_pretrained", "load_hf",
-           "save_hf", "save_pretrained"]
+           "model_directory", "save_hf", "save_pretrained"]
 
 # The class of a `bertjax pretrain` run, and of a Hugging Face directory whose config.json names
 # no class bertjax has: what `from_pretrained` and `load_hf` build unless told otherwise.
@@ -69,7 +69,7 @@ def from_pretrained(
     `config_overrides` change `BertConfig` fields that do not change the weights' shapes (e.g.
     `dtype="bfloat16"`, dropout).
     """
-    directory = _directory(path, revision)
+    directory = model_directory(path, revision)
     if RunDir(directory).config.is_file():
         model, tokenizer, report = load_run_model(
             directory, step=step, model_cls=model_cls or DEFAULT_MODEL_CLASS, seed=seed,
@@ -92,8 +92,9 @@ def from_pretrained(
     return (model, tokenizer, report) if output_loading_info else (model, tokenizer)
 
 
-def _directory(path: str | Path, revision: str | None) -> Path:
-    """The local directory of `path` (a Hub id resolved), or an error naming what to pass."""
+def model_directory(path: str | Path, revision: str | None = None) -> Path:
+    """The local directory of the model `path` (a Hub id resolved): one that holds a Hugging Face
+    model (config.json) or a run (run_config.json), or an error naming what to pass."""
     directory = resolve_model(path, revision=revision)
     if not directory.exists():
         raise FileNotFoundError(

@@ -8,11 +8,18 @@ A gradient smaller than `GRAD_FLOOR` times the model's largest gradient is judge
 floor instead: the NSP bias gradient is a cancelling sum of (p - y) terms of size ~0.5 and the
 attention key-bias gradients are exactly zero in exact arithmetic (softmax is shift-invariant), so
 dividing their float32 round-off by their own ~0 magnitude would measure nothing but the division.
+
+Any model class compares: the outputs its class computes (`OUTPUT_FIELDS`), on its inputs
+(`model_inputs`: masked positions for the masked-LM classes, choices for multiple choice), and
+the gradients of BERT's pre-training loss (BertForPreTraining) or of a fixed random projection of
+the class's outputs (the rest), the same function in both frameworks.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import zlib
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -21,7 +28,7 @@ import numpy as np
 from flax import nnx
 
 from bertjax.config import BertConfig
-from bertjax.heads import BertForPreTraining
+from bertjax.io.names import HF_OUTPUT_FIELDS
 from bertjax.io.weights import state_to_numpy
 from bertjax.losses import pretraining_loss
 from parity.convert import to_torch_model
@@ -137,74 +144,116 @@ def random_batch(
     }
 
 
-def _flax_side(model: BertForPreTraining, batch: dict[str, np.ndarray], masked: bool) -> Any:
+# The outputs compared, in report order: those a class computes (the rest are None in both).
+OUTPUT_FIELDS = ("mlm_logits", "nsp_logits", "logits", "start_logits", "end_logits",
+                 "sequence_output", "pooled_output")
+CHOICES = 2  # multiple choice: each row of the batch and the next one, as two choices
+
+
+def masked_lm(model: Any) -> bool:
+    """Whether `model`'s class has the masked-LM head (its call takes `masked_positions`)."""
+    return "mlm_head" in type(model).head_modules
+
+
+def model_inputs(model: Any, batch: dict[str, np.ndarray], masked: bool) -> tuple[Any, ...]:
+    """The positional inputs of `model`'s class for `batch`: (ids, token types, mask), plus
+    masked positions (or None) for the masked-LM classes; for multiple choice (B, C, S)."""
+    ids, types, mask = batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
+    if type(model).__name__ == "BertForMultipleChoice":
+        def choices(x: np.ndarray) -> np.ndarray:  # (B, S) -> (B, C, S)
+            return np.stack([np.roll(x, -c, axis=0) for c in range(CHOICES)], axis=1)
+        return choices(ids), choices(types), choices(mask)
+    if masked_lm(model):
+        return ids, types, mask, (batch["masked_positions"] if masked else None)
+    return ids, types, mask
+
+
+def _probe_weights(field: str, shape: tuple[int, ...]) -> np.ndarray:
+    """Fixed random weights of an output `field` (seeded by its name): the probe loss."""
+    rng = np.random.default_rng(zlib.crc32(field.encode()))
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def probe_fields(model: Any) -> tuple[str, ...]:
+    """The outputs of `model`'s class (what its head computes; the encoder's for BertModel)."""
+    return tuple(HF_OUTPUT_FIELDS[type(model).__name__])
+
+
+def _loss(model: Any, out: Any, batch: dict[str, Any], xp: Any, pretraining: Callable) -> Any:
+    """The scalar the gradients are taken of: BERT's MLM + NSP loss for BertForPreTraining, for
+    any other class a fixed random projection of its outputs (mean of output x weights, summed
+    over its fields), the same function in both frameworks."""
+    if type(model).__name__ == "BertForPreTraining":
+        return pretraining(out.mlm_logits, out.nsp_logits, batch)[0]
+    total = 0.0
+    for field in probe_fields(model):
+        value = getattr(out, field)
+        total = total + (value * xp(_probe_weights(field, tuple(value.shape)))).mean()
+    return total
+
+
+def _flax_side(model: Any, batch: dict[str, np.ndarray], masked: bool) -> Any:
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     jbatch = {k: jnp.asarray(v) for k, v in batch.items()}
+    args = tuple(None if x is None else jnp.asarray(x) for x in model_inputs(model, batch, masked))
 
-    def forward(params: nnx.State) -> tuple[jax.Array, Any]:
+    def forward(params: nnx.State) -> Any:
         m = nnx.merge(graphdef, params, rest)
-        out = m(
-            jbatch["input_ids"],
-            jbatch["token_type_ids"],
-            jbatch["attention_mask"],
-            jbatch["masked_positions"] if masked else None,
-            output_attentions=True,
-            output_hidden_states=True,
-        )
-        return out
+        return m(*args, output_attentions=True, output_hidden_states=True)
 
     def loss(params: nnx.State) -> tuple[jax.Array, Any]:
         out = forward(params)
-        return pretraining_loss(out.mlm_logits, out.nsp_logits, jbatch)[0], out
+        return _loss(model, out, jbatch, jnp.asarray, pretraining_loss), out
 
     # jitted: run op by op, every primitive compiles apart, which on a GPU took minutes for base
     with jax.default_matmul_precision("highest"):
-        if masked:
+        if masked or not masked_lm(model):
             (_, out), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
             return out, state_to_numpy(grads)
         return jax.jit(forward)(params), None
 
 
-def _torch_side(model: BertForPreTraining, batch: dict[str, np.ndarray], masked: bool) -> Any:
+def _torch_side(model: Any, batch: dict[str, np.ndarray], masked: bool) -> Any:
     import torch
 
     from bert_torch.losses import pretraining_loss as torch_loss
 
     torch_model = to_torch_model(model)
     tbatch = {k: torch.from_numpy(v) for k, v in batch.items()}
-    out = torch_model(
-        tbatch["input_ids"],
-        tbatch["token_type_ids"],
-        tbatch["attention_mask"],
-        tbatch["masked_positions"] if masked else None,
-        output_attentions=True,
-        output_hidden_states=True,
-    )
-    if not masked:
+    args = tuple(None if x is None else torch.from_numpy(np.ascontiguousarray(x))
+                 for x in model_inputs(model, batch, masked))
+    out = torch_model(*args, output_attentions=True, output_hidden_states=True)
+    if not masked and masked_lm(model):
         return out, None
-    torch_loss(out.mlm_logits, out.nsp_logits, tbatch)[0].backward()
+    _loss(model, out, tbatch, torch.from_numpy, torch_loss).backward()
     grads = {n: p.grad.numpy() for n, p in torch_model.named_parameters()}
     return out, grads
 
 
 def compare(
-    model: BertForPreTraining,
+    model: Any,
     batch: dict[str, np.ndarray] | None = None,
     *,
     masked: bool = True,
     tolerance: float = TOLERANCE,
     grad_tolerance: float = TOLERANCE,
 ) -> ParityReport:
-    """Run `model` and its PyTorch mirror on `batch`; report every output, attention map,
-    hidden state and (with `masked`, where the MLM+NSP loss is defined) every gradient."""
+    """Run `model` (any bertjax model class) and its PyTorch mirror on `batch`; report every
+    output of its class, attention map, hidden state and every gradient (of the MLM + NSP loss
+    for BertForPreTraining, where `masked` (the MLM head at the masked positions) defines it; of
+    a fixed random projection of the outputs for any other class)."""
     batch = random_batch(model.config) if batch is None else batch
     ours, our_grads = _flax_side(model, batch, masked)
     ref, ref_grads = _torch_side(model, batch, masked)
     detach = lambda t: t.detach().numpy()  # noqa: E731
-    rows = [
-        _row(field, getattr(ours, field), detach(getattr(ref, field)), tolerance)
-        for field in ("mlm_logits", "nsp_logits", "sequence_output", "pooled_output")
-    ]
+    rows = []
+    for field in OUTPUT_FIELDS:
+        a, b = getattr(ours, field), getattr(ref, field)
+        if (a is None) != (b is None):
+            raise ValueError(f"{field}: computed by only one of bertjax ({a is not None}) and "
+                             f"PyTorch ({b is not None})")
+        if a is not None:
+            rows.append(_row(field, a, detach(b), tolerance))
     rows += [
         _row(f"attentions.{i}", a, detach(b), tolerance)
         for i, (a, b) in enumerate(zip(ours.attentions, ref.attentions, strict=True))
@@ -213,7 +262,7 @@ def compare(
         _row(f"hidden_states.{i}", a, detach(b), tolerance)
         for i, (a, b) in enumerate(zip(ours.hidden_states, ref.hidden_states, strict=True))
     ]
-    if masked:
+    if our_grads is not None:
         if set(our_grads) != set(ref_grads):
             raise ValueError(
                 f"gradient names differ: only bertjax {sorted(set(our_grads) - set(ref_grads))}, "

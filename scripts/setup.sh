@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv and install bertjax with PyTorch and the test tools.
+# Create .venv and install bertjax with PyTorch, the test tools and the documentation builder.
 # Without an NVIDIA GPU the CPU build of torch goes in first, so that the `torch>=2.4`
 # requirement never pulls a multi-GB CUDA build. Everything else installs at the versions in
 # scripts/constraints.txt.
@@ -17,4 +17,4 @@ if ! python -c "import torch" 2>/dev/null; then
     pip install -q torch --index-url https://download.pytorch.org/whl/cpu  # not all pins live there
   fi
 fi
-pip install -q -c scripts/constraints.txt -e '.[test]'  # the tested versions
+pip install -q -c scripts/constraints.txt -e '.[test,docs]'  # the tested versions

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The README's test command: set up (idempotent) and run lint plus the whole test suite.
+# The test command (README, "The two commands"): set up (idempotent), then lint, the documentation
+# (its benchmark tables equal their JSON; the site builds in strict mode) and the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
 ruff check .
+python -m bertjax.bench.tables --check README.md docs/*.md
+NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet
 python -m pytest -n 2 -q "$@"

@@ -17,16 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("bertjax", "bert_torch", "parity")
 CORE = {"bertjax", "bertjax.config", "bertjax.model", "bertjax.heads", "bertjax.numerics",
-        "bertjax.inputs", "bertjax.losses", "bertjax.lazy"}
-# One folder per layer, imports running one way (a module imports its own layer and below):
-# the command line, then the benchmarks, then the jobs (training, tasks, the loading API), then
-# formats and inference, then data, then the model core and small shared helpers.
-LAYERS = (("bertjax.cli",), ("bertjax.bench",), ("bertjax.train", "bertjax.tasks",
-          "bertjax.pretrained"), ("bertjax.io", "bertjax.use", "bertjax.viz"), ("bertjax.data",))
-# The run directory's schema (no framework): what a run holds and how it is configured. Reading
-# a run's model (bertjax.io.runs) needs it, so the formats may import these from the jobs' layer.
-RUN_SCHEMA = {"bertjax.train", "bertjax.train.rundir", "bertjax.train.run_config",
-              "bertjax.train.schedule", "bertjax.train.choices"}
+        "bertjax.inputs", "bertjax.losses", "bertjax.lazy", "bertjax.attention"}
+
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -157,33 +149,3 @@ def test_importing_the_formats_loads_neither_the_model_nor_a_framework_they_do_n
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=ROOT)
     assert out.stdout.split("\n")[:2] == ["[]", "[]"], out.stdout
-
-
-def _layer(module: str) -> int:
-    """0 for the top layer (the command line) ... len(LAYERS) for the core."""
-    for depth, prefixes in enumerate(LAYERS):
-        if any(module == p or module.startswith(p + ".") for p in prefixes):
-            return depth
-    return len(LAYERS)
-
-
-def upward_imports(graph: dict[str, set[str]]) -> list[str]:
-    """`a -> b` for every import of a module from a higher layer (the run schema excepted)."""
-    return sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
-                  if m.startswith("bertjax.") and d != "bertjax" and _layer(d) < _layer(m)
-                  and d not in RUN_SCHEMA)
-
-
-def test_imports_run_one_way_down_the_layers():
-    assert upward_imports(GRAPH) == []
-    # and the check itself sees one: a format importing the training job
-    assert upward_imports({"bertjax.io.hf": {"bertjax.train.pretrain"}}) == [
-        "bertjax.io.hf -> bertjax.train.pretrain"]
-
-
-def test_the_data_layer_imports_no_framework_at_run_time():
-    code = ("import sys\nimport bertjax.data, bertjax.tasks.registry, bertjax.train.run_config\n"
-            "print(sorted(m for m in ('jax', 'flax', 'torch', 'optax') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=ROOT)
-    assert out.stdout.strip() == "[]", out.stdout

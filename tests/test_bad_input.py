@@ -3,8 +3,11 @@ traceback, and the file system untouched (nothing deleted, nothing half-written,
 
 Each row is (command line, a piece of the expected message). `{tmp}` is the test's directory,
 `{model}` a tiny Hugging Face BERT directory, `{binary}` a binary file, `{latin1}` a non-UTF-8
-text file, `{empty}` an empty file, `{thesis}` a folder of a user's own files, `{text}` a UTF-8
-text file, `{labels}` labelled examples with mixed label types, `{good}` valid ones.
+text file, `{empty}` an empty file, `{thesis}` a folder of a user's own files, `{pictures}` one
+whose files have the names `bertjax attention` writes, `{text}` a UTF-8
+text file, `{labels}` labelled examples with mixed label types, `{good}` valid ones,
+`{nulllabel}` one with a null label, `{squad}` a SQuAD file, `{corpus}` a folder of texts with a
+config.json, `{pairs3}` sentence pairs with a third column.
 The command modules' own tests check the finer behaviour of each class.
 """
 
@@ -27,6 +30,10 @@ BAD_INPUT = [
     (["parity", "--batch-size", "0"], "--batch-size: expected a positive integer"),
     (["parity", "--num-predictions", "0"], "--num-predictions: expected a positive integer"),
     (["parity", "--train-steps", "2", "--seq-len", "4"], "need --seq-len 5 or more"),
+    (["parity", "--num-predictions", "40", "--seq-len", "32"],
+     "--num-predictions 40 is more than the 31 positions after [CLS] of --seq-len 32; pass "
+     "--num-predictions 31 or less"),
+    (["parity", "--step", "3"], "--step and --revision choose a checkpoint of --hf MODEL"),
     (["parity", "--hf", "{tmp}/missing"], "{tmp}/missing"),
     (["parity", "--hf", "{thesis}"], "{thesis}"),
     (["bench", "train", "--seq", "1"], "--seq 1 is too short"),
@@ -80,6 +87,71 @@ BAD_INPUT = [
      "has no weights for choice_classifier"),
     (["finetune", "{model}", "--task", "shakespeare-speakers", "--train", "{good}",
       "--output-dir", "{tmp}/ft"], "brings its own data"),
+    # outputs over inputs (issue 29): checked before anything runs; --force never replaces an
+    # input, and a folder of the user's files is never written into
+    (["embed", "{model}", "--file", "{text}", "--out", "{text}"],
+     "--out {text} is the --file this command reads: writing it would replace your input"),
+    (["embed", "{model}", "--file", "{text}", "--out", "{text}", "--force"],
+     "--out {text} is the --file this command reads"),
+    (["embed", "{model}", "--file", "{text}", "--out", "{binary}"],
+     "--out {binary} already exists; pass --force to replace it, or choose another --out"),
+    (["embed", "{model}", "--file", "{text}", "--out", "{tmp}/adir/"],
+     "--out {tmp}/adir/ names a directory (it ends with /); pass a file name such as "
+     "{tmp}/adir/vectors.npy"),
+    (["embed", "{model}", "--file", "{text}", "--out", "{thesis}"],
+     "--out {thesis} is a directory; pass a file name such as {thesis}/vectors.npy"),
+    (["classify", "{model}", "--file", "{good}", "--out", "{good}", "--force"],
+     "--out {good} is the --file this command reads"),
+    (["classify", "{model}", "--file", "{good}", "--out", "{text}"],
+     "--out {text} already exists; pass --force"),
+    (["attention", "{model}", "the king", "--out", "{thesis}", "--force"],
+     "--out {thesis} already holds files that `bertjax attention` did not write"),
+    (["attention", "{model}", "the king", "--out", "{pictures}", "--force"],
+     "--out {pictures} already holds files that `bertjax attention` did not write "
+     "(attention.html, layer_01.png)"),
+    (["attention", "{model}", "--file", "{text}", "--out", "{text}"], "--out {text} is a file"),
+    (["bench", "embed", "--lines", "4", "--json", "{thesis}"], "--json {thesis} is a directory"),
+    (["bench", "embed", "--lines", "4", "--json", "{text}"], "--json {text} already exists"),
+    (["bench", "embed", "--file", "{text}", "--json", "{text}", "--force"],
+     "--json {text} is the --file this command reads"),
+    (["bench", "embed", "--lines", "4", "--json", "{text}/out.json"],
+     "{text} is a file, not a directory"),
+    (["bench", "train", "--json", "{thesis}"], "--json {thesis} is a directory"),
+    (["bench", "infer", "--json", "{text}"], "--json {text} already exists"),
+    (["bench", "corpus", "--json", "{tmp}/out/"], "--json {tmp}/out/ names a directory"),
+    # the issue's "meh" answers (issue 29): the problem and the right fix, options that conflict
+    # or do nothing refused
+    (["finetune", "{model}", "--train", "{good}", "--validation", "{good}",
+      "--validation-fraction", "0.2", "--output-dir", "{tmp}/ft"],
+     "--validation-fraction holds out a share of --train, but --validation {good} is the "
+     "validation data: leave out one of them"),
+    (["finetune", "{model}", "--task", "shakespeare-genres", "--validation-fraction", "0.2",
+      "--output-dir", "{tmp}/ft"], "--task shakespeare-genres's own validation split"),
+    (["finetune", "{model}", "--train", "{good}", "--per-genre", "5", "--output-dir", "{tmp}/ft"],
+     "--per-genre is read by --task shakespeare-genres only, not by --task classification: "
+     "leave it out"),
+    (["finetune", "{model}", "--train", "{good}", "--null-threshold", "1", "--output-dir",
+      "{tmp}/ft"], "--null-threshold is read by --task question-answering only"),
+    (["finetune", "{model}", "--task", "question-answering", "--train", "{squad}",
+      "--null-threshold", "nan", "--output-dir", "{tmp}/ft"],
+     "--null-threshold: expected a finite number, got 'nan'"),
+    (["finetune", "{model}", "--train", "{nulllabel}", "--output-dir", "{tmp}/ft"],
+     "{nulllabel}:3: the label in field 'label' is null; give this example its label, or leave "
+     "the example out"),
+    (["finetune", "{model}", "--task", "multiple-choice", "--train", "{squad}", "--output-dir",
+      "{tmp}/ft"], "{squad} looks like question-answering data: pass --task question-answering"),
+    (["pretrain", "--train.fsdp=2", "--train.parallel=pmap", "--output-dir", "{tmp}/run"],
+     "train.fsdp=2 shards parameters over a mesh, which train.parallel='pmap' does not use; "
+     "pass --train.parallel mesh or leave out --train.fsdp"),
+    (["pretrain", "--data.vocab_size=10000000", "--output-dir", "{tmp}/run"],
+     "data.vocab_size must be from 32 to 1,000,000"),
+    (["vocab", "--corpus", "{text}", "--vocab-size", "10000000", "--out", "{tmp}/vocab"],
+     "--vocab-size: expected an integer from 6 to 1000000"),
+    (["vocab", "--corpus", "{corpus}", "--out", "{tmp}/vocab"],
+     "if config.json is no part of the corpus, name the corpus files instead of the directory "
+     "(e.g. '{corpus}/*.txt') or move config.json out"),
+    (["nsp", "{model}", "--file", "{pairs3}"],
+     "{pairs3}:2 has 2 tabs, not one; write sentence A, one tab, then sentence B"),
 ]
 
 
@@ -98,6 +170,9 @@ def _workspace(tmp: Path, model: Path) -> dict[str, str]:
     (tmp / "thesis").mkdir()
     (tmp / "thesis" / "chapter1.tex").write_text("\\chapter{Introduction}\n")
     (tmp / "thesis" / "figures").mkdir()
+    (tmp / "pictures").mkdir()  # the user's own files, under the names `attention` writes
+    (tmp / "pictures" / "attention.html").write_text("<html>my page</html>\n")
+    (tmp / "pictures" / "layer_01.png").write_bytes(b"\x89PNG\r\n\x1a\nmine")
     (tmp / "binary.bin").write_bytes(bytes(range(256)) * 8)
     (tmp / "latin1.txt").write_bytes("Ô vérité, où es-tu ?\n".encode("latin-1"))
     (tmp / "empty.txt").write_bytes(b"")
@@ -106,7 +181,18 @@ def _workspace(tmp: Path, model: Path) -> dict[str, str]:
     (tmp / "labels.jsonl").write_text("".join(json.dumps(r) + "\n" for r in labels))
     good = [{"text": f"line {i}", "label": ["comedy", "tragedy"][i % 2]} for i in range(8)]
     (tmp / "good.jsonl").write_text("".join(json.dumps(r) + "\n" for r in good))
-    names = ("thesis", "binary.bin", "latin1.txt", "empty.txt", "text.txt", "labels.jsonl",
+    (tmp / "nulllabel.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+        {"text": "a", "label": "x"}, {"text": "b", "label": "y"}, {"text": "c", "label": None}]))
+    squad = {"version": "v2.0", "data": [{"title": "t", "paragraphs": [{
+        "context": "Hamlet is a prince.", "qas": [{"id": "1", "question": "Who?", "answers": [
+            {"text": "Hamlet", "answer_start": 0}], "is_impossible": False}]}]}]}
+    (tmp / "squad.json").write_text(json.dumps(squad))
+    (tmp / "corpus").mkdir()  # texts, and a model's config.json beside them
+    (tmp / "corpus" / "plays.txt").write_text("To be or not to be.\nThat is the question.\n")
+    (tmp / "corpus" / "config.json").write_text('{"hidden_size": 128}\n')
+    (tmp / "pairs3.txt").write_text("To be.\tOr not.\nA king.\tA fool.\tA third column.\n")
+    names = ("nulllabel.jsonl", "squad.json", "corpus", "pairs3.txt", "thesis", "pictures",
+             "binary.bin", "latin1.txt", "empty.txt", "text.txt", "labels.jsonl",
              "good.jsonl")
     places = {Path(n).stem: str(tmp / n) for n in names}
     return {"tmp": str(tmp), "model": str(model), **places}

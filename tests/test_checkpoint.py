@@ -4,6 +4,7 @@ file checked before a step is read, corruption fallback, and reading that leaves
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -117,8 +118,11 @@ def test_corrupt_latest_falls_back_with_warning(tmp_path: Path, how: str) -> Non
     for step in (1, 2, 3):
         ck.save(step, _state(step), extra={"data_states": [{"cursor": step}]})
     _damage(tmp_path / "ck" / "3", how)
-    with pytest.warns(CheckpointCorruptWarning, match=r"checkpoint step 3 at .*ck/3 is corrupt"):
+    with pytest.warns(CheckpointCorruptWarning) as caught:
         restored = Checkpointer(tmp_path / "ck", keep_last=3).restore(_state(0))
+    (warning,) = caught  # one line per damaged step, saying where it went
+    assert re.fullmatch(r"checkpoint step 3 is damaged \(.+\) at .*ck/3: skipped, restored step 2 "
+                        r"instead; moved it to .*ck_corrupt/3\.\d+", str(warning.message))
     assert restored.step == 2 and restored.skipped == [3]
     assert not (tmp_path / "ck" / "3").exists() and any((tmp_path / "ck_corrupt").iterdir())
     assert _equal(restored.state, _state(2))
@@ -146,7 +150,8 @@ def test_all_corrupt_raises(tmp_path: Path) -> None:
     ck = Checkpointer(tmp_path / "ck")
     ck.save(1, _state(1))
     _damage(tmp_path / "ck" / "1", "delete")
-    with pytest.warns(CheckpointCorruptWarning), pytest.raises(RuntimeError, match="no usable"):
+    with pytest.raises(RuntimeError, match=r"no usable checkpoint .*: steps \[1\] are all "
+                                           r"damaged \(checkpoint step 1 is damaged"):
         Checkpointer(tmp_path / "ck").restore(_state(0))
 
 

@@ -67,11 +67,15 @@ def test_bench_data_reports_rates(tmp_path, corpus, capsys):
     cores = os.sched_getaffinity(0)
     code = main(["bench", "data", "--corpus", str(corpus), "--vocab", str(minilm_dir()),
                  "--seq-len", "32", "--batch-size", "16", "--max-predictions", "5",
-                 "--steps", "2", "--repeats", "1", "--warmup", "0", "--json"])
+                 "--steps", "2", "--repeats", "1", "--warmup", "0", "--json",
+                 str(tmp_path / "data.json")])
     assert code == 0
     assert os.sched_getaffinity(0) == cores  # the one-core pin is undone afterwards
     lines = capsys.readouterr().out.strip().splitlines()
-    result = json.loads(lines[-1])
+    result = json.loads((tmp_path / "data.json").read_text())
+    stamp = result["provenance"]  # what the docs' tables name: machine, command, commit, date
+    assert stamp["kind"] == "data" and set(stamp) == {"kind", "machine", "command", "commit", "date"}
+    assert "cores" in stamp["machine"] and len(stamp["date"]) == 10
     assert result["tokenise_mb_per_s"] > 0 and result["sequences_per_s"] > 0
     # the two rates describe the same batches: 32 tokens per sequence (each rounded on its own)
     assert abs(result["tokens_per_s"] - 32 * result["sequences_per_s"]) <= 32
@@ -84,3 +88,15 @@ def test_bench_needs_a_choice(capsys):
         main(["bench"])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and len(err.splitlines()) == 1 and "bench --help" in err
+
+
+def test_vocab_says_when_the_corpus_gives_fewer_tokens_than_asked(tmp_path, corpus, capsys):
+    """A --vocab-size far above what the corpus holds is not silently shrunk (issue 29)."""
+    assert main(["vocab", "--corpus", str(corpus), "--vocab-size", "900000", "--out",
+                 str(tmp_path / "v")]) == 0
+    captured = capsys.readouterr()
+    size = WordPieceTokenizer.load(tmp_path / "v").vocab_size
+    assert size < 900000 and f"vocabulary of {size} tokens" in captured.out
+    assert captured.err.strip() == (
+        f"note: the corpus gave {size} tokens, fewer than --vocab-size 900000: every piece seen "
+        "at least --min-frequency 2 times (a larger corpus gives more)")

@@ -110,7 +110,8 @@ def test_bad_input_is_named(finetuned, task, tmp_path, capsys):
     empty = _write(tmp_path / "empty.jsonl", [{"text": " ", "label": "x"}])
     assert main(["finetune", str(tiny_checkpoint()), "--train", str(empty), "--output-dir",
                  str(tmp_path / "o")]) == 2
-    assert f"{empty}:1: no text in field 'text'" in capsys.readouterr().err
+    assert f"{empty}:1: the text in field 'text' is empty; give this example its text" in (
+        capsys.readouterr().err)
     one = _write(tmp_path / "one.jsonl", [{"text": "a", "label": "x"}] * 20)
     assert main(["finetune", str(tiny_checkpoint()), "--train", str(one), "--output-dir",
                  str(tmp_path / "o")]) == 2

@@ -135,8 +135,12 @@ def test_one_set_of_weights_is_chosen_safetensors_first(offline, tmp_path) -> No
                                   np.asarray(only_bin[0](ids).start_logits))
 
 
-def test_a_local_path_is_never_taken_for_a_hub_id(tmp_path) -> None:
+def test_a_local_path_is_never_taken_for_a_hub_id(tmp_path, monkeypatch) -> None:
     assert hub.resolve_model(tmp_path) == tmp_path
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    assert not hub.looks_like_hub_id("runs/typo")  # inside a directory that is here: a path
+    assert hub.resolve_model("runs/typo") == Path("runs/typo")  # the loader names it missing
     assert not hub.looks_like_hub_id("./runs/typo") and not hub.looks_like_hub_id("../x/y")
     assert not hub.looks_like_hub_id(str(tmp_path / "missing"))  # absolute: a path
     assert hub.looks_like_hub_id("bert-base-uncased") and hub.looks_like_hub_id("org/name")
@@ -172,3 +176,13 @@ def test_without_huggingface_hub_an_id_says_what_to_install(monkeypatch) -> None
                                                 r"Face Hub id it needs huggingface_hub \(pip "
                                                 r"install 'bertjax\[hub\]'\)"):
         hub.resolve_model("org/name")
+
+
+def test_parity_takes_a_hub_id(offline, capsys) -> None:
+    """`bertjax parity --hf` resolves an id as every command's MODEL does (issue 29)."""
+    from bertjax.cli.main import main
+
+    assert main(["parity", "--hf", MINILM, "--revision", COMMIT, "--seq-len", "12"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"bertjax vs bert_torch: {MINILM}, BertModel;")
+    assert out.rstrip().endswith(" 0 failed")

@@ -370,3 +370,24 @@ def test_export_failing_half_way_leaves_nothing_and_a_retry_works(tmp_path, caps
     reloaded, expected = (model_to_numpy(bertjax.from_pretrained(m)[0])[words]
                           for m in (out, tiny_checkpoint()))
     np.testing.assert_array_equal(reloaded, expected)
+
+
+@pytest.mark.parametrize("command", ["fill-mask", "convert"])
+def test_weights_holding_nan_are_named_not_computed(tmp_path, capsys, command):
+    """Flipped bytes in a float can make NaN: refused at load, naming the weight, instead of
+    `[PAD] nan` (fill-mask) or "differs by nan" (convert's check)."""
+    from safetensors.numpy import load_file, save_file
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_checkpoint(), model)
+    tensors = load_file(model / "model.safetensors")
+    name = next(k for k in tensors if k.endswith("query.weight"))
+    tensors[name][0, 0] = np.nan
+    save_file(tensors, model / "model.safetensors", metadata={"format": "pt"})
+    before = _snapshot(tmp_path)
+    argv = {"fill-mask": [str(model), TEXT], "convert": [str(model), str(tmp_path / "out")]}
+    assert main([command, *argv[command]]) == 2
+    line = _one_line(capsys.readouterr().err, command)
+    assert f"the checkpoint {model} has NaN or Inf in 1 weight(s) (bert.layers.0." in line
+    assert "download, convert or train it again" in line and "differs by" not in line
+    assert _snapshot(tmp_path) == before

@@ -227,7 +227,7 @@ def test_model_without_token_head_is_refused(tagger, capsys) -> None:
     assert main(["tag", str(tiny_checkpoint()), "Verona"]) == 2
     err = capsys.readouterr().err
     assert "has no weights for token_classifier" in err
-    assert "pass a checkpoint of a BertForTokenClassification" in err
+    assert "`bertjax finetune MODEL --task token-classification --output-dir DIR ...`" in err
 
 
 def test_bad_options_are_refused(tagger) -> None:

@@ -239,7 +239,8 @@ def test_classify_out_that_cannot_be_written_is_refused_before_the_model_runs(tm
     (tmp_path / "results").mkdir()
     before = snapshot(tmp_path)
     for out, message in [
-        (tmp_path / "results", " is a directory; pass a file name such as predictions.jsonl"),
+        (tmp_path / "results", " is a directory; pass a file name such as "
+                               f"{tmp_path / 'results' / 'predictions.jsonl'}"),
         (file / "p.jsonl", f": {file} is a file, not a directory; choose another --out"),
     ]:
         assert main(["classify", str(classifier()), "--file", str(file), "--out", str(out)]) == 2
@@ -247,16 +248,22 @@ def test_classify_out_that_cannot_be_written_is_refused_before_the_model_runs(tm
         assert snapshot(tmp_path) == before
 
 
-def test_classify_failing_keeps_an_earlier_out_and_writes_atomically(tmp_path, capsys):
+def test_classify_keeps_an_earlier_out_unless_forced_and_writes_atomically(tmp_path, capsys):
     out = tmp_path / "predictions.jsonl"
     out.write_text("earlier predictions\n")
     unseen = write_jsonl(tmp_path / "unseen.jsonl", [{"text": "a", "label": "maybe"}])
-    assert main(["classify", str(classifier()), "--file", str(unseen), "--out", str(out)]) == 2
+    assert main(["classify", str(classifier()), "--file", str(unseen), "--out", str(out),
+                 "--force"]) == 2  # fails after the check, while predicting
     assert "labels the model was not trained on: maybe" in error_line(capsys.readouterr().err,
                                                                        "classify")
     assert out.read_text() == "earlier predictions\n"
     good = write_jsonl(tmp_path / "good.jsonl", [{"text": "a", "label": "pos"}])
-    assert main(["classify", str(classifier()), "--file", str(good), "--out", str(out)]) == 0
+    assert main(["classify", str(classifier()), "--file", str(good), "--out", str(out)]) == 2
+    assert (f"--out {out} already exists; pass --force to replace it"
+            in error_line(capsys.readouterr().err, "classify"))
+    assert out.read_text() == "earlier predictions\n"
+    assert main(["classify", str(classifier()), "--file", str(good), "--out", str(out),
+                 "--force"]) == 0
     assert [json.loads(line)["where"] for line in out.read_text().splitlines()] == [f"{good}:1"]
     assert sorted(os.listdir(tmp_path)) == ["good.jsonl", "predictions.jsonl", "unseen.jsonl"]
 

@@ -39,6 +39,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from bertjax.bench.stamp import write_result
+from bertjax.files import check_output_file
+
 ROW_GROUP_ROWS = 4096  # rows per Parquet row group (scenes: about 20 MB of text)
 FORMATS = ("parquet", "jsonl", "jsonl.zst")
 
@@ -218,13 +221,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="pin each run to the first N cores (default: all this process may use)")
     parser.add_argument("--workdir", default=None, help="where the temporary corpora go "
                                                         "(default: the system's temporary directory)")
-    parser.add_argument("--json", default=None, metavar="FILE", help="also write the numbers here")
+    parser.add_argument("--json", default=None, metavar="FILE",
+                        help="also write the numbers to this new file")
+    parser.add_argument("--force", action="store_true", help="replace an existing --json file")
 
 
 def run(args: argparse.Namespace) -> int:
-    """`bertjax bench corpus [--sizes-mb 50 200] [--formats parquet jsonl] ...`."""
+    """`bertjax bench corpus [--sizes-mb 50 200] [--formats parquet jsonl] ...`; --json is
+    checked before the benchmark runs, and written aside then renamed."""
+    if args.json:
+        check_output_file(args.json, what="--json", force=args.force, example="bench.json")
     result = run_corpus_benchmark(args.sizes_mb, args.formats, vocab=args.vocab,
                                   seq_len=args.seq_len, cpus=args.cpus, workdir=args.workdir)
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        write_result(result, args.json, "corpus")
     return 0

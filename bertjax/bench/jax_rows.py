@@ -12,13 +12,11 @@ pins its cores before JAX initialises its backend (on first use, not on import).
 
 from __future__ import annotations
 
-import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from importlib.metadata import version
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -26,6 +24,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from bertjax.bench.batch import MODEL_KEYS, pretraining_batch
+from bertjax.bench.stamp import cpu_name
 from bertjax.bench.timing import Gemm, Job, Probe, RowSpec, child_main, peak_rss_bytes, time_steps
 from bertjax.heads import BertForPreTraining
 from bertjax.host_memory import keep_freed_memory
@@ -36,23 +35,13 @@ GEMM_REPEATS = 5
 HOST_MEMORY = "not set: imported, not run as the bench's child"
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def device_info() -> dict[str, Any]:
     """What JAX runs on: platform ('cpu', 'gpu', 'tpu'), device kind, count, versions."""
     device = jax.local_devices()[0]
     kind = "gpu" if device.platform in ("gpu", "cuda", "rocm") else device.platform
     return {
         "platform": kind,
-        "device_kind": _cpu_model() if kind == "cpu" else device.device_kind,
+        "device_kind": cpu_name() if kind == "cpu" else device.device_kind,
         "device_count": jax.local_device_count(),
         "jax": jax.__version__,
     }

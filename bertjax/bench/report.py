@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from bertjax.bench.options import Row
+from bertjax.files import write_text_atomic
 
 # The reference rows of the ratio columns: (implementation, field).
 RATIO_REFERENCES = (("hf-eager", "vs_hf_eager"), ("hf-compiled", "vs_hf_compiled"))
@@ -152,6 +153,5 @@ def format_table(report: dict[str, Any]) -> str:
 def write_json(report: dict[str, Any], path: str | Path) -> Path:
     """Write the report (every number, every row) as indented JSON; returns the path."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    write_text_atomic(path, json.dumps(report, indent=2, sort_keys=True) + "\n")  # no half file
     return path

@@ -34,7 +34,8 @@ from bertjax.bench.options import (
     BenchSettings,
     Row,
 )
-from bertjax.bench.report import add_ratios, format_table, summarize_row, write_json
+from bertjax.bench.report import add_ratios, format_table, summarize_row
+from bertjax.bench.stamp import write_result
 from bertjax.bench.timing import THREAD_ENV, Gemm, Job, Pinning, Probe, RowSpec, write_job
 from bertjax.console import to_stderr
 from bertjax.train.schedule import OptimConfig
@@ -155,7 +156,12 @@ def run_benchmark(
     report = build_report(s, device, gemm, raw, skipped, failed)
     print_fn(format_table(report))
     if s.json_path:
-        write_json(report, s.json_path)
+        try:
+            write_result(report, s.json_path, s.mode, accelerator=None
+                         if device["platform"] == "cpu" else f"{device['device_kind']}")
+        except OSError as err:  # checked before the run; the disk may still fill up
+            raise BenchError(f"cannot write --json {s.json_path}: {err.strerror or err}; the "
+                             "table above holds the numbers") from err
         progress(f"wrote {s.json_path}")
     return report
 

@@ -38,6 +38,11 @@ def fraction(text: str) -> float:
     return _checked(text, float, lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]")
 
 
+def finite_float(text: str) -> float:
+    """Any finite float (no nan, no inf): a threshold."""
+    return _checked(text, float, lambda v: abs(v) < float("inf"), "a finite number")
+
+
 def positive_float(text: str) -> float:
     """A finite float above 0: a tolerance, a learning rate."""
     return _checked(text, float, lambda v: 0.0 < v < float("inf"), "a number above 0")

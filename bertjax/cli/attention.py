@@ -8,20 +8,25 @@ the model allows is cut (with a warning). The HTML page holds every weight, so i
 for inputs it can hold (`bertjax.viz.attention.html_token_limit`: 182 tokens of all-MiniLM-L6-v2,
 129 of BERT-base); for longer ones only the PNGs are written, and a warning says so. Exit status:
 0 done, 2 bad input (empty sentence, no such model, a directory that is not a model, bad layers,
-an --out that cannot be written).
+an --out that cannot be written). --out is new or empty, or with --force a directory this
+command wrote (its PNGs and page, nothing else): a folder of other files is never written into.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import warnings
 from pathlib import Path
 
-from bertjax.cli.embed import check_output_path
 from bertjax.cli.errors import CommandError, writing
 from bertjax.cli.model_options import add_model_argument, load_model, run_command
+from bertjax.cli.outputs import add_force_argument
+from bertjax.files import atomic_directory, check_output_directory
 
 DEFAULT_OUT = "attention"
+# what `bertjax attention` writes in --out: nothing else is there in a directory it wrote
+WRITTEN = re.compile(r"attention\.html|layer_\d{2,}\.png")
 
 
 def _layers(text: str) -> list[int]:
@@ -45,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--file", default=None,
                         help="take sentence A from this UTF-8 file (its whole text) instead")
     parser.add_argument("--out", metavar="DIR", default=DEFAULT_OUT,
-                        help=f"output directory (default: {DEFAULT_OUT}/)")
+                        help=f"output directory: new or empty (default: {DEFAULT_OUT}/)")
+    add_force_argument(parser, kind="directory")
     parser.add_argument("--layers", metavar="N,M,...", type=_layers, default=None,
                         help="layers to draw as PNGs, from 1 (default: all); the HTML page "
                              "always holds every layer")
@@ -70,9 +76,19 @@ def _sentences(args: argparse.Namespace) -> tuple[str, str | None, str | None]:
     return text, None, f"--file {args.file}"
 
 
+def is_attention_directory(path: Path) -> bool:
+    """Whether `path` holds nothing but pictures and a page `bertjax attention` wrote (by their
+    names and the generator written in them), so replacing it loses nothing a user made."""
+    from bertjax.viz.attention import written_here
+
+    return all(p.is_file() and WRITTEN.fullmatch(p.name) and written_here(p)
+               for p in path.iterdir())
+
+
 def _attention(args: argparse.Namespace) -> int:
     sentence_a, sentence_b, text_name = _sentences(args)
-    check_output_path(args.out, "--out", directory=True)
+    check_output_directory(args.out, is_ours=is_attention_directory,
+                           made_by="`bertjax attention`", replace=args.force)
 
     from bertjax.model import BertModel
     from bertjax.use.attention import attention_maps
@@ -86,15 +102,14 @@ def _attention(args: argparse.Namespace) -> int:
     maps = attention_maps(model, tokenizer, sentence_a, sentence_b, name=str(args.model),
                           text_name=text_name)
     too_large = html_too_large(maps)
-    with writing("--out", args.out):
-        written = plot_all(maps, args.out, args.layers)
+    out = Path(args.out)
+    with writing("--out", args.out), atomic_directory(out, replace=True) as aside:
+        written = [out / p.name for p in plot_all(maps, aside, args.layers)]
         if not too_large:
-            written.append(write_html(maps, f"{args.out}/attention.html"))
+            written.append(out / write_html(maps, aside / "attention.html").name)
     if too_large:
-        stale = Path(args.out, "attention.html")
-        earlier = f"; the {stale} there is an earlier run's" if stale.exists() else ""
         warnings.warn(f"{too_large}: wrote the PNGs only, no attention.html (shorten the text "
-                      f"for the page){earlier}", stacklevel=1)
+                      "for the page)", stacklevel=1)
     print(f"{len(maps.tokens)} tokens: {' '.join(maps.tokens)}")
     for path in written:
         print(path)

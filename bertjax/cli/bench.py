@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import functools
 import inspect
-import json
 from typing import Any
 
 from bertjax.bench import corpus as corpus_bench
@@ -23,7 +22,9 @@ from bertjax.bench.options import BenchSettings
 from bertjax.bench.run import run_benchmark
 from bertjax.cli.argtypes import int_range, non_negative_int, positive_int, subset_of
 from bertjax.cli.corpus_options import add_corpus_arguments
+from bertjax.cli.errors import writing
 from bertjax.cli.fields import add_field_arguments, device_defaults_table, settings_from_args
+from bertjax.cli.outputs import check_output_path
 from bertjax.config import BertConfig
 from bertjax.settings import field_options, parse_value
 
@@ -43,12 +44,13 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
     add_corpus_arguments(parser)
     parser.add_argument("--vocab", default=None, metavar="PATH",
                         help="vocabulary to use (default: train one of --vocab-size first)")
+    from bertjax.config import MAX_VOCAB_SIZE
     from bertjax.data.pairs import MIN_SEQ_LEN
     from bertjax.data.tokenizer import MIN_VOCAB_SIZE
 
     for flag, kind, help_text in (
-        ("vocab-size", int_range(MIN_VOCAB_SIZE), "size of the vocabulary trained when --vocab is "
-         "not given"),
+        ("vocab-size", int_range(MIN_VOCAB_SIZE, MAX_VOCAB_SIZE),
+         "size of the vocabulary trained when --vocab is not given"),
         ("seq-len", int_range(MIN_SEQ_LEN), "tokens per sequence"),
         ("batch-size", positive_int, "sequences per batch"),
         ("max-predictions", positive_int, "masked positions per sequence"),
@@ -62,12 +64,15 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--whole-word-mask", action="store_true")
     parser.add_argument("--cpu", type=non_negative_int, default=None,
                         help="core to pin to, one this process may use (default: the first)")
-    parser.add_argument("--json", action="store_true", help="also print the numbers as JSON")
+    parser.add_argument("--json", default=None, metavar="FILE", help="also write the numbers here")
+    parser.add_argument("--force", action="store_true", help="replace an existing --json file")
 
 
 def _run_data(args: argparse.Namespace) -> int:
     from bertjax.bench.data import run_data_benchmark
 
+    if args.json:  # before the benchmark, not after it
+        check_output_path(args.json, "--json", force=args.force, example="bench.json")
     result = run_data_benchmark(
         corpus=args.corpus, split=args.split, text_field=args.text_field, vocab=args.vocab,
         vocab_size=args.vocab_size, seq_len=args.seq_len, batch_size=args.batch_size,
@@ -75,7 +80,10 @@ def _run_data(args: argparse.Namespace) -> int:
         steps=args.steps, repeats=args.repeats, warmup=args.warmup, cpu=args.cpu,
     )
     if args.json:
-        print(json.dumps(result, sort_keys=True))
+        from bertjax.bench.stamp import write_result
+
+        with writing("--json", args.json):
+            write_result(result, args.json, "data")
     return 0
 
 
@@ -117,12 +125,16 @@ def _add_mode_arguments(parser: argparse.ArgumentParser, mode: str) -> None:
     parser.allow_abbrev = False
     add_field_arguments(parser, BenchSettings, exclude=EXCLUDED[mode],
                         parsers={"overrides": parse_override})
+    parser.add_argument("--force", action="store_true", help="replace an existing --json file")
 
 
 def _run_mode(args: argparse.Namespace, mode: str) -> int:
     """0 when every row ran or was skipped, 1 when one failed (options that do not fit raise
     BenchError: exit status 2 from `bertjax.cli.main`)."""
-    report = run_benchmark(settings_from_args(BenchSettings, args, mode=mode))
+    settings = settings_from_args(BenchSettings, args, mode=mode)
+    if settings.json_path:  # before the benchmark, not after it
+        check_output_path(settings.json_path, "--json", force=args.force, example="bench.json")
+    report = run_benchmark(settings)
     return 1 if report["failed"] else 0
 
 
@@ -145,16 +157,21 @@ def _add_embed_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=positive_int, default=3, help="timed repeats (default: 3)")
     parser.add_argument("--attn-implementation", choices=("sdpa", "eager"), default="sdpa",
                         help="transformers' attention (default: sdpa, its own default)")
-    parser.add_argument("--json", default=None, metavar="FILE", help="also write the numbers here")
+    parser.add_argument("--json", default=None, metavar="FILE",
+                        help="also write the numbers to this new file")
+    parser.add_argument("--force", action="store_true", help="replace an existing --json file")
 
 
 def _run_embed(args: argparse.Namespace) -> int:
     """`bertjax bench embed` (bad input raises: exit status 2 from `bertjax.cli.main`)."""
     # JAX, torch and transformers: imported when this benchmark runs, not for `--help`
     from bertjax.bench.embed import run_embed_benchmark, shakespeare_lines
-    from bertjax.files import write_json_atomic
+    from bertjax.bench.stamp import write_result
     from bertjax.use.embed import read_lines
 
+    if args.json:  # before the benchmark, not after it
+        check_output_path(args.json, "--json", force=args.force, inputs={"--file": args.file},
+                          example="bench.json")
     if args.file is not None:
         lines = read_lines(args.file)[:args.lines]
     else:
@@ -163,7 +180,8 @@ def _run_embed(args: argparse.Namespace) -> int:
                                  model=args.model, attn_implementation=args.attn_implementation,
                                  max_tokens=args.max_tokens or None)
     if args.json:
-        write_json_atomic(args.json, result)
+        with writing("--json", args.json):
+            write_result(result, args.json, "embed", accelerator=_accelerator(result))
     return 0
 
 
@@ -188,19 +206,34 @@ def _add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=positive_int, default=None, metavar="N",
                         help="only N training and N validation examples, drawn with a fixed seed "
                              "(a quick check)")
-    parser.add_argument("--json", default=None, metavar="FILE", help="also write the numbers here")
+    _add_json_arguments(parser)
+
+
+def _add_json_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", default=None, metavar="FILE",
+                        help="also write the numbers to this new file")
+    parser.add_argument("--force", action="store_true", help="replace an existing --json file")
+
+
+def _write_json(args: argparse.Namespace, result: dict[str, Any], kind: str) -> None:
+    """The result, stamped (`bench.stamp`), to --json if given (checked before the run)."""
+    from bertjax.bench.stamp import write_result
+
+    if args.json:
+        with writing("--json", args.json):
+            write_result(result, args.json, kind, accelerator=_accelerator(result))
 
 
 def _run_finetune(args: argparse.Namespace) -> int:
     from bertjax.bench.finetune import run_finetune_benchmark
-    from bertjax.files import write_json_atomic
 
+    if args.json:  # before the benchmark, not after it
+        check_output_path(args.json, "--json", force=args.force, example="bench.json")
     result = run_finetune_benchmark(args.tasks, model=args.model, seeds=range(args.seeds),
                                     epochs=args.epochs, batch_size=args.batch_size,
                                     max_length=args.max_length, max_tokens=args.max_tokens,
                                     limit=args.limit)
-    if args.json:
-        write_json_atomic(args.json, result)
+    _write_json(args, result, "finetune")
     return 0
 
 
@@ -212,19 +245,25 @@ def _add_pack_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=positive_int, default=20,
                         help="train steps per timed repeat (default: 20)")
     parser.add_argument("--repeats", type=positive_int, default=3, help="(default: 3)")
-    parser.add_argument("--json", default=None, metavar="FILE", help="also write the numbers here")
+    _add_json_arguments(parser)
 
 
 def _run_pack(args: argparse.Namespace) -> int:
     from bertjax.bench.packing import run_packing_benchmark
-    from bertjax.files import write_json_atomic
 
+    if args.json:  # before the benchmark, not after it
+        check_output_path(args.json, "--json", force=args.force, example="bench.json")
     result = run_packing_benchmark(preset=args.preset, seq_len=args.seq_len,
                                    batch_size=args.batch_size, steps=args.steps,
                                    repeats=args.repeats)
-    if args.json:
-        write_json_atomic(args.json, result)
+    _write_json(args, result, "pack")
     return 0
+
+
+def _accelerator(result: dict[str, Any]) -> str | None:
+    """The GPU/TPU a result was measured on, None on a CPU (its `device` line names it)."""
+    device = str(result.get("device", ""))
+    return None if not device or device.lower().startswith("cpu") else device
 
 
 # name -> (help, add_arguments, run)

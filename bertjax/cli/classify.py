@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 from bertjax.cli.argtypes import int_range, positive_int
-from bertjax.cli.embed import check_output_path
 from bertjax.cli.errors import CommandError, writing
 from bertjax.cli.model_options import (
     add_max_tokens_argument,
@@ -17,6 +16,7 @@ from bertjax.cli.model_options import (
     load_model,
     run_command,
 )
+from bertjax.cli.outputs import add_force_argument, check_output_path
 
 DEFAULT_LABEL_FIELD = "label"
 DEFAULT_MAX_LENGTH = 128
@@ -29,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=".jsonl or .csv (text, optional text_pair and label) or plain text, "
                              "one example per line")
     parser.add_argument("--out", default=None, metavar="FILE",
-                        help="also write the predictions as JSON lines")
+                        help="also write the predictions as JSON lines (a new file)")
+    add_force_argument(parser)
     parser.add_argument("--batch-size", type=positive_int, default=64, metavar="N",
                         help="examples per forward pass (default: 64)")
     parser.add_argument("--max-length", type=int_range(3), default=None, metavar="TOKENS",
@@ -70,7 +71,8 @@ def _classify(args: argparse.Namespace) -> int:
     from bertjax.use.encode import check_max_length
 
     if args.out:
-        check_output_path(args.out, "--out", example="predictions.jsonl")
+        check_output_path(args.out, "--out", force=args.force, inputs={"--file": args.file},
+                          example="predictions.jsonl")
     examples = _read(args)
     model, tokenizer = load_model(args, model_cls=BertForSequenceClassification,
                                   missing_heads="error")

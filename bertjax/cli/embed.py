@@ -20,13 +20,14 @@ import numpy as np
 from bertjax.cli.argtypes import positive_int
 from bertjax.cli.errors import CommandError, writing
 from bertjax.cli.model_options import add_max_tokens_argument, add_model_argument, run_command
-from bertjax.files import check_creatable
+from bertjax.cli.outputs import add_force_argument, check_output_path
 
 EPILOG = """\
 example:
   bertjax embed path/to/all-MiniLM-L6-v2 --file lines.txt --out vectors.npy --query "a storm at sea"
 
-exit status: 0 done, 2 bad input (missing or empty file, blank line, not a model directory).
+exit status: 0 done, 2 bad input (missing or empty file, blank line, not a model directory, an
+--out that exists (pass --force to replace it) or is the --file).
 """
 
 
@@ -57,22 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     add_embedding_arguments(parser)
     parser.add_argument("--out", metavar="FILE.npy", required=True,
-                        help="where to write the (N, H) float32 vectors")
+                        help="where to write the (N, H) float32 vectors (a new file)")
+    add_force_argument(parser)
     parser.add_argument("--query", metavar="TEXT", default=None,
                         help="also print the lines nearest to this text")
-
-
-def check_output_path(path: str, option: str, *, directory: bool = False,
-                      example: str = "out.txt") -> None:
-    """Refuse, before anything is computed, an output `path` (given as `option`) that cannot be
-    written: a directory where a file goes (or the reverse), a parent that is a file, or a
-    directory that is not writable. A missing parent is made when the output is written."""
-    target = Path(path)
-    if directory and target.exists() and not target.is_dir():
-        raise CommandError(f"{option} {target} is a file; pass a directory (new or existing)")
-    if not directory and target.is_dir():
-        raise CommandError(f"{option} {target} is a directory; pass a file name such as {example}")
-    check_creatable(target, option)
 
 
 def file_line_names(path: str, count: int) -> list[str]:
@@ -143,7 +132,8 @@ def _embed(args: argparse.Namespace) -> int:
     from bertjax.files import write_npy_atomic
     from bertjax.use.embed import embed, read_lines
 
-    check_output_path(args.out, "--out", example="vectors.npy")
+    check_output_path(args.out, "--out", force=args.force, inputs={"--file": args.file},
+                      example="vectors.npy")
     if args.query is not None and not args.query.strip():
         raise CommandError("--query is empty; pass the text to search for")
     lines = read_lines(args.file, "--file")

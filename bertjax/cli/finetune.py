@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bertjax.cli.argtypes import (
+    finite_float,
     fraction,
     int_range,
     non_negative_int,
@@ -23,7 +24,7 @@ from bertjax.cli.errors import CommandError
 from bertjax.cli.model_options import add_model_argument, load_model, run_command
 from bertjax.data.labelled import GENRE_TASK
 from bertjax.tasks.finetune_config import FinetuneConfig
-from bertjax.tasks.registry import BUNDLED, KINDS, Fields, TaskOptions
+from bertjax.tasks.registry import BUNDLED, KINDS, Fields, TaskOptions, kind_of
 
 EPILOG = """\
 tasks (--task): classification (default), token-classification, question-answering or
@@ -54,6 +55,17 @@ outputs (in --output-dir): model/ (the best epoch, a Hugging Face directory), me
   answering), choices_*.json (multiple choice)
 """
 
+
+DEFAULT_VALIDATION_FRACTION = 0.1
+DEFAULT_PER_GENRE = 600
+QA = TaskOptions()  # the defaults of the task options
+# options that only one task (or kind of task) reads: option -> (attribute, the task or kind)
+TASK_ONLY = {
+    "--per-genre": ("per_genre", GENRE_TASK),
+    "--label-all-pieces": ("label_all_pieces", "token-classification"),
+    **{f"--{name.replace('_', '-')}": (name, "question-answering") for name in (
+        "doc_stride", "max_query_length", "n_best", "max_answer_length", "null_threshold")},
+}
 
 # the recipe's options: FinetuneConfig's fields, each with its range and help
 RECIPE: dict[str, tuple[Callable[[str], Any], str]] = {
@@ -96,9 +108,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--train", metavar="FILE",
                       help="training examples (.jsonl or .csv; tagged sentences: CoNLL or .jsonl)")
     data.add_argument("--validation", metavar="FILE", help="validation examples")
-    data.add_argument("--validation-fraction", type=_held_out_share, default=0.1, metavar="F",
+    data.add_argument("--validation-fraction", type=_held_out_share, default=None, metavar="F",
                       help="without --validation: hold out this share of --train, in (0, 1) "
-                           "(default 0.1; question answering holds out whole contexts)")
+                           f"(default {DEFAULT_VALIDATION_FRACTION}; question answering holds out "
+                           "whole contexts)")
     data.add_argument("--test", metavar="FILE", help="test examples, scored once with the best epoch")
     data.add_argument("--text-field", default="text")
     data.add_argument("--pair-field", default="text_pair")
@@ -114,25 +127,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     qa.add_argument("--doc-stride", type=non_negative_int, default=None,
                     help="pieces two windows of a long context share (default: a quarter of "
                          "--max-length, at most 128 and less than a window's context)")
-    qa.add_argument("--max-query-length", type=positive_int, default=64,
-                    help="questions are cut to this many pieces (default 64)")
-    qa.add_argument("--n-best", type=positive_int, default=20,
-                    help="start and end candidates per window (default 20)")
-    qa.add_argument("--max-answer-length", type=positive_int, default=30,
-                    help="longest answer in pieces (default 30)")
-    qa.add_argument("--null-threshold", type=float, default=0.0,
+    qa.add_argument("--max-query-length", type=positive_int, default=None,
+                    help=f"questions are cut to this many pieces (default {QA.max_query_length})")
+    qa.add_argument("--n-best", type=positive_int, default=None,
+                    help=f"start and end candidates per window (default {QA.n_best})")
+    qa.add_argument("--max-answer-length", type=positive_int, default=None,
+                    help=f"longest answer in pieces (default {QA.max_answer_length})")
+    qa.add_argument("--null-threshold", type=finite_float, default=None,
                     help="trained on SQuAD v2.0: answer \"\" when the [CLS] score beats the "
-                         "best span by more than this (default 0)")
-    data.add_argument("--per-genre", type=positive_int, default=600, metavar="N",
+                         f"best span by more than this (default {QA.null_threshold:g})")
+    data.add_argument("--per-genre", type=positive_int, default=None, metavar="N",
                       help=f"with --task {GENRE_TASK}: at most this many training speeches per "
-                           "genre (default 600)")
+                           f"genre (default {DEFAULT_PER_GENRE})")
     recipe = parser.add_argument_group("recipe")
     defaults = FinetuneConfig()
     for field in dataclasses.fields(FinetuneConfig):
         parse, help_text = RECIPE[field.name]
         default = getattr(defaults, field.name)
         shown = "off" if default is None else default
-        recipe.add_argument(f"--{field.name.replace('_', '-')}", type=parse, default=default,
+        # --batch-size reads None when not given, so that it can be refused with --max-tokens
+        recipe.add_argument(f"--{field.name.replace('_', '-')}", type=parse,
+                            default=None if field.name == "batch_size" else default,
                             metavar=field.name.upper(), help=f"{help_text} (default: {shown})")
     recipe.add_argument("--dropout", type=probability, default=0.1,
                         help="hidden, attention and classifier dropout, in [0, 1) (default 0.1)")
@@ -148,6 +163,27 @@ def _fields(args: argparse.Namespace) -> Fields:
                   choices=args.choices_field)
 
 
+def check_task_options(args: argparse.Namespace) -> None:
+    """Refuse options that do nothing with the task chosen (before any work), rather than
+    ignore them: a user who set one expects it to act."""
+    for option, (name, task) in TASK_ONLY.items():
+        if getattr(args, name) in (None, False):
+            continue
+        applies = args.task == task if task in BUNDLED else kind_of(args.task) == task
+        if not applies:
+            raise CommandError(f"{option} is read by --task {task} only, not by --task "
+                               f"{args.task}: leave it out (or choose that task)")
+    if args.max_tokens is not None and args.batch_size is not None:
+        raise CommandError(f"--batch-size does nothing with --max-tokens (a step is "
+                           f"{args.max_tokens} token slots, holding the examples that fit): "
+                           "leave out one of them")
+    if args.validation_fraction is not None and (args.validation or args.task in BUNDLED):
+        given = (f"--validation {args.validation}" if args.validation
+                 else f"--task {args.task}'s own validation split")
+        raise CommandError(f"--validation-fraction holds out a share of --train, but {given} "
+                           "is the validation data: leave out one of them")
+
+
 def _examples(args: argparse.Namespace) -> tuple[list, list, list | None]:
     """(train, validation, test or None) for the task: bundled, or read from the files."""
     from bertjax.tasks.registry import bundled_examples, hold_out, read_task_examples
@@ -156,7 +192,8 @@ def _examples(args: argparse.Namespace) -> tuple[list, list, list | None]:
         if args.train or args.validation or args.test:
             raise CommandError(f"--task {args.task} brings its own data: leave out "
                                "--train/--validation/--test")
-        return bundled_examples(args.task, per_genre=args.per_genre, seed=args.seed)
+        return bundled_examples(args.task, per_genre=args.per_genre or DEFAULT_PER_GENRE,
+                                seed=args.seed)
     if not args.train:
         raise CommandError(f"give --train FILE (or a bundled --task: {', '.join(BUNDLED)})")
 
@@ -168,7 +205,8 @@ def _examples(args: argparse.Namespace) -> tuple[list, list, list | None]:
         validation = read(args.validation, "--validation")
     else:
         try:
-            train, validation = hold_out(args.task, train, args.validation_fraction, args.seed)
+            train, validation = hold_out(args.task, train, args.validation_fraction
+                                         or DEFAULT_VALIDATION_FRACTION, args.seed)
         except ValueError as err:
             raise CommandError(f"--train {args.train}: {err}; give more examples, a smaller "
                                "--validation-fraction or a --validation FILE") from err
@@ -181,10 +219,9 @@ def _task_and_labels(args: argparse.Namespace, train: list
     """The task and its labels, from the training examples (None: the head has none to name)."""
     from bertjax.tasks.registry import make_task
 
-    options = TaskOptions(label_all_pieces=args.label_all_pieces, doc_stride=args.doc_stride,
-                          max_query_length=args.max_query_length, n_best=args.n_best,
-                          max_answer_length=args.max_answer_length,
-                          null_threshold=args.null_threshold)
+    given = {name: getattr(args, name) for name, _ in TASK_ONLY.values()
+             if name in TaskOptions.__dataclass_fields__ and getattr(args, name) is not None}
+    options = TaskOptions(**given)
     try:
         return make_task(args.task, train, options, fields=_fields(args))
     except ValueError as err:
@@ -197,6 +234,7 @@ def _finetune(args: argparse.Namespace) -> int:
     from bertjax.io.report import FreshHeadsWarning
     from bertjax.tasks.finetune import check_output_dir, finetune
 
+    check_task_options(args)
     check_output_dir(Path(args.output_dir), "--output-dir")
     train, validation, test = _examples(args)
     task, labels = _task_and_labels(args, train)
@@ -208,7 +246,8 @@ def _finetune(args: argparse.Namespace) -> int:
             attention_probs_dropout_prob=args.dropout, classifier_dropout=None, **named)
     if args.init == "random":
         model = task.model_class(model.config, rngs=nnx.Rngs(args.seed))
-    config = FinetuneConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(FinetuneConfig)})
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(FinetuneConfig)}
+    config = FinetuneConfig(**{k: v for k, v in given.items() if v is not None or k == "max_tokens"})
     # finetune() checks the rest (labels, --max-length against the model) before writing
     result = finetune(model, tokenizer, train, validation, args.output_dir, config, task=task,
                       test=test, progress=not args.no_progress)

@@ -45,6 +45,10 @@ def _pairs(args: argparse.Namespace) -> tuple[list[str], list[str], list[str]]:
             if not tab:
                 raise CommandError(f"{args.file}:{number} has no tab; write sentence A, a tab, "
                                    "then sentence B on each line")
+            if "\t" in b:  # a third column would silently join sentence B
+                raise CommandError(f"{args.file}:{number} has {line.count(chr(9))} tabs, not one; "
+                                   "write sentence A, one tab, then sentence B (a tab inside a "
+                                   "sentence: make it a space)")
             first.append(a)
             second.append(b)
             names.append(f"{args.file}:{number}")

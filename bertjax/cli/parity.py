@@ -1,27 +1,40 @@
-"""`bertjax parity`: compare bertjax with its PyTorch mirror and print a per-tensor table."""
+"""`bertjax parity`: compare bertjax with its PyTorch mirror and print a per-tensor table: a random
+preset's BertForPreTraining, or any model (`--hf`: a Hugging Face directory, a Hub id or a run)
+as the class it is."""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from bertjax.cli.argtypes import int_range, non_negative_int, positive_float, positive_int
-from bertjax.cli.errors import CommandError
+from bertjax.cli.errors import CommandError, describe
 from bertjax.config import PRESETS
 from bertjax.data.pairs import MIN_SEQ_LEN as PAIR_MIN_SEQ_LEN
 
 MIN_SEQ_LEN = 2  # [CLS] and one more token: the rows of random_batch are at least this long
+DEFAULT_PREDICTIONS = 8
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS),
                         help="model size to initialise randomly (default: tiny)")
-    parser.add_argument("--hf", metavar="DIR", default=None,
-                        help="compare a Hugging Face BERT checkpoint directory instead of a preset")
+    parser.add_argument("--hf", metavar="MODEL", default=None,
+                        help="compare this model instead of a random preset, whatever its class: "
+                             "a Hugging Face BERT directory, a Hub id (organisation/name) or a "
+                             "`bertjax pretrain` run directory (its best checkpoint)")
+    parser.add_argument("--step", type=non_negative_int, default=None, metavar="N",
+                        help="with a run directory: this checkpoint step instead of the best")
+    parser.add_argument("--revision", default=None, metavar="REV",
+                        help="with a Hub id: this branch, tag or commit instead of main")
     parser.add_argument("--seed", type=int, default=0, help="parameter and batch seed")
     parser.add_argument("--batch-size", type=positive_int, default=2, help="rows in the test batch")
     parser.add_argument("--seq-len", type=int_range(MIN_SEQ_LEN), default=32,
                         help="sequence length (rows vary), at most the model's maximum")
-    parser.add_argument("--num-predictions", type=positive_int, default=8, help="masked positions per row")
+    parser.add_argument("--num-predictions", type=positive_int, default=None, metavar="N",
+                        help="masked positions per row, fewer than --seq-len (default: "
+                             f"{DEFAULT_PREDICTIONS}, or --seq-len - 1 if that is fewer; masked-LM "
+                             "classes only)")
     parser.add_argument("--tolerance", type=positive_float, default=1e-5,
                         help="max abs diff allowed for outputs, max relative diff for gradients")
     parser.add_argument("--no-masked-positions", action="store_true",
@@ -34,32 +47,82 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="peak learning rate of --train-steps (default: BERT's 1e-4)")
 
 
+def _load(args: argparse.Namespace) -> tuple[Any, str]:
+    """(model, what it is) for --hf: any class, as the checkpoint says (a run: BertForPreTraining)."""
+    from bertjax.cli.model_options import one_line
+    from bertjax.pretrained import checkpoint_class, from_pretrained, load_hf, model_directory
+    from bertjax.train.rundir import RunDir
+
+    try:
+        directory = model_directory(args.hf, args.revision)
+        if RunDir(directory).config.is_file():
+            model, _, report = from_pretrained(directory, step=args.step, seed=args.seed,
+                                               output_loading_info=True)
+            return model, f"{args.hf} (step {report.step})"
+        if args.step is not None:
+            raise CommandError(f"--step chooses a checkpoint of a `bertjax pretrain` run; "
+                               f"{args.hf} is not one: leave out --step")
+        return load_hf(directory, model_cls=checkpoint_class(directory), seed=args.seed), \
+            str(args.hf)
+    except (OSError, ValueError) as err:
+        raise CommandError(one_line(describe(err))) from err
+
+
+def _check_options(args: argparse.Namespace, model: Any, seq_len: int) -> int:
+    """The number of masked positions; options that do nothing for `model`'s class refused."""
+    from bertjax.use.encode import check_max_length
+    from parity.tensors import masked_lm
+
+    check_max_length(seq_len, model.config.max_position_embeddings, "--seq-len")
+    name = type(model).__name__
+    if args.train_steps and name != "BertForPreTraining":
+        raise CommandError(f"--train-steps trains BERT's pre-training objective, which needs a "
+                           f"BertForPreTraining; {args.hf} is a {name}: leave out --train-steps, "
+                           "or pass a pre-training checkpoint (a `bertjax pretrain` run)")
+    if not masked_lm(model):
+        unused = [o for o, given in (("--num-predictions", args.num_predictions is not None),
+                                     ("--no-masked-positions", args.no_masked_positions)) if given]
+        if unused:
+            raise CommandError(f"{' and '.join(unused)} {'set' if len(unused) > 1 else 'sets'} "
+                               "the masked-LM head's positions; "
+                               f"{args.hf} is a {name}, which has none: leave "
+                               f"{'them' if len(unused) > 1 else 'it'} out")
+        return 1
+    predictions = args.num_predictions or min(DEFAULT_PREDICTIONS, seq_len - 1)
+    if predictions > seq_len - 1:
+        raise CommandError(f"--num-predictions {predictions} is more than the {seq_len - 1} "
+                           f"positions after [CLS] of --seq-len {seq_len}; pass "
+                           f"--num-predictions {seq_len - 1} or less, or a longer --seq-len")
+    if args.train_steps and seq_len < PAIR_MIN_SEQ_LEN:
+        raise CommandError(f"--train-steps trains on sentence pairs, which need --seq-len "
+                           f"{PAIR_MIN_SEQ_LEN} or more ([CLS] a [SEP] b [SEP]); got {seq_len}")
+    return predictions
+
+
 def run(args: argparse.Namespace) -> int:
     from bertjax.cli.requirements import require_torch
 
     if not require_torch("bertjax parity compares bertjax with its PyTorch mirror"):
         return 2
+    if args.hf is None and (args.step is not None or args.revision is not None):
+        raise CommandError("--step and --revision choose a checkpoint of --hf MODEL; pass --hf "
+                           "too, or leave them out")
     from flax import nnx
 
     from bertjax.config import BertConfig
     from bertjax.heads import BertForPreTraining
-    from bertjax.pretrained import load_hf
-    from bertjax.use.encode import check_max_length
     from parity.tensors import compare, random_batch
 
     if args.hf:
-        model = load_hf(args.hf, seed=args.seed)
-        source = args.hf
+        model, source = _load(args)
+        source += f", {type(model).__name__}"
     else:
         model = BertForPreTraining(BertConfig.from_preset(args.preset), rngs=nnx.Rngs(args.seed))
         source = f"preset {args.preset!r}, random init (seed {args.seed})"
-    seq_len, limit = args.seq_len, model.config.max_position_embeddings
-    check_max_length(seq_len, limit, "--seq-len")
-    if args.train_steps and seq_len < PAIR_MIN_SEQ_LEN:
-        raise CommandError(f"--train-steps trains on sentence pairs, which need --seq-len "
-                           f"{PAIR_MIN_SEQ_LEN} or more ([CLS] a [SEP] b [SEP]); got {seq_len}")
+    seq_len = args.seq_len
+    predictions = _check_options(args, model, seq_len)
     batch = random_batch(model.config, batch_size=args.batch_size, seq_len=seq_len,
-                         num_predictions=args.num_predictions, seed=args.seed)
+                         num_predictions=predictions, seed=args.seed)
     report = compare(model, batch, masked=not args.no_masked_positions,
                      tolerance=args.tolerance, grad_tolerance=args.tolerance)
     print(f"bertjax vs bert_torch: {source}; batch {args.batch_size}x{seq_len}, float32, no dropout")
@@ -74,8 +137,7 @@ def run(args: argparse.Namespace) -> int:
     optim = OptimConfig(learning_rate=args.learning_rate, warmup_steps=n // 4, total_steps=n,
                         clip_norm=1.0)
     batches = shakespeare_batches(n, vocab_size=model.config.vocab_size, batch_size=args.batch_size,
-                                  seq_len=seq_len, max_predictions=args.num_predictions,
-                                  seed=args.seed)
+                                  seq_len=seq_len, max_predictions=predictions, seed=args.seed)
     train = train_parity(model.config, optim, batches=batches, model=model)
     print(f"\n{n} AdamW updates (peak lr {optim.learning_rate:g}, warm-up {optim.warmup_steps}, "
           f"clip {optim.clip_norm:g}), Optax vs torch.optim, Shakespeare batches")

@@ -15,7 +15,7 @@ from typing import Any
 from bertjax.cli.argtypes import non_negative_int, positive_float, positive_int
 from bertjax.cli.errors import EXIT_INTERRUPTED, CommandError
 from bertjax.train import run_config as rc
-from bertjax.train.interrupt import CtrlC, PretrainInterrupted
+from bertjax.train.interrupt import CtrlC, PretrainInterrupted, exit_now
 from bertjax.train.rundir import RunDir, describe
 
 DEFAULT_OUTPUT_DIR = "runs/pretrain"
@@ -145,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
             return _pretrain(args, config, ctrl_c)
         except PretrainInterrupted as err:  # Ctrl-C in the job: one line saying how to resume
             print(f"bertjax pretrain: {err}", file=sys.stderr)
+            if err.abandoned:  # the first step still compiles in a thread: end here, at once
+                exit_now(EXIT_INTERRUPTED)
         except KeyboardInterrupt:  # before the job began: nothing was written
             run = RunDir(args.output_dir)
             again = (f"resume with: bertjax pretrain --resume --output-dir {shlex.quote(str(run))}"

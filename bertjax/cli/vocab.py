@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import sys
 from pathlib import Path
 
 from bertjax.cli.argtypes import int_range, non_negative_int
 from bertjax.cli.corpus_options import add_corpus_arguments
+from bertjax.config import MAX_VOCAB_SIZE
 from bertjax.data.tokenizer import MIN_VOCAB_SIZE, SAVED_FILES
 from bertjax.files import atomic_directory, check_output_directory, temporary_name
 
@@ -22,8 +24,11 @@ VOCAB_FILES = (*SAVED_FILES, *map(temporary_name, SAVED_FILES))
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_corpus_arguments(parser)
-    parser.add_argument("--vocab-size", type=int_range(MIN_VOCAB_SIZE), default=8000,
-                        help=f"tokens in the vocabulary, at least {MIN_VOCAB_SIZE} (default: 8000)")
+    parser.add_argument("--vocab-size", type=int_range(MIN_VOCAB_SIZE, MAX_VOCAB_SIZE),
+                        default=8000,
+                        help=f"tokens in the vocabulary, from {MIN_VOCAB_SIZE} to "
+                             f"{MAX_VOCAB_SIZE:,}; fewer if the corpus has fewer pieces "
+                             "(default: 8000)")
     parser.add_argument("--min-frequency", type=non_negative_int, default=2,
                         help="minimum count of a merged piece (default: 2)")
     parser.add_argument("--cased", action="store_true",
@@ -53,6 +58,10 @@ def run(args: argparse.Namespace) -> int:
     )
     with atomic_directory(args.out, replace=True) as tmp:  # checked above: new, empty or ours
         tokenizer.save(tmp)
+    if tokenizer.vocab_size < args.vocab_size:
+        print(f"note: the corpus gave {tokenizer.vocab_size} tokens, fewer than --vocab-size "
+              f"{args.vocab_size}: every piece seen at least --min-frequency "
+              f"{args.min_frequency} times (a larger corpus gives more)", file=sys.stderr)
     s = tokenizer.special
     print(f"vocabulary of {tokenizer.vocab_size} tokens ({'cased' if args.cased else 'uncased'}) "
           f"written to {args.out}/vocab.txt and tokenizer.json")

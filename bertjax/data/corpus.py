@@ -37,6 +37,7 @@ from __future__ import annotations
 import glob
 import itertools
 import os
+import shlex
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -123,7 +124,8 @@ def resolve_corpus_files(spec: str | os.PathLike, *, text_field: str = "text") -
                 f"corpus directory {path} holds no {SUFFIXES_HINT} files and no dataset saved "
                 f"by datasets; put the corpus in such files ({FORMAT_HINT}) or name the files"
             )
-        return _with_text(files, f"every corpus file in corpus directory {path}", text_field)
+        return _with_text(files, f"every corpus file in corpus directory {path}", text_field,
+                          directory=path)
     if path.is_file():
         return _with_text([path], f"corpus file {path}", text_field)
     texts = " (a list holds specs; to read texts given in Python, pass iter(texts))" if (
@@ -156,9 +158,18 @@ def _is_saved_metadata(path: Path) -> bool:
             and saved_dataset_files(path.parent) is not None)
 
 
-def _with_text(files: list[Path], what: str, text_field: str) -> list[Path]:
-    """`files` without the empty ones (each checked); ValueError naming `what` if all are."""
-    kept = [f for f in files if check_corpus_file(f, text_field)]
+def _with_text(files: list[Path], what: str, text_field: str,
+               directory: Path | None = None) -> list[Path]:
+    """`files` without the empty ones (each checked); ValueError naming `what` if all are. In a
+    `directory` of several kinds of files, one that cannot be read as a corpus may be no part of
+    it (a config.json beside the texts): the error says how to leave it out."""
+    kept = []
+    for file in files:
+        try:
+            if check_corpus_file(file, text_field):
+                kept.append(file)
+        except ValueError as err:
+            raise _hint_other_files(err, file, files, directory) from None
     if not kept:
         raise ValueError(f"{what} is empty: no document (no rows, or nothing but white space); "
                          f"give text: {FORMAT_HINT}")
@@ -225,7 +236,29 @@ def _source(spec: object, text_field: str, split: str, eval_plays: Sequence[str]
         shakespeare_plays(split, eval_plays)  # the package is installed, the split known
         return lambda: shakespeare_documents(split, eval_plays)
     files = resolve_corpus_files(spec, text_field=text_field)
-    return lambda: (document for file in files for document in file_documents(file, text_field))
+    directory = Path(spec) if Path(spec).is_dir() else None
+    return lambda: _files_documents(files, text_field, directory)
+
+
+def _files_documents(files: list[Path], text_field: str, directory: Path | None
+                     ) -> Iterator[Document]:
+    for file in files:
+        try:
+            yield from file_documents(file, text_field)
+        except ValueError as err:
+            raise _hint_other_files(err, file, files, directory) from None
+
+
+def _hint_other_files(err: ValueError, file: Path, files: list[Path],
+                      directory: Path | None) -> ValueError:
+    """`err` (about `file`), saying how to leave `file` out when it is one of several kinds of
+    files in a corpus `directory`: a config.json beside the texts is no part of the corpus."""
+    others = sorted({f.suffix for f in files if f.suffix != file.suffix})
+    if directory is None or not others:
+        return err
+    glob = shlex.quote(f"{directory}/*{others[0]}")
+    return ValueError(f"{err}; if {file.name} is no part of the corpus, name the corpus files "
+                      f"instead of the directory (e.g. {glob}) or move {file.name} out")
 
 
 def _check_first_item(first: object, text_field: str) -> None:

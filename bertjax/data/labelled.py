@@ -71,6 +71,10 @@ def read_examples(
                              "give the second text as a string (or set --pair-field)")
         label = labels.read(record.get(label_field), where)
         if label is None and require_labels:
+            if label_field in record:  # there, but null or blank: the field is the right one
+                raise ValueError(f"{where}: the label in field '{label_field}' is "
+                                 f"{_empty(record[label_field])}; give this example its label, "
+                                 "or leave the example out")
             raise ValueError(f"{where}: no label in field '{label_field}' (fields: "
                              f"{_fields(record)}); set --label-field")
         examples.append(Example(text, pair if pair and pair.strip() else None, label, where))
@@ -85,10 +89,18 @@ def _text(record: dict, field: str, where: str, option: str) -> str:
     if text is not None and not isinstance(text, str):
         raise ValueError(f"{where}: field '{field}' is {_json_type(text)}, not text; give the "
                          f"text as a string (or set {option})")
-    if text is None or not text.strip():
+    if field in record and (text is None or not text.strip()):
+        raise ValueError(f"{where}: the text in field '{field}' is {_empty(text)}; give this "
+                         "example its text, or leave the example out")
+    if text is None:
         raise ValueError(f"{where}: no text in field '{field}' (fields: {_fields(record)}); "
                          f"set {option}")
     return text
+
+
+def _empty(value: object) -> str:
+    """How a missing value that is present is named: null (JSON), or empty."""
+    return "null" if value is None else "empty"
 
 
 def _fields(record: dict) -> str:

@@ -18,6 +18,7 @@ import numpy as np
 from tokenizers import BertWordPieceTokenizer, Tokenizer
 from tokenizers.processors import BertProcessing
 
+from bertjax.config import MAX_VOCAB_SIZE
 from bertjax.files import read_text, write_text_atomic
 
 SPECIAL_TOKENS: dict[str, str] = {
@@ -87,7 +88,7 @@ class WordPieceTokenizer:
         limit_alphabet: int = 1000,
         show_progress: bool = False,
     ) -> WordPieceTokenizer:
-        """Train on an iterator of sentences; [PAD] gets id 0, then [UNK] [CLS] [SEP] [MASK].
+        """Train on an iterator of sentences; `[PAD]` gets id 0, then `[UNK] [CLS] [SEP] [MASK]`.
 
         Deterministic: the same sentences and options give the same vocabulary, ids included, in
         any process. `tokenizers` alone does not: it numbers the continuation pieces ("##e") in
@@ -96,8 +97,9 @@ class WordPieceTokenizer:
         fixed ids (sorted, right after the special tokens) and the alphabet is chosen by count,
         then character, so nothing is left to the hash order.
         """
-        if vocab_size < MIN_VOCAB_SIZE:
-            raise ValueError(f"vocab_size must be at least {MIN_VOCAB_SIZE}, got {vocab_size}")
+        if not MIN_VOCAB_SIZE <= vocab_size <= MAX_VOCAB_SIZE:
+            raise ValueError(f"vocab_size must be from {MIN_VOCAB_SIZE} to {MAX_VOCAB_SIZE:,}, "
+                             f"got {vocab_size:,}")
         if limit_alphabet < 1:
             raise ValueError(f"limit_alphabet must be at least 1, got {limit_alphabet}")
         wp = BertWordPieceTokenizer(lowercase=lowercase, strip_accents=None if lowercase else False)

@@ -26,7 +26,7 @@ from safetensors import SafetensorError
 
 from bertjax.config import BertConfig
 from bertjax.data.tokenizer import SPECIAL_TOKENS
-from bertjax.files import atomic_directory, check_output_directory
+from bertjax.files import atomic_directory, check_output_directory, follow_umask
 from bertjax.io.flax_msgpack import FLAX_WEIGHTS, FLAX_WEIGHTS_INDEX, read_flax_tensors
 from bertjax.io.names import (
     BASE_PREFIX,
@@ -237,6 +237,7 @@ def write_hf(
                for name, value in arrays.items()}
     with atomic_directory(path, replace=True) as tmp:
         safetensors.numpy.save_file(tensors, tmp / SAFETENSORS, metadata={"format": "pt"})
+        follow_umask(tmp / SAFETENSORS)  # safetensors creates it 0600
         config.save_hf_json(tmp / CONFIG, architecture=model_cls.__name__)
         if tokenizer is not None:
             _save_tokenizer(tokenizer, tmp, config.max_position_embeddings)

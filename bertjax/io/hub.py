@@ -21,6 +21,8 @@ from pathlib import Path
 
 CONFIG = "config.json"
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+# a sentence-transformers model's pooling and maximum length (`bertjax embed` follows them)
+SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "1_Pooling/config.json")
 # (weight file, its shard index): the first present is fetched, as transformers prefers them
 WEIGHTS = (("model.safetensors", "model.safetensors.index.json"),
            ("pytorch_model.bin", "pytorch_model.bin.index.json"),
@@ -32,9 +34,12 @@ _resolved: dict[tuple[str, str | None, str | None], Path] = {}  # one lookup per
 
 
 def looks_like_hub_id(name: str) -> bool:
-    """Whether `name` could be a Hub repository id (and is no path on this machine)."""
-    return (bool(_REPO_ID.fullmatch(name)) and not Path(name).exists() and ".." not in name
-            and not name.startswith(".") and not name.endswith((".json", ".safetensors", ".bin")))
+    """Whether `name` could be a Hub repository id and is no path on this machine: not there,
+    and not inside a directory that is (`runs/typo` is a mistyped run, not a Hub id)."""
+    path = Path(name)
+    return (bool(_REPO_ID.fullmatch(name)) and not path.exists() and ".." not in name
+            and not name.startswith(".") and not name.endswith((".json", ".safetensors", ".bin"))
+            and not (len(path.parts) > 1 and path.parent.is_dir()))
 
 
 def resolve_model(name: str | Path, *, revision: str | None = None,
@@ -101,7 +106,7 @@ def _download(repo_id: str, revision: str | None, cache_dir: str | Path | None) 
             return None
 
     config = fetch(CONFIG, required=True)
-    for filename in TOKENIZER_FILES:
+    for filename in (*TOKENIZER_FILES, *SENTENCE_TRANSFORMERS_FILES):
         fetch(filename)
     for single, index in WEIGHTS:
         if fetch(single) is not None:

@@ -76,6 +76,15 @@ MADE_BY: dict[str, str] = {
     "BertForSequenceClassification": (
         "fine-tune one first: `bertjax finetune MODEL --output-dir DIR ...` writes a "
         "BertForSequenceClassification to DIR/model; pass that"),
+    "BertForTokenClassification": (
+        "fine-tune one first: `bertjax finetune MODEL --task token-classification --output-dir "
+        "DIR ...` writes a BertForTokenClassification to DIR/model; pass that"),
+    "BertForQuestionAnswering": (
+        "fine-tune one first: `bertjax finetune MODEL --task question-answering --output-dir "
+        "DIR ...` writes a BertForQuestionAnswering to DIR/model; pass that"),
+    "BertForMultipleChoice": (
+        "fine-tune one first: `bertjax finetune MODEL --task multiple-choice --output-dir DIR "
+        "...` writes a BertForMultipleChoice to DIR/model; pass that"),
     "BertForPreTraining": (
         "pre-train one with `bertjax pretrain` (pass its run directory) or pass a Hugging Face "
         "BertForPreTraining checkpoint"),

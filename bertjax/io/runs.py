@@ -21,11 +21,13 @@ from typing import Any
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.io.orbax_reads import StepReadError, read_state_item
 from bertjax.io.report import LoadReport
-from bertjax.io.weights import build_model, saved_params_to_numpy
+from bertjax.io.weights import build_model, missing_heads_error, saved_params_to_numpy
 from bertjax.train.rundir import RunDir
 
 EVAL_LOSS_KEY = "eval_loss"  # the metric a step is saved with and ranked by (lower is better)
 RUN_FORMAT = "bertjax pretrain run"
+# the head modules every run's checkpoint holds: `bertjax pretrain` trains a BertForPreTraining
+RUN_HEADS = ("pooler", "mlm_head", "nsp_head")
 
 # the name these errors had before they moved here (bertjax.train.checkpoint re-exports it)
 CheckpointReadError = StepReadError
@@ -162,6 +164,9 @@ def load_run_model(
     by default the best (`read_run_checkpoint`), as a `model_cls` (`bertjax.io.weights.build_model`)."""
     run = RunDir(root)
     config, tokenizer = run.finished_config()
+    lacking = [h for h in model_cls.head_modules if h not in RUN_HEADS]
+    if lacking and missing_heads == "error":  # said before a step is read (or found damaged)
+        raise missing_heads_error(str(run), lacking, model_cls)
     found = read_run_checkpoint(run, step)
     bert_config = config.bert_config(tokenizer.vocab_size).replace(
         **{"pad_token_id": tokenizer.special.pad, **config_overrides})

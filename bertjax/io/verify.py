@@ -8,9 +8,12 @@ place; a user can run them on any export:
     print(*checks, sep="\n")
 
 Tolerances: a reload is the same function of the same weights (`COPY_TOLERANCE`, absolute);
-transformers is another implementation of it, judged on the outputs' own scale
-(`TRANSFORMERS_TOLERANCE` relative to the largest |output|, floored at 1, as the parity tests
-judge gradients), so a model with large logits is not refused for float32 round-off.
+transformers is another implementation of it. Both bertjax's and transformers' float32 outputs
+are compared with transformers' float64 run of the same weights, relative to the outputs' scale
+(the largest |output|, floored at 1): bertjax must be within `TRANSFORMERS_TOLERANCE`, or within
+`ROUND_OFF_FACTOR` times transformers' own float32 error, so a model whose large activations
+make float32 round-off large (random weights of initializer_range 0.35) is not refused, while a
+real difference still is.
 """
 
 from __future__ import annotations
@@ -30,7 +33,11 @@ from bertjax.io.models import load_model
 from bertjax.io.names import HF_OUTPUT_FIELDS
 
 COPY_TOLERANCE = 1e-6  # absolute: the same weights computed the same way
-TRANSFORMERS_TOLERANCE = 1e-5  # max |diff| / max(1, max |transformers' output|), float32
+# bertjax's float32 outputs against transformers' float64 run of the same weights, max |diff| /
+# max(1, max |output|): within this, or within ROUND_OFF_FACTOR times transformers' own float32
+# error, whichever is larger (a model with large activations has large float32 round-off)
+TRANSFORMERS_TOLERANCE = 1e-5
+ROUND_OFF_FACTOR = 4.0
 PROBE_SEED = 0  # the fixed inputs both checks run
 PROBE_BATCH, PROBE_LENGTH, PROBE_CHOICES = 3, 16, 2
 FIRST_ORDINARY_ID = 5  # probe ids are drawn from [5, vocabulary): past the usual special tokens
@@ -95,6 +102,10 @@ def check_copy(model: Any, directory: Path, batch: Batch) -> tuple[dict[str, np.
     compute = {f: getattr(model.config, f) for f in COMPUTE_FIELDS}
     reloaded, _ = load_model(directory, type(model), **compute)
     ours, theirs = outputs_of(model, batch), outputs_of(reloaded, batch)
+    broken = sorted(k for k, v in ours.items() if not np.isfinite(v).all())
+    if broken:  # not the copy's fault: the model itself (e.g. overflow in its dtype)
+        raise ExportCheckError(f"the model itself computes NaN or Inf in {', '.join(broken)} on "
+                               "the probe inputs: check its weights and dtype before converting")
     if set(ours) != set(theirs):
         raise ExportCheckError(f"reloaded by bertjax it gives {', '.join(sorted(theirs))}, not "
                                f"{', '.join(sorted(ours))}")
@@ -109,8 +120,9 @@ def check_copy(model: Any, directory: Path, batch: Batch) -> tuple[dict[str, np.
 def check_transformers(model: Any, ours: dict[str, np.ndarray], directory: Path,
                        batch: Batch) -> str:
     """transformers (if installed) loads `directory` as the class of the same name, with no
-    missing or unexpected weight, and agrees with the model in float32 within
-    TRANSFORMERS_TOLERANCE (relative): a line saying so, or that the check was skipped."""
+    missing or unexpected weight, and the model's float32 outputs agree with transformers'
+    float64 run of it (TRANSFORMERS_TOLERANCE, ROUND_OFF_FACTOR): a line saying so, or that the
+    check was skipped."""
     try:
         import torch
         import transformers
@@ -135,18 +147,23 @@ def check_transformers(model: Any, ours: dict[str, np.ndarray], directory: Path,
         raise ExportCheckError(f"transformers {transformers.__version__} loads it as {name} with "
                                f"{'; '.join(problems)}")
     ids, types, mask = (torch.from_numpy(x).long() for x in batch)
+    runs = {}
     with torch.no_grad():
-        got = hf.float().eval()(ids, token_type_ids=types, attention_mask=mask)
-    theirs = {k: getattr(got, v).float().numpy() for k, v in fields.items()}
-    worst, field = _worst({k: ours[k] for k in fields}, theirs, relative=True)
-    if not worst <= TRANSFORMERS_TOLERANCE:
+        for dtype in (torch.float32, torch.float64):  # float64: the reference both are judged on
+            got = hf.to(dtype).eval()(ids, token_type_ids=types, attention_mask=mask)
+            runs[dtype] = {k: getattr(got, v).double().numpy() for k, v in fields.items()}
+    ours_err, field = _worst({k: ours[k] for k in fields}, runs[torch.float64], relative=True)
+    theirs_err, _ = _worst(runs[torch.float32], runs[torch.float64], relative=True)
+    allowed = max(TRANSFORMERS_TOLERANCE, ROUND_OFF_FACTOR * theirs_err)
+    judged = (f"relative to the outputs' scale, against its float64 run of the same weights "
+              f"(its own float32 run: {theirs_err:.2g}; allowed: max({TRANSFORMERS_TOLERANCE:g}, "
+              f"{ROUND_OFF_FACTOR:g} x that))")
+    if not ours_err <= allowed:
         raise ExportCheckError(
-            f"transformers {transformers.__version__} {name} gives {fields[field]} {worst:.3g} "
-            f"(relative to its scale) away from bertjax's {field} (tolerance "
-            f"{TRANSFORMERS_TOLERANCE:g})")
+            f"bertjax's {field} is {ours_err:.3g} away from transformers "
+            f"{transformers.__version__} {name}'s {fields[field]}, {judged}")
     return (f"verified: transformers {transformers.__version__} loads it as {name}, max |diff| "
-            f"{worst:.3g} relative to the outputs' scale over {', '.join(fields.values())} "
-            f"(float32, tolerance {TRANSFORMERS_TOLERANCE:g})")
+            f"{ours_err:.3g} over {', '.join(fields.values())}, {judged}")
 
 
 def tensors_written(directory: Path) -> tuple[int, int]:

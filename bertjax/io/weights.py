@@ -268,6 +268,7 @@ def build_model(
     heads (`HEAD_PREFIXES`) are left out, named on the `bertjax.io` logger; any other missing,
     unexpected or mis-shaped weight is an error naming each one.
     """
+    check_finite(arrays, source)
     abstract = _abstract(config, model_cls)
     ours = {checkpoint_name(name, model_cls.base_model_prefix): name
             for name in _shapes_of(abstract)}  # checkpoint name -> the class's name
@@ -290,10 +291,31 @@ def build_model(
     return model_from_numpy(state, config, model_cls, what=source), report
 
 
+def check_finite(arrays: Mapping[str, Any], source: str) -> None:
+    """A ValueError naming the weights of `arrays` that hold NaN or Inf: a damaged file (or a
+    model that diverged) would otherwise load and compute NaN without a word."""
+    bad = sorted(name for name, value in arrays.items()
+                 if np.issubdtype(np.asarray(value).dtype, np.floating)
+                 and not np.isfinite(value).all())
+    if bad:
+        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise ValueError(f"{source} has NaN or Inf in {len(bad)} weight(s) ({shown}): its file "
+                         "is damaged or the model diverged; download, convert or train it again")
+
+
 def _heads_named(names: Iterable[str], heads: tuple[str, ...]) -> list[str]:
     """The heads (prefixes without the dot, in `heads` order) that any of `names` belongs to."""
     names = list(names)
     return [h.removesuffix(".") for h in heads if any(n.startswith(h) for n in names)]
+
+
+def missing_heads_error(source: str, heads: Iterable[str], model_cls: type) -> ValueError:
+    """The error for weights at `source` that lack `heads` of `model_cls`: it names the command
+    that makes such a model."""
+    name = model_cls.__name__
+    fix = MADE_BY.get(name, MADE_BY_DEFAULT.format(cls=name))
+    return ValueError(f"{source} has no weights for {', '.join(sorted(heads))}, which {name} "
+                      f"needs here: {fix}")
 
 
 def _fresh_heads(
@@ -304,9 +326,7 @@ def _fresh_heads(
     warning; with `missing_heads="error"` a ValueError instead."""
     lacking = ", ".join(sorted(fresh))
     if missing_heads == "error":
-        name = model_cls.__name__
-        fix = MADE_BY.get(name, MADE_BY_DEFAULT.format(cls=name))
-        raise ValueError(f"{source} has no weights for {lacking}, which {name} needs here: {fix}")
+        raise missing_heads_error(source, fresh, model_cls)
     fresh = model_to_numpy(model_cls(config, rngs=nnx.Rngs(seed)))
     warnings.warn(
         f"{source} has no weights for {lacking}: freshly initialised (seed {seed}). "

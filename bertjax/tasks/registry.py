@@ -13,6 +13,7 @@ the task classes load when a task is made.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -66,12 +67,22 @@ def read_task_examples(kind: str, path: str | Path, *, what: str = "file",
                        fields: Fields = Fields()) -> list:  # noqa: B008 - frozen
     """The examples of `kind` in one file: labelled text (JSON lines or CSV), tagged sentences
     (CoNLL or JSON lines), SQuAD JSON or multiple-choice JSON lines."""
+    kind = kind_of(kind)
+    try:
+        return _read_kind(kind, path, what, fields)
+    except ValueError as err:
+        other = guess_kind(path)
+        if other is None or other == kind:
+            raise
+        raise ValueError(f"{err}; {path} looks like {other} data: pass --task {other}") from None
+
+
+def _read_kind(kind: str, path: str | Path, what: str, fields: Fields) -> list:
     from bertjax.data.choices import read_choices
     from bertjax.data.labelled import read_examples
     from bertjax.data.squad import read_squad
     from bertjax.data.tagging import read_tagged
 
-    kind = kind_of(kind)
     if kind == "token-classification":
         return read_tagged(path, what=what, tokens_field=fields.tokens, tags_field=fields.tags)
     if kind == "question-answering":
@@ -81,6 +92,28 @@ def read_task_examples(kind: str, path: str | Path, *, what: str = "file",
                             choices_field=fields.choices, label_field=fields.label)
     return read_examples(path, what=what, text_field=fields.text, pair_field=fields.pair,
                          label_field=fields.label)
+
+
+# the fields (by their default names) that say which kind of task a JSON record is made for
+KIND_FIELDS = (("question-answering", {"data"}), ("multiple-choice", {"context", "choices"}),
+               ("token-classification", {"tokens", "tags"}), ("classification", {"text"}))
+
+
+def guess_kind(path: str | Path) -> str | None:
+    """The kind of task a JSON or JSON-lines file's first record looks made for (a SQuAD file's
+    `data`, a multiple-choice record's `context` and `choices`, ...); None if it is none of
+    them, or no JSON. For messages only: the user's --task decides."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        try:
+            record = json.loads(text)
+        except ValueError:
+            record = json.loads(next(line for line in text.splitlines() if line.strip()))
+    except (OSError, ValueError, StopIteration):
+        return None
+    if not isinstance(record, dict):
+        return None
+    return next((kind for kind, names in KIND_FIELDS if names <= record.keys()), None)
 
 
 def bundled_examples(name: str, *, per_genre: int | None = 600, seed: int = 0

@@ -172,23 +172,24 @@ class Checkpointer:
         abstract = abstract_like(target)
         if step is not None:
             return self._restore_step(step, abstract)
-        skipped: list[int] = []
+        damaged: list[StepReadError] = []
         for candidate in reversed(self.steps()):
             try:
                 restored = self._restore_step(candidate, abstract)
             except StepReadError as err:
-                message = (f"checkpoint step {candidate} at {self.directory / str(candidate)} is "
-                           f"corrupt or incomplete and was skipped ({err.reason}); falling back to "
-                           "an earlier step")
-                warnings.warn(message, CheckpointCorruptWarning, stacklevel=2)
-                skipped.append(candidate)
+                damaged.append(err)
                 continue
-            restored.skipped = skipped
-            self._quarantine(skipped)
+            restored.skipped = [err.step for err in damaged]
+            moved = self._quarantine(restored.skipped)
+            for err in damaged:  # one line each, once it is known where the step went
+                where = f"; moved it to {moved[err.step]}" if err.step in moved else ""
+                warnings.warn(f"{err} at {self.directory / str(err.step)}: skipped, restored step "
+                              f"{candidate} instead{where}", CheckpointCorruptWarning,
+                              stacklevel=2)
             return restored
-        if skipped:
-            raise RuntimeError(f"no usable checkpoint in {self.directory}: steps {skipped} are "
-                               "all corrupt")
+        if damaged:
+            raise RuntimeError(f"no usable checkpoint in {self.directory}: steps "
+                               f"{[err.step for err in damaged]} are all damaged ({damaged[0]})")
         return None
 
     def restore_latest(self, abstract_state: Any) -> Restored | None:
@@ -219,22 +220,25 @@ class Checkpointer:
                         extra={k: v for k, v in data.items() if k not in _RESERVED},
                         config=None if config is None else dict(config))
 
-    def _quarantine(self, steps: list[int]) -> None:
-        """Move damaged steps out of the way (kept for inspection) so training can rewrite them.
+    def _quarantine(self, steps: list[int]) -> dict[int, Path]:
+        """Move damaged steps out of the way (kept for inspection) so training can rewrite them;
+        where each went (process 0 moves them: {} on the others).
 
-        Process 0 moves them; every process then reloads the step list, or the others would
-        skip re-saving those steps (`save` sees them as done) while process 0 waits for them.
+        Every process then reloads the step list, or the others would skip re-saving those steps
+        (`save` sees them as done) while process 0 waits for them.
         """
+        moved: dict[int, Path] = {}
         if not steps:
-            return
+            return moved
         if jax.process_index() == 0:
             self.quarantine.mkdir(exist_ok=True)
             for step in steps:
-                target = self.quarantine / f"{step}.{int(time.time())}"
-                os.replace(self.directory / str(step), target)
-                log.warning("moved corrupt checkpoint step %d to %s", step, target)
+                moved[step] = self.quarantine / f"{step}.{int(time.time())}"
+                os.replace(self.directory / str(step), moved[step])
+                log.info("moved damaged checkpoint step %d to %s", step, moved[step])
         barrier("bertjax_checkpoint_quarantined")
         self.manager.reload()
+        return moved
 
     def close(self) -> None:
         self.manager.close()

@@ -7,15 +7,28 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class PretrainInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped a run: the message says what was saved and how to resume."""
+    """Ctrl-C stopped a run: the message says what was saved and how to resume. `abandoned`:
+    work was left running in a thread (`abandonable`), so the process must end with `exit_now`."""
+
+    def __init__(self, message: str = "", *, abandoned: bool = False):
+        super().__init__(message)
+        self.abandoned = abandoned
+
+
+class Abandoned(KeyboardInterrupt):
+    """Ctrl-C before or while `abandonable` work ran: it may still run in its daemon thread."""
 
 
 class CtrlC:
@@ -26,7 +39,8 @@ class CtrlC:
     reading the corpus, making the vocabulary and shards) it also raises KeyboardInterrupt at
     once. Elsewhere in the set-up (imports, JAX, Orbax) `poll()` raises it at the next stage:
     a KeyboardInterrupt raised inside XLA's compilation or a C extension's import can crash the
-    interpreter as it exits. Once a step has run (`trained`), the loop stops at the end of the
+    interpreter as it exits; the first step's compilation runs in a thread (`abandonable`) that
+    Ctrl-C abandons at once. Once a step has run (`trained`), the loop stops at the end of the
     step with a checkpoint. A second Ctrl-C raises at once, except inside `deferred()` (a
     checkpoint being written): then as soon as the block ends.
 
@@ -110,3 +124,53 @@ def _swallowed_in(frame: FrameType | None) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+POLL_S = 0.05  # how often the main thread looks up from waiting for abandonable work
+
+
+def abandonable(ctrl_c: CtrlC, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`fn(*args, **kwargs)`, run in a daemon thread while this (main) thread waits for it or
+    for Ctrl-C.
+
+    For work that Ctrl-C cannot interrupt safely while there is nothing to save yet: the first
+    training step, whose XLA compilation takes seconds to minutes (a KeyboardInterrupt raised
+    inside it can crash the interpreter), and the imports before it. Ctrl-C before or during the
+    call raises Abandoned at once: the thread is left to run, and the process must end with
+    `exit_now` (an interpreter shutting down while a thread is inside XLA can crash). `fn` must
+    leave files whole wherever it stops (written aside, then renamed). An exception of `fn` is
+    raised here."""
+    if ctrl_c.requested:
+        raise Abandoned
+    result: list[T] = []
+    error: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            result.append(fn(*args, **kwargs))
+        except BaseException as err:  # noqa: BLE001 - raised in the waiting thread
+            error.append(err)
+
+    worker = threading.Thread(target=call, name="bertjax-abandonable", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(POLL_S)
+            if ctrl_c.requested and worker.is_alive():
+                raise Abandoned
+    except KeyboardInterrupt:  # a second Ctrl-C, raised by the handler while waiting
+        if worker.is_alive():
+            raise Abandoned from None
+        raise
+    if error:
+        raise error[0]
+    return result[0]
+
+
+def exit_now(status: int) -> None:
+    """End the process with `status` at once, after flushing what was printed: no interpreter
+    shutdown, which abandoned work in a thread (`abandonable`) could crash."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)

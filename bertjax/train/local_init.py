@@ -2,9 +2,9 @@
 
 A BERT initialised at random attends uniformly; to predict a masked piece from the pieces beside
 it, it must first learn position vectors and query/key weights that single out a neighbour, and
-the gradient towards that is about 1/S of the signal (uniform attention over S keys). On this
-project's 10-minute CPU budget the default run never gets there: it stays at the accuracy of a
-predictor that sees no context (README, "the recipe sweep"). In the spirit of mimetic
+the gradient towards that is about 1/S of the signal (uniform attention over S keys). In ten
+minutes on 2 CPU cores the `mini` recipe never gets there: it stays at the accuracy of a
+predictor that sees no context (docs/research.md). In the spirit of mimetic
 initialisation (Trockman & Kolter, 2023: attention weights initialised to what trained ones look
 like), this sets weights so that chosen heads start as relative-position heads:
 

@@ -9,7 +9,8 @@ bitwise equal to an uninterrupted one on the CPU.
 Nothing is written before the run directory has been checked (`check_run_dir`), and
 run_config.json only once the data is ready: a run that fails before its first checkpoint leaves
 a directory a retry accepts (a configuration without a checkpoint is a run not yet started).
-Ctrl-C stops at the end of the step with a checkpoint (`CtrlC`); `--resume` of a finished run
+Ctrl-C stops at the end of the step with a checkpoint (`CtrlC`), or at once before the first step
+has run, while it compiles (nothing to save yet: `abandonable`); `--resume` of a finished run
 keeps its summary.
 """
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import time
 import warnings
@@ -37,10 +37,10 @@ from bertjax.train import run_config as rc
 from bertjax.train.assembly import Strategy, assemble
 from bertjax.train.checkpoint import Checkpointer
 from bertjax.train.distributed import allgather_json, barrier
-from bertjax.train.interrupt import CtrlC, PretrainInterrupted
+from bertjax.train.interrupt import Abandoned, CtrlC, PretrainInterrupted, abandonable
 from bertjax.train.local_init import local_attention_init
 from bertjax.train.loop import NonFiniteLossError, PendingMetrics, StepSchedule, TrainClock
-from bertjax.train.metrics import MetricsWriter, read_jsonl
+from bertjax.train.metrics import MetricsWriter
 from bertjax.train.parallel import make_strategy
 from bertjax.train.prefetch import Prefetch
 from bertjax.train.pretrain_data import PretrainData, accuracy_ratio, check_corpus, open_data
@@ -52,9 +52,14 @@ from bertjax.train.run_state import (
     interrupted_error,
     resume_command,
 )
+from bertjax.train.run_summary import (
+    PretrainResult,
+    last_eval_record,
+    read_summary,
+    write_summary,
+)
 from bertjax.train.rundir import RunDir
 from bertjax.train.step import Batch, Metrics, TrainState
-from bertjax.viz.curves import plot_curves
 
 __all__ = ["TRAIN_METRIC_KEYS", "NonFiniteLossError", "PretrainError", "PretrainResult",
            "check_run_dir", "initialise_model", "pretrain", "resume_command"]
@@ -63,31 +68,6 @@ __all__ = ["TRAIN_METRIC_KEYS", "NonFiniteLossError", "PretrainError", "Pretrain
 TRAIN_METRIC_KEYS = (
     "loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy", "grad_norm", "learning_rate",
 )
-
-
-@dataclasses.dataclass
-class PretrainResult:
-    """What a finished (or stopped) run reports; also written to summary.json."""
-
-    run_dir: str
-    steps: int
-    resumed_from: int | None
-    wall_time_s: float
-    train_time_s: float  # steady-state training: no compilation, evaluation or checkpoints
-    tokens_per_s: float  # padded tokens per second of train_time_s
-    first_step_s: float  # the run's first step, compilation included
-    eval: dict[str, float]
-    baseline_accuracy: float
-    baseline_token: str
-    accuracy_ratio: float
-    stopped_early: str | None = None
-    # --resume of a run that had finished: nothing was trained, this is its saved summary
-    # (not written to summary.json)
-    already_finished: bool = False
-
-    def summary(self) -> dict[str, Any]:
-        """What summary.json holds."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if k != "already_finished"}
 
 
 def pretrain(
@@ -133,8 +113,9 @@ def pretrain(
             result = _finish(job, run, end, clock, t_start)
         except PretrainInterrupted:
             raise
-        except KeyboardInterrupt:
-            raise interrupted_error(run, config, ctrl_c) from None
+        except KeyboardInterrupt as stop:
+            raise interrupted_error(run, config, ctrl_c,
+                                    abandoned=isinstance(stop, Abandoned)) from None
     if end.stopped and end.interrupted:
         raise PretrainInterrupted(
             f"interrupted (Ctrl-C) at step {end.step} of {config.train.steps}; saved a checkpoint "
@@ -145,7 +126,7 @@ def pretrain(
 def _finish(job: _Job, run: RunDir, end: _LoopEnd, clock: TrainClock,
             t_start: float) -> PretrainResult:
     """The run's result, written to summary.json and curves.png (by process 0)."""
-    last_eval = end.last_eval or _last_eval_record(run)
+    last_eval = end.last_eval or last_eval_record(run)
     result = PretrainResult(
         run_dir=str(run), steps=end.step, resumed_from=job.start_step or None,
         wall_time_s=time.perf_counter() - t_start, train_time_s=clock.seconds,
@@ -154,18 +135,16 @@ def _finish(job: _Job, run: RunDir, end: _LoopEnd, clock: TrainClock,
         accuracy_ratio=last_eval.get("accuracy_ratio", math.nan), stopped_early=end.stopped,
     )
     if jax.process_index() == 0:
-        write_json_atomic(run.summary, result.summary())
-        plot_curves(read_jsonl(run.metrics), run.curves,
-                    title=f"bertjax pretrain: {job.config.model.preset}, {run.root.name}")
+        write_summary(run, result, job.config.model.preset)
     return result
 
 
 def _already_finished(job: _Job, run: RunDir) -> PretrainResult:
     """--resume of a finished run: its saved summary, untouched (written only if it is missing)."""
-    saved = _read_summary(run)
-    if saved is not None:
-        return dataclasses.replace(saved, already_finished=True)
-    last_eval = _last_eval_record(run)
+    saved = read_summary(run)
+    if saved is not None:  # where the run is now, not where it was made (copied, moved)
+        return dataclasses.replace(saved, run_dir=str(run), already_finished=True)
+    last_eval = last_eval_record(run)
     result = PretrainResult(
         run_dir=str(run), steps=job.start_step, resumed_from=job.start_step, wall_time_s=0.0,
         train_time_s=0.0, tokens_per_s=0.0, first_step_s=0.0, eval=last_eval,
@@ -173,21 +152,8 @@ def _already_finished(job: _Job, run: RunDir) -> PretrainResult:
         accuracy_ratio=last_eval.get("accuracy_ratio", math.nan), already_finished=True,
     )
     if jax.process_index() == 0 and not run.summary.exists():  # never overwrite one
-        write_json_atomic(run.summary, result.summary())
-        if not run.curves.exists():
-            plot_curves(read_jsonl(run.metrics), run.curves,
-                        title=f"bertjax pretrain: {job.config.model.preset}, {run.root.name}")
+        write_summary(run, result, job.config.model.preset, curves=not run.curves.exists())
     return result
-
-
-def _read_summary(run: RunDir) -> PretrainResult | None:
-    """summary.json as a PretrainResult; None if it is missing or not one."""
-    try:
-        saved = json.loads(run.summary.read_bytes())
-        names = {f.name for f in dataclasses.fields(PretrainResult)}
-        return PretrainResult(**{k: v for k, v in saved.items() if k in names})
-    except (OSError, ValueError, TypeError, AttributeError):
-        return None
 
 
 # --- setting up ----------------------------------------------------------------------------------
@@ -293,7 +259,12 @@ def _restore(checkpointer: Checkpointer, state: TrainState, data: PretrainData, 
     fresh `state` at step 0."""
     with warnings.catch_warnings(record=True) as damaged:  # said below, once each
         warnings.simplefilter("always")
-        restored = checkpointer.restore(state) if resume else None
+        try:
+            restored = checkpointer.restore(state) if resume else None
+        except RuntimeError as err:  # every step damaged
+            raise PretrainError(f"cannot resume: {err}; start the run afresh in another "
+                                "--output-dir (the damaged steps stay here for inspection)"
+                                ) from None
     for warning in damaged:
         say(f"warning: {warning.message}")
     if restored is None:
@@ -310,8 +281,9 @@ def _run_loop(job: _Job, state: TrainState, run: RunDir, start: RunStart, ctrl_c
               ) -> tuple[_LoopEnd, TrainClock]:
     """The loop with its metrics log, clock, schedule and prefetching, closed after."""
     config, is_main = job.config, jax.process_index() == 0
-    writer = MetricsWriter(run.metrics, tensorboard_dir=run.tensorboard, enabled=is_main,
-                           resume_step=job.start_step if start.resume or start.restart else None)
+    writer = _before_first_step(  # its imports (TensorBoard's) take seconds
+        ctrl_c, MetricsWriter, run.metrics, tensorboard_dir=run.tensorboard, enabled=is_main,
+        resume_step=job.start_step if start.resume or start.restart else None)
     pending = PendingMetrics(job.strategy.host_metrics, writer, on_step=on_step,
                              advice=lambda: _nan_advice(job.checkpointer.steps()))
     clock = TrainClock(total=config.train.steps, start=job.start_step,
@@ -333,6 +305,15 @@ def _run_loop(job: _Job, state: TrainState, run: RunDir, start: RunStart, ctrl_c
         writer.close()
 
 
+def _before_first_step(ctrl_c: CtrlC, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)`, abandoned at once on Ctrl-C (`abandonable`): nothing is there to
+    save before the first step. A multi-host run waits for it instead (a process leaving on its
+    own would stall the others in their collectives)."""
+    if jax.process_count() > 1:
+        return fn(*args, **kwargs)
+    return abandonable(ctrl_c, fn, *args, **kwargs)
+
+
 @dataclasses.dataclass
 class _LoopEnd:
     step: int
@@ -348,7 +329,10 @@ def _train(job: _Job, state: TrainState, batches: Prefetch, schedule: StepSchedu
     step, last_eval = job.start_step, {}
     while step < schedule.total:
         batch, data_state = next(batches)
-        state, metrics = job.train_step(state, batch)
+        if step == job.start_step:  # it compiles first: Ctrl-C answered at once
+            state, metrics = _before_first_step(ctrl_c, job.train_step, state, batch)
+        else:
+            state, metrics = job.train_step(state, batch)
         step += 1
         ctrl_c.trained(step)
         pending.add(step, metrics)
@@ -414,8 +398,3 @@ def _eval_line(step: int, e: dict[str, float]) -> str:
             f"{e['perplexity']:.1f}, NSP accuracy {e['nsp_accuracy']:.4f}"
             + (f"; at the run's own masking rate MLM accuracy {e['own_rate_mlm_accuracy']:.4f}"
                if "own_rate_mlm_accuracy" in e else ""))
-
-
-def _last_eval_record(run: RunDir) -> dict[str, float]:
-    records = read_jsonl(run.metrics, "eval")
-    return {k: v for k, v in (records[-1] if records else {}).items() if isinstance(v, float)}

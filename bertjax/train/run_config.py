@@ -14,9 +14,9 @@ tokens); batches of 8 x 128 beat 16 x 64 and 32 x 64 (x2.51 vs x2.34 after 400 u
 tokens); a peak rate of 2e-3 stayed on the baseline for 200 updates where 1e-3 had left it.
 Those runs all stopped at the accuracy of a predictor that sees no context (x2.87); with every
 layer's heads initialised to read the pieces beside them (`local_attention_layers`,
-bertjax.train.local_init) the same 1,500 steps reach x5.7 (README, "the recipe sweep"), and the
-default 2,500 steps x6.8 in 5.5-7 minutes here, fine-tuning better than 1,500 (README, "Longer
-runs").
+bertjax.train.local_init) the same 1,500 steps reach x5.7 (docs/research.md), and the
+default 2,500 steps x6.8 in 5.5-7 minutes there, fine-tuning better than 1,500
+(docs/pretraining.md, "Longer runs").
 """
 
 from __future__ import annotations
@@ -27,7 +27,13 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from bertjax.config import ATTENTION_IMPLEMENTATIONS, COMPUTE_DTYPES, PRESETS, BertConfig
+from bertjax.config import (
+    ATTENTION_IMPLEMENTATIONS,
+    COMPUTE_DTYPES,
+    MAX_VOCAB_SIZE,
+    PRESETS,
+    BertConfig,
+)
 from bertjax.files import read_text
 from bertjax.settings import Option, field_options, parse_value
 from bertjax.settings import option_field as _f
@@ -366,8 +372,9 @@ def validate(config: RunConfig) -> None:
         raise ValueError(
             f"data.max_predictions ({d.max_predictions}) exceeds data.seq_len ({d.seq_len})"
         )
-    if d.vocab_size < 32:
-        raise ValueError(f"data.vocab_size must be at least 32, got {d.vocab_size}")
+    if not 32 <= d.vocab_size <= MAX_VOCAB_SIZE:
+        raise ValueError(f"data.vocab_size must be from 32 to {MAX_VOCAB_SIZE:,}, got "
+                         f"{d.vocab_size:,}")
     if m.max_position_embeddings < 0:
         raise ValueError("model.max_position_embeddings must be >= 0")
     positions = m.max_position_embeddings or PRESETS[m.preset].get("max_position_embeddings", 512)
@@ -377,6 +384,10 @@ def validate(config: RunConfig) -> None:
         )
     if t.seed < 0:
         raise ValueError(f"train.seed must be >= 0, got {t.seed}")
+    if t.fsdp > 1 and t.parallel != "mesh":
+        raise ValueError(f"train.fsdp={t.fsdp} shards parameters over a mesh, which "
+                         f"train.parallel={t.parallel!r} does not use; pass --train.parallel mesh "
+                         "or leave out --train.fsdp")
     # BertConfig checks the rest (dropout ranges, dtype).
     config.bert_config()
     if m.local_layers < 0:

@@ -109,9 +109,11 @@ def discard_unstarted(run: RunDir) -> None:
             shutil.rmtree(path)
 
 
-def interrupted_error(run: RunDir, config: rc.RunConfig, ctrl_c: CtrlC) -> PretrainInterrupted:
-    """Ctrl-C that stopped the job at once (in its set-up, or a second Ctrl-C): the run keeps
-    its configuration (so --resume works) and its checkpoints; the error says so."""
+def interrupted_error(run: RunDir, config: rc.RunConfig, ctrl_c: CtrlC, *,
+                      abandoned: bool = False) -> PretrainInterrupted:
+    """Ctrl-C that stopped the job at once (in its set-up, before its first step had run -
+    `abandoned`: work may still run in a thread - or a second Ctrl-C): the run keeps its
+    configuration (so --resume works) and its checkpoints; the error says so."""
     if jax.process_index() == 0 and not run.config.exists():
         write_json_atomic(run.config, config.to_dict())  # options checked: --resume can use them
     steps = run.checkpoint_steps()
@@ -125,4 +127,5 @@ def interrupted_error(run: RunDir, config: rc.RunConfig, ctrl_c: CtrlC) -> Pretr
         saved = f"the newest checkpoint is step {steps[-1]}"
     twice = " twice" if ctrl_c.count > 1 and ctrl_c.step is not None else ""
     return PretrainInterrupted(
-        f"interrupted (Ctrl-C{twice}) {where}; {saved}; resume with: {resume_command(run)}")
+        f"interrupted (Ctrl-C{twice}) {where}; {saved}; resume with: {resume_command(run)}",
+        abandoned=abandoned)

@@ -110,8 +110,19 @@ class RunDir:
         if not isinstance(saved, dict):
             raise ValueError(f"{self.config} is missing or not a JSON object; pass a `bertjax "
                              "pretrain` run directory or a Hugging Face model")
+        if not self.tokenizer.is_file():
+            raise FileNotFoundError(f"{self.root} is a run without its tokenizer: "
+                                    f"{self.tokenizer} is missing; {self._tokenizer_fix()}")
         return (RunConfig.from_dict(saved, source=str(self.config)),
                 WordPieceTokenizer.load(self.tokenizer))
+
+    def _tokenizer_fix(self) -> str:
+        """How to put back a run's tokenizer.json: its shards keep a copy."""
+        copies = [p for p in (self.data(split) / "tokenizer.json" for split in ("train", "eval"))
+                  if p.is_file()]
+        if copies:
+            return f"restore it from the copy its shards keep: cp {copies[0]} {self.tokenizer}"
+        return "copy it back from where the run was made (the run cannot be read without it)"
 
     def _config_fix(self) -> str:
         steps = self.checkpoint_steps()

