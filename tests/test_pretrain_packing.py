@@ -34,6 +34,8 @@ from bertjax.train.checkpoint import read_state
 from bertjax.train.metrics import read_jsonl
 from bertjax.train.objectives import PRETRAINING
 from bertjax.train.pretrain import TRAIN_METRIC_KEYS, pretrain
+from bertjax.train.pretrain_data import held_out_batches
+from bertjax.train.rundir import RunDir
 from bertjax.train.step import make_eval_step
 
 PLAYS = ("macbeth", "othello", "the-tempest", "king-lear")  # training plays, a quick corpus
@@ -238,3 +240,29 @@ def test_accumulated_micro_batches_of_packed_rows_make_the_whole_batch_update():
         assert np.abs(np.asarray(x) - np.asarray(y)).max() <= 1e-6
     assert abs(float(ma["loss"]) - float(mb["loss"])) <= 1e-5  # a loss of ~6: 2 float32 ulps
     assert float(ma["tokens"]) == float(batch["attention_mask"].sum())
+
+
+def test_the_held_out_set_is_the_same_pairs_packed_or_not(tmp_path):
+    """`held_out_batches` packs exactly the pairs and masks of its unpacked batches, also when
+    they run past the held-out split's first epoch (exact counts and ids)."""
+    shards, tok = speeches()
+    run = RunDir(tmp_path / "run")
+    run.data_root.mkdir(parents=True)
+    (run.data_root / "eval").symlink_to(shards)
+    per_epoch = PretrainingBatches(shards, seq_len=64, global_batch_size=64, max_predictions=10,
+                                   tokenizer=tok, cache_pairs=False).steps_per_epoch
+    config = _config("unused", **{"data.batch_size": 64,
+                                  "data.eval_batches": per_epoch + 3})  # into epoch 1
+    unpacked = held_out_batches(run, config, tok)
+    packed = held_out_batches(run, config, tok, packing="best-fit")
+    assert len(packed) < len(unpacked) == per_epoch + 3
+
+    def predictions(batches):
+        return sorted(int(i) for b in batches for i in b["masked_ids"][b["masked_weights"] > 0])
+
+    assert predictions(packed) == predictions(unpacked)
+    assert sum(float(b["next_sentence_weights"].sum()) for b in packed) == 64 * (per_epoch + 3)
+    labels = [sorted(np.concatenate([b["next_sentence_label"][b["next_sentence_weights"] > 0]
+                                     for b in packed]).tolist()),
+              sorted(np.concatenate([b["next_sentence_label"] for b in unpacked]).tolist())]
+    assert labels[0] == labels[1]
