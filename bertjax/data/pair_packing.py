@@ -21,7 +21,7 @@ import dataclasses
 import numpy as np
 
 from bertjax.data.packing import RowLayout, best_fit_decreasing
-from bertjax.data.pairs import MIN_SEQ_LEN, SPECIAL_PER_PAIR
+from bertjax.data.pairs import SPECIAL_PER_PAIR
 
 PACKINGS = ("auto", "none", "best-fit")
 CHUNK = 8192  # pairs packed together: rows planned within a chunk
@@ -30,6 +30,10 @@ CHUNK = 8192  # pairs packed together: rows planned within a chunk
 # (long scenes) fill 89% at seq_len 128, so they train unpacked, exactly as before packing
 # existed; the plays cut into speeches fill 50% (docs/packing.md has the measurement).
 AUTO_MAX_FILL = 0.8
+# Rows hold at most one pair per this many tokens (K = seq_len // 16: 8 at 128): the plays as
+# speeches never put more than 8 pairs in a row of 128 (a pair's prediction bounds them first),
+# and each slot of K costs the last layer a row, so a larger K only costs.
+PAIR_TOKENS = 16
 
 
 def pair_lengths(pairs: np.ndarray) -> np.ndarray:
@@ -63,9 +67,10 @@ def resolve_packing(packing: str, lengths: np.ndarray, seq_len: int) -> str:
 
 
 def max_pairs_per_row(seq_len: int, max_predictions: int) -> int:
-    """K, the static width of a packed row's per-pair arrays: a pair takes at least 5 tokens and
-    1 prediction."""
-    return max(1, min(seq_len // MIN_SEQ_LEN, max_predictions))
+    """K, the static width of a packed row's per-pair arrays and the most pairs the packer puts
+    in a row: one per `PAIR_TOKENS` tokens (each pair also takes a prediction). Every slot costs
+    a row of the last layer ([CLS] for the pooler), so K is not the 5-token pair's bound."""
+    return max(1, min(seq_len // PAIR_TOKENS, max_predictions))
 
 
 @dataclasses.dataclass(frozen=True)
