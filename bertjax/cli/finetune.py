@@ -79,8 +79,9 @@ RECIPE: dict[str, tuple[Callable[[str], Any], str]] = {
     "seed": (non_negative_int, "shuffling, the validation split and dropout"),
     "max_tokens": (positive_int, "pack the examples into rows and make each step a batch of "
                                  "this many token slots (rows as long as the longest example, "
-                                 "at least 64; --batch-size is then unused, a step holds the "
-                                 "examples that fit); validation and test are packed too"),
+                                 "at least 64; a step holds the examples that fit, so "
+                                 "--batch-size is refused beside it); validation and test are "
+                                 "packed too"),
 }
 
 
