@@ -19,17 +19,23 @@ def mlm_loss(
     return (per_token * weights).sum() / weights.sum().clamp_min(LOSS_WEIGHT_FLOOR)
 
 
-def nsp_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of next-sentence prediction. logits (B, 2), labels (B,): 0 IsNext."""
-    return F.cross_entropy(logits.float(), labels.long())
+def nsp_loss(logits: torch.Tensor, labels: torch.Tensor,
+             weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean cross-entropy of next-sentence prediction. logits (B, 2), labels (B,): 0 IsNext;
+    packed: logits (B, K, 2), labels and `weights` (B, K) (0: an empty slot, left out)."""
+    if weights is None:
+        return F.cross_entropy(logits.float(), labels.long())
+    per_pair = F.cross_entropy(logits.float().flatten(0, 1), labels.long().flatten(),
+                               reduction="none").view(labels.shape)  # (B, K)
+    return (per_pair * weights.float()).sum() / weights.float().sum()
 
 
 def pretraining_loss(
     mlm_logits: torch.Tensor, nsp_logits: torch.Tensor, batch: dict[str, torch.Tensor]
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """MLM + NSP loss and its parts."""
+    """MLM + NSP loss and its parts (packed rows: `next_sentence_weights` (B, K) in `batch`)."""
     mlm = mlm_loss(mlm_logits, batch["masked_ids"], batch["masked_weights"])
-    nsp = nsp_loss(nsp_logits, batch["next_sentence_label"])
+    nsp = nsp_loss(nsp_logits, batch["next_sentence_label"], batch.get("next_sentence_weights"))
     return mlm + nsp, {"mlm_loss": mlm, "nsp_loss": nsp}
 
 

@@ -26,6 +26,12 @@ from bertjax.numerics import cudnn_attention_applies
 PACKING_ARGS = ("sequence_ids", "position_ids", "cls_positions")
 
 
+def packing_options(batch: Any) -> dict[str, Any]:
+    """The model's packing keywords from a batch (a dict of arrays): those of `PACKING_ARGS` it
+    holds, none for rows of one sequence each."""
+    return {k: batch[k] for k in PACKING_ARGS if k in batch}
+
+
 def _is_concrete(x: jax.Array) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
@@ -170,6 +176,13 @@ def packed_attention(sequence_ids: jax.Array, attention_mask: jax.Array
     keys = (sequence_ids != 0) & (attention_mask != 0)  # (B, S)
     before = jnp.sum(jnp.tril(same, -1), axis=-1, dtype=jnp.int32)  # (B, S) earlier, same seq
     return same & keys[:, None, :], jnp.where(sequence_ids != 0, before, 0)
+
+
+def sequence_mask(sequence_ids: jax.Array, slots: int) -> jax.Array:
+    """(B, K, S) bool of packed rows: position s holds the row's sequence k (slot k holds
+    sequence id k + 1); what per-sequence pooling and losses over a row's positions select."""
+    ids = jnp.arange(1, slots + 1, dtype=sequence_ids.dtype)  # (K,)
+    return sequence_ids[:, None, :] == ids[None, :, None]
 
 
 def check_masked_positions(input_ids: jax.Array, masked_positions: jax.Array,

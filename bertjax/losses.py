@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bertjax.config import LOSS_WEIGHT_FLOOR
+from bertjax.inputs import sequence_mask
 
 # The label a loss skips: PyTorch's and transformers' -100. The data layer, which imports no core
 # module, writes the same value as `bertjax.data.tagging.IGNORE` (a test holds them equal).
@@ -96,21 +97,36 @@ def pretraining_sums(
     """Sums over a batch that add up across micro-batches and devices (float32 scalars).
 
     logits (B, P, V) and (B, 2); `masked_ids`/`masked_weights` (B, P), `next_sentence_label` (B,)
-    (0 IsNext). `*_loss_sum` are summed cross-entropies (MLM weighted), `mlm_weight` /
-    `nsp_count` what they are divided by, `*_correct` right argmax predictions (MLM weighted).
+    (0 IsNext). Packed rows (`bertjax.data.pair_packing`) give NSP logits (B, K, 2) and labels
+    (B, K) with `next_sentence_weights` (B, K) (0: an empty slot, left out). `*_loss_sum` are
+    summed cross-entropies (weighted), `mlm_weight` / `nsp_count` what they are divided by,
+    `*_correct` right argmax predictions (weighted).
     """
     weights = batch["masked_weights"].astype(jnp.float32)  # (B, P)
-    labels = batch["next_sentence_label"]
+    labels = batch["next_sentence_label"]  # (B,) or (B, K)
     mlm_ce = cross_entropy(mlm_logits.astype(jnp.float32), batch["masked_ids"])  # (B, P)
-    nsp_ce = cross_entropy(nsp_logits.astype(jnp.float32), labels)  # (B,)
+    nsp_ce = cross_entropy(nsp_logits.astype(jnp.float32), labels)  # (B,) or (B, K)
+    nsp_right = argmax_is(nsp_logits, labels)
+    if "next_sentence_weights" in batch:  # packed: the real pairs only
+        pairs = batch["next_sentence_weights"].astype(jnp.float32)  # (B, K)
+        nsp = {"nsp_loss_sum": jnp.sum(nsp_ce * pairs), "nsp_count": jnp.sum(pairs),
+               "nsp_correct": jnp.sum(nsp_right * pairs)}
+    else:
+        nsp = {"nsp_loss_sum": jnp.sum(nsp_ce), "nsp_count": jnp.float32(labels.shape[0]),
+               "nsp_correct": jnp.sum(nsp_right).astype(jnp.float32)}
     return {
         "mlm_loss_sum": jnp.sum(mlm_ce * weights),
         "mlm_weight": jnp.sum(weights),
         "mlm_correct": jnp.sum(argmax_is(mlm_logits, batch["masked_ids"]) * weights),
-        "nsp_loss_sum": jnp.sum(nsp_ce),
-        "nsp_count": jnp.float32(labels.shape[0]),
-        "nsp_correct": jnp.sum(argmax_is(nsp_logits, labels)).astype(jnp.float32),
+        **nsp,
     }
+
+
+def nsp_count(batch: dict[str, jax.Array]) -> jax.Array:
+    """The sequences a batch's NSP loss is the mean over: its rows, or its packed pairs."""
+    if "next_sentence_weights" in batch:
+        return jnp.sum(batch["next_sentence_weights"].astype(jnp.float32))
+    return jnp.float32(batch["next_sentence_label"].shape[0])
 
 
 def loss_from_sums(sums: dict[str, jax.Array], predictions: jax.Array, sequences: jax.Array
@@ -151,12 +167,15 @@ def metrics_from_sums(sums: dict[str, Any]) -> dict[str, Any]:
 
 def classification_sums(logits: jax.Array, labels: jax.Array) -> dict[str, jax.Array]:
     """Sums over a batch of sequence-classification logits (B, L) and labels (B,) that add up
-    across micro-batches and devices: summed cross-entropy, the row count, right predictions."""
-    ce = cross_entropy(logits.astype(jnp.float32), labels)  # (B,)
+    across micro-batches and devices: summed cross-entropy, the labelled sequences, right
+    predictions. Packed rows give logits (B, K, L) and labels (B, K), `IGNORE_INDEX` in an empty
+    slot (left out)."""
+    labelled = labels != IGNORE_INDEX  # (B,) or (B, K)
+    ce = cross_entropy(logits.astype(jnp.float32), jnp.where(labelled, labels, 0))
     return {
-        "loss_sum": jnp.sum(ce),
-        "count": jnp.float32(labels.shape[0]),
-        "correct": jnp.sum(argmax_is(logits, labels)).astype(jnp.float32),
+        "loss_sum": jnp.sum(jnp.where(labelled, ce, 0.0)),
+        "count": jnp.sum(labelled).astype(jnp.float32),
+        "correct": jnp.sum(argmax_is(logits, labels) & labelled).astype(jnp.float32),
     }
 
 
@@ -204,6 +223,29 @@ def question_answering_sums(start_logits: jax.Array, end_logits: jax.Array,
         out[f"{name}_loss_sum"] = jnp.sum(jnp.where(labelled, ce, 0.0))
         out[f"{name}_count"] = jnp.sum(labelled).astype(jnp.float32)
         out[f"{name}_right"] = argmax_is(logits, positions) & labelled
+    out["correct"] = jnp.sum(out.pop("start_right") & out.pop("end_right")).astype(jnp.float32)
+    return out
+
+
+def packed_question_answering_sums(start_logits: jax.Array, end_logits: jax.Array,
+                                   sequence_ids: jax.Array, start_positions: jax.Array,
+                                   end_positions: jax.Array) -> dict[str, jax.Array]:
+    """`question_answering_sums` of packed rows: span logits (B, S) of rows holding several
+    windows (`sequence_ids` (B, S)), each window's answer (B, K) in row positions
+    (`IGNORE_INDEX`: none, or an empty slot). Each window's softmax is over its own positions
+    alone: its padding is not there to take a share, unlike the unpacked loss (transformers'),
+    whose softmax spans the padded row."""
+    own = sequence_mask(sequence_ids, start_positions.shape[1])  # (B, K, S)
+    low = jnp.finfo(jnp.float32).min
+    out = {}
+    for name, logits, positions in (("start", start_logits, start_positions),
+                                    ("end", end_logits, end_positions)):
+        windows = jnp.where(own, logits.astype(jnp.float32)[:, None, :], low)  # (B, K, S)
+        labelled = positions != IGNORE_INDEX  # (B, K)
+        ce = cross_entropy(windows, jnp.where(labelled, positions, 0))
+        out[f"{name}_loss_sum"] = jnp.sum(jnp.where(labelled, ce, 0.0))
+        out[f"{name}_count"] = jnp.sum(labelled).astype(jnp.float32)
+        out[f"{name}_right"] = argmax_is(windows, positions) & labelled
     out["correct"] = jnp.sum(out.pop("start_right") & out.pop("end_right")).astype(jnp.float32)
     return out
 

@@ -32,11 +32,12 @@ def _same(ours: list[dict], theirs: list[dict]) -> None:
         assert abs(a["score"] - b["score"]) <= TOL, (a, b)
 
 
+@pytest.mark.parametrize("max_tokens", [None, 512])  # 512: windows packed into shared rows
 @pytest.mark.parametrize("case", CASES, ids=[f"{c['question']} {c['kwargs']}" for c in CASES])
-def test_answers_equal_the_transformers_pipeline(loaded, case):
+def test_answers_equal_the_transformers_pipeline(loaded, case, max_tokens):
     model, tokenizer = loaded
-    _same(answer(model, tokenizer, case["question"], case["context"], **case["kwargs"]),
-          case["result"])
+    _same(answer(model, tokenizer, case["question"], case["context"], **case["kwargs"],
+                 max_tokens=max_tokens), case["result"])
 
 
 def test_the_command_prints_the_pipelines_objects(capsys):

@@ -13,7 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertjax.data.packing import best_fit_decreasing, pack_sequences, unpack_tokens
+from bertjax.data.packing import (
+    RowLayout,
+    best_fit_decreasing,
+    pack_layout,
+    pack_sequences,
+    unpack_tokens,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -100,3 +106,56 @@ def test_packing_imports_no_framework():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_row_layout_moves_per_token_and_per_sequence_arrays_both_ways():
+    lengths = [5, 3, 7, 2, 6]
+    layout = pack_layout(lengths, 10)
+    values = np.zeros((5, 7), np.int32)
+    for n, length in enumerate(lengths):
+        values[n, :length] = 100 * (n + 1) + np.arange(length)
+    rows = layout.tokens(values, fill=-1)
+    assert rows.shape == (layout.num_rows, 10) and (rows >= 0).sum() == sum(lengths)
+    for n, part in enumerate(layout.split(rows)):
+        np.testing.assert_array_equal(part, values[n, :lengths[n]])
+    slots = layout.per_sequence(np.arange(5) * 10, fill=-7)
+    assert (slots == -7).sum() == layout.num_rows * layout.max_per_row - 5
+    np.testing.assert_array_equal(layout.from_slots(slots), np.arange(5) * 10)
+    inputs = layout.inputs()
+    np.testing.assert_array_equal(inputs["attention_mask"], rows >= 0)
+    np.testing.assert_array_equal(layout.from_slots(inputs["cls_positions"]), layout.start)
+
+
+def test_fixed_size_batches_of_rows_cover_every_sequence_once():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 40, size=60)
+    layout = pack_layout(lengths, 64)
+    order = rng.permutation(layout.num_rows)
+    batches = layout.batches(4, order)
+    assert len(batches) == -(-layout.num_rows // 4)
+    assert sorted(np.concatenate([m for m, _ in batches]).tolist()) == list(range(60))
+    for b, (members, sub) in enumerate(batches):  # one shape; the last completed with empty rows
+        assert sub.num_rows == 4 and sub.max_per_row == layout.max_per_row
+        ids = sub.inputs()["sequence_ids"]
+        assert ids.shape == (4, 64)
+        np.testing.assert_array_equal(sub.length, lengths[members])
+        for i, n in enumerate(members):  # the same place in its row as in the whole packing
+            assert (sub.slot[i], sub.start[i]) == (layout.slot[n], layout.start[n])
+            assert order[sub.row[i] + 4 * b] == layout.row[n]
+    last = batches[-1][1].inputs()["sequence_ids"]
+    assert (last.sum(1) == 0).sum() == 4 * len(batches) - layout.num_rows  # the empty rows
+    with pytest.raises(ValueError, match="rows_per_batch must be at least 1"):
+        layout.batches(0)
+
+
+def test_a_second_budget_caps_each_row_like_its_length():
+    # pre-training's predictions: lengths fit in one row of 20, costs (4 + 4 + 4) do not in 8
+    rows = best_fit_decreasing([5, 5, 5], 20, costs=[4, 4, 4], cost_limit=8)
+    assert rows == [[0, 1], [2]]
+    assert best_fit_decreasing([5, 5, 5], 20) == [[0, 1, 2]]
+    # the tightest row by length is skipped for one with room for the cost
+    assert best_fit_decreasing([10, 8, 2], 12, costs=[7, 1, 2], cost_limit=8) == [[0], [1, 2]]
+    with pytest.raises(ValueError, match="more than max_per_row=1"):
+        RowLayout.of([[0, 1]], [2, 2], 8, max_per_row=1)
+    with pytest.raises(ValueError, match="more than seq_len=3"):
+        RowLayout.contiguous([2], np.array([2, 2]), 3)

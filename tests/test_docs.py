@@ -177,6 +177,9 @@ def run_shell(code: str) -> None:
         if argv[0] == "bertjax":
             extra = TINY.get(argv[1], []) if "--resume" not in argv else []
             extra = extra + GENRES if "shakespeare-genres" in argv else extra
+            if "--max-tokens" in argv and "--batch-size" in extra:  # packed: no batch size
+                at = extra.index("--batch-size")
+                extra = extra[:at] + extra[at + 2:]
             code_ = main([*argv[1:], *extra])
             assert code_ == 0, f"`{shlex.join(argv)}` exited {code_}"
         elif argv[0] == "python":
@@ -229,7 +232,8 @@ def test_the_command_line_page_shows_every_command() -> None:
     text = (ROOT / "docs" / "cli.md").read_text()
     shown = set(re.findall(r"<!-- cli-help: ([a-z -]+) -->", text))
     assert set(COMMANDS) - {"export", "bench"} <= shown  # export: convert's old name; bench: below
-    assert {"bench train", "bench infer", "bench embed", "bench data", "bench corpus"} <= shown
+    assert {"bench train", "bench infer", "bench embed", "bench data", "bench corpus",
+            "bench finetune", "bench pack"} <= shown
 
 
 @pytest.mark.slow

@@ -20,14 +20,17 @@ from tokenizers import Tokenizer
 from use_helpers import sentences
 
 from bertjax import BertModel
-from bertjax.bench.embed import run_embed_benchmark
+from bertjax.bench.embed import DEFAULT_MAX_TOKENS, format_table, run_embed_benchmark
+from bertjax.cli.bench import EMBED_MAX_TOKENS
 from bertjax.cli.main import main
 from bertjax.pretrained import from_pretrained
 from bertjax.use.embed import embed, nearest, sentence_transformers_settings, sorted_batches
 from bertjax.use.encode import TruncationWarning, encode, jitted_forward
+from bertjax.use.packed import packed_layouts
 
 TOL = 1e-5
 BATCH = 8  # several sorted batches of the 32 lines, two padded widths
+PACKED = 256  # max_tokens: rows of 64 tokens, four per batch, several batches of packed lines
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +79,11 @@ def test_lines_cover_several_lengths_and_need_sorting(minilm, lines):
     assert widths == {16, 48}, widths
 
 
-def test_mean_normalized_matches_transformers_recipe(minilm, lines, hf_last_hidden):
+@pytest.mark.parametrize("max_tokens", [None, PACKED])
+def test_mean_normalized_matches_transformers_recipe(minilm, lines, hf_last_hidden, max_tokens):
     model, tokenizer = minilm
-    ours = embed(model, tokenizer, lines, pooling="mean", normalize=True, batch_size=BATCH)
+    ours = embed(model, tokenizer, lines, pooling="mean", normalize=True, batch_size=BATCH,
+                 max_tokens=max_tokens)
     ref = sentence_transformers_recipe(*hf_last_hidden)
     assert ours.shape == (32, 384) and ours.dtype == np.float32
     diff = np.abs(ours - ref).max()
@@ -114,13 +119,34 @@ def test_order_restored_and_padding_free(minilm, lines):
     assert np.abs(together[1:] - together[:-1]).max() > 0.1  # distinct rows, not one repeated
 
 
-def test_cls_pooling_is_first_hidden_state(minilm, lines, hf_last_hidden):
+@pytest.mark.parametrize("max_tokens", [None, PACKED])
+def test_cls_pooling_is_first_hidden_state(minilm, lines, hf_last_hidden, max_tokens):
     model, tokenizer = minilm
-    ours = embed(model, tokenizer, lines, pooling="cls", batch_size=BATCH)
+    ours = embed(model, tokenizer, lines, pooling="cls", batch_size=BATCH, max_tokens=max_tokens)
     batch = encode(tokenizer, lines, max_length=512)
     direct = np.asarray(jitted_forward(model)(batch.arrays()).sequence_output)[:, 0]  # (N, H)
     assert np.abs(ours - direct).max() <= TOL
     assert np.abs(ours - hf_last_hidden[0][:, 0]).max() <= TOL
+
+
+def test_packed_lines_are_their_unpacked_vectors(minilm, lines):
+    """Packed into shared rows (several lines a row, the last batch completed with empty rows),
+    every line's vector is the one it gets alone; a budget below one row is refused by name."""
+    model, tokenizer = minilm
+    long_line = " ".join(lines[:28])  # 199 tokens, far longer than the rest: rows of its own
+    lines = [*lines, long_line]
+    unpacked = embed(model, tokenizer, lines, batch_size=BATCH)
+    for budget in (256, 1024, 8192):  # rows of 64 and of the long line's length, then one batch
+        packed = embed(model, tokenizer, lines, max_tokens=budget)
+        diff = np.abs(packed - unpacked).max()
+        print(f"max_tokens {budget}: max |packed - unpacked| = {diff:.2e}")
+        assert diff <= TOL, diff
+    batches = packed_layouts(encode(tokenizer, lines, max_length=512).attention_mask.sum(1),
+                             max_tokens=1024, limit=512)
+    assert {layout.seq_len for _, layout in batches} == {64, 208}  # the bulk, the long line
+    with pytest.raises(ValueError, match=r"max_tokens \(--max-tokens\) 50 holds no packed row "
+                                         r"of 64 tokens.*pass max_tokens \(--max-tokens\) 64"):
+        embed(model, tokenizer, lines[:32], max_tokens=50)
 
 
 def test_nearest_finds_the_line_itself(minilm, lines):
@@ -228,17 +254,26 @@ def test_bad_inputs_exit_2_with_a_message(command, tmp_path, capsys):
 
 def test_benchmark_rows_agree(lines):
     # the test's 32 lines in batches of 8: the shapes bertjax compiled for the tests above
-    result = run_embed_benchmark(lines, batch_size=BATCH, repeats=1, keep_vectors=True, quiet=True)
+    result = run_embed_benchmark(lines, batch_size=BATCH, repeats=1, keep_vectors=True, quiet=True,
+                                 max_tokens=PACKED)
     assert result["lines"] == 32 and result["repeats"] == 1 and result["max_length"] == 256
-    assert [r["row"] for r in result["rows"]] == ["bertjax (jit)", "transformers eager (sdpa)"]
+    assert [r["row"] for r in result["rows"]] == [
+        "bertjax (jit, packed)", "bertjax (jit)", "transformers eager (sdpa)"]
     for row in result["rows"]:
         assert row["sentences_per_s"] == pytest.approx(32 / row["median_s"])
         assert len(row["times_s"]) == 1 and row["first_s"] > 0
     rates = [r["sentences_per_s"] for r in result["rows"]]
-    assert result["ratio"] == pytest.approx(rates[0] / rates[1])
-    ours, theirs = result["vectors"].values()
-    assert ours.shape == theirs.shape == (32, 384)
-    assert np.abs(ours - theirs).max() == pytest.approx(result["max_abs_diff"])
+    assert result["ratio"] == result["rows"][0]["ratio"] == pytest.approx(rates[0] / rates[2])
+    assert result["rows"][1]["ratio"] == pytest.approx(rates[1] / rates[2])
+    packed, ours, theirs = result["vectors"].values()
+    assert packed.shape == ours.shape == theirs.shape == (32, 384)
+    assert np.abs(packed - theirs).max() == pytest.approx(result["max_abs_diff"])
+    assert result["rows"][1]["max_abs_diff"] == pytest.approx(np.abs(ours - theirs).max())
+    assert max(result["max_abs_diff"], result["rows"][1]["max_abs_diff"]) <= TOL
+    ((R, S, _),) = result["packed_shapes"]  # one shape, its slots mostly real tokens
+    assert (R, S) == (4, 64) and result["packed_slots"] < result["padded_tokens"]
+    assert EMBED_MAX_TOKENS == DEFAULT_MAX_TOKENS
+    assert "packed: " in format_table(result) and "vs transformers" in format_table(result)
     assert result["max_abs_diff"] <= TOL
     assert result["real_tokens"] < result["padded_tokens"]
     assert all(s % 16 == 0 for _, s in result["shapes"])

@@ -141,11 +141,12 @@ def test_designed_entities_are_what_the_pipeline_finds(reference) -> None:
     assert reference["none"][4] == [] and all(r[4] == [] for r in reference.values())
 
 
+@pytest.mark.parametrize("max_tokens", [None, 256])  # 256: texts packed two rows a batch
 @pytest.mark.parametrize("aggregation", AGGREGATIONS)
-def test_tag_equals_pipeline(tagger, reference, aggregation) -> None:
+def test_tag_equals_pipeline(tagger, reference, aggregation, max_tokens) -> None:
     model, tokenizer, _ = tagger
     with pytest.warns(TruncationWarning, match="line 6 has .* more tokens than the model's 128"):
-        got = tag(model, tokenizer, TEXTS, aggregation=aggregation)
+        got = tag(model, tokenizer, TEXTS, aggregation=aggregation, max_tokens=max_tokens)
     assert_same(got, reference[aggregation])
 
 

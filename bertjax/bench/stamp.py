@@ -18,7 +18,7 @@ from typing import Any
 
 from bertjax.files import write_json_atomic
 
-KINDS = ("train", "infer", "embed", "data", "corpus")
+KINDS = ("train", "infer", "embed", "data", "corpus", "finetune", "pack")
 
 
 def cpu_name() -> str:

@@ -69,13 +69,56 @@ def _step(report: dict[str, Any]) -> list[str]:
 
 
 def _embed(result: dict[str, Any]) -> list[str]:
-    """`bertjax bench embed`: sentences/s of each row on the same lines."""
+    """`bertjax bench embed`: sentences/s of each row on the same lines, each bertjax row's
+    ratio to transformers and its vectors' largest difference from transformers'."""
     rows = [[r["row"], f"{r['sentences_per_s']:,.1f}", f"{r['median_s']:.2f}",
-             f"{r['first_s']:.2f}"] for r in result["rows"]]
-    lines = _table(["row", "sentences/s", "median s", "first call s"], rows)
-    return lines + ["", f"{result['lines']:,} lines, {result['model_name']}; bertjax / "
-                        f"transformers {result['ratio']:.2f}×, the vectors within "
-                        f"{result['max_abs_diff']:.1e}."]
+             f"{r['first_s']:.2f}", f"{r['ratio']:.2f}×" if "ratio" in r else "",
+             f"{r['max_abs_diff']:.1e}" if "max_abs_diff" in r else ""]
+            for r in result["rows"]]
+    lines = _table(["row", "sentences/s", "median s", "first call s", "× transformers",
+                    "vectors' max difference"], rows)
+    padding = 1 - result["real_tokens"] / result["padded_tokens"]
+    lines += ["", f"{result['lines']:,} lines, {result['model_name']}; sorted batches of "
+                  f"{result['batch_size']} ({padding:.0%} padding)"
+                  + ("." if result.get("max_tokens") is None else
+                     f"; packed: batches of {result['max_tokens']} token slots, "
+                     + " and ".join(f"{R} rows × {S}" for R, S, _ in result["packed_shapes"])
+                     + f" ({1 - result['real_tokens'] / result['packed_slots']:.0%} empty).")]
+    return lines
+
+
+def _finetune(result: dict[str, Any]) -> list[str]:
+    """`bertjax bench finetune`: per task, padded against packed: steps, training seconds and
+    the validation score of each seed."""
+    rows = [[t["task"], t["score_name"], str(t["padded_steps"]), f"{t['padded_train_s']:.1f}",
+             " ".join(f"{s:.3f}" for s in t["padded_scores"]), str(t["packed_steps"]),
+             str(t["max_tokens"]), f"{t['packed_train_s']:.1f}",
+             " ".join(f"{s:.3f}" for s in t["packed_scores"]), f"{t['speedup']:.2f}×"]
+            for t in result["tasks"]]
+    lines = _table(["task", "metric", "padded steps", "padded s", "scores", "packed steps",
+                    "max tokens", "packed s", "scores", "speed-up"], rows)
+    return lines + ["", f"{result['model_name']}, {result['epochs']} epoch(s), batch "
+                        f"{result['batch_size']} (packed: the token budget of as many steps), "
+                        f"max length {result['max_length']}, seeds {result['seeds']}; the "
+                        "training loop's wall time, compilation included."]
+
+
+def _pack(result: dict[str, Any]) -> list[str]:
+    """`bertjax bench pack`: real-token shares per row, then the train step both ways."""
+    shares = [[name, f"{c['none']['rows']:,}", f"{c['none']['real_token_share']:.1%}",
+               f"{c['best-fit']['rows']:,}", f"{c['best-fit']['real_token_share']:.1%}", c["auto"]]
+              for name, c in result["corpora"].items()]
+    lines = _table(["corpus", "unpacked rows", "real tokens", "packed rows", "real tokens",
+                    "auto"], shares)
+    steps = [[r["packing"], f"{1e3 * r['step_s']:.1f}", f"{r['pairs_per_step']:.1f}",
+              f"{r['real_tokens_per_step']:,.0f}", f"{r['real_tokens_per_s']:,.0f}"]
+             for r in result["rows"]]
+    lines += ["", *_table(["packing", "step ms", "pairs a step", "real tokens a step",
+                           "real tokens/s"], steps)]
+    return lines + ["", f"Rows of {result['seq_len']} tokens; the step: {result['preset']}, "
+                        f"{result['batch_size']} rows, on the plays cut into speeches; packed "
+                        f"trains on {result['speedup_real_tokens']:.2f}× the real tokens per "
+                        "second."]
 
 
 def _data(result: dict[str, Any]) -> list[str]:
@@ -98,7 +141,8 @@ def _corpus(result: dict[str, Any]) -> list[str]:
 
 
 RENDERERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
-    "train": _step, "infer": _step, "embed": _embed, "data": _data, "corpus": _corpus}
+    "train": _step, "infer": _step, "embed": _embed, "data": _data, "corpus": _corpus,
+    "finetune": _finetune, "pack": _pack}
 
 
 def render(path: Path) -> str:

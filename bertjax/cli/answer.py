@@ -8,11 +8,17 @@ import json
 
 from bertjax.cli.argtypes import non_negative_int, positive_int
 from bertjax.cli.errors import CommandError
-from bertjax.cli.model_options import add_model_argument, load_model_with, run_command
+from bertjax.cli.model_options import (
+    add_max_tokens_argument,
+    add_model_argument,
+    load_model_with,
+    run_command,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
+    add_max_tokens_argument(parser, "context's windows")
     parser.add_argument("--question", required=True, help="the question")
     parser.add_argument("--context", default=None, help="the text that holds the answer")
     parser.add_argument("--context-file", default=None, metavar="FILE",
@@ -56,7 +62,7 @@ def _answer(args: argparse.Namespace) -> int:
                          doc_stride=args.doc_stride, max_answer_len=args.max_answer_len,
                          max_seq_len=args.max_seq_len,
                          handle_impossible_answer=args.handle_impossible_answer,
-                         align_to_words=args.align_to_words)
+                         align_to_words=args.align_to_words, max_tokens=args.max_tokens)
     except ValueError as err:
         raise CommandError(str(err)) from err
     if args.json:

@@ -1,8 +1,9 @@
 """`bertjax bench WHAT`: benchmarks. `data`: tokenisation MB/s and masked sequences/s on one core;
 `train` / `infer`: the training step / inference forward of bertjax (float32, bfloat16),
 transformers (eager, torch.compile) and bert_torch side by side (`bertjax.bench`); `embed`:
-sentence-embedding throughput against transformers; `corpus`: `bertjax data`'s MB/s and peak
-memory on large generated corpora.
+sentence-embedding throughput against transformers (packed and in sorted batches); `corpus`:
+`bertjax data`'s MB/s and peak memory on large generated corpora; `finetune`: the bundled tasks,
+padded batches against packed; `pack`: pre-training on short documents, unpacked against packed.
 
 Each benchmark is a sub-command with its own options: an entry of BENCHMARKS. The options of
 `train` and `infer` are derived from the fields of `BenchSettings` (`bertjax.cli.fields`).
@@ -19,7 +20,7 @@ from bertjax.bench import corpus as corpus_bench
 from bertjax.bench import options as bench_options
 from bertjax.bench.options import BenchSettings
 from bertjax.bench.run import run_benchmark
-from bertjax.cli.argtypes import int_range, non_negative_int, positive_int
+from bertjax.cli.argtypes import int_range, non_negative_int, positive_int, subset_of
 from bertjax.cli.corpus_options import add_corpus_arguments
 from bertjax.cli.errors import writing
 from bertjax.cli.fields import add_field_arguments, device_defaults_table, settings_from_args
@@ -30,6 +31,7 @@ from bertjax.settings import field_options, parse_value
 # Options a mode does not have (inference runs without dropout).
 EXCLUDED = {"train": (), "infer": ("dropout",)}
 EMBED_DEFAULT_LINES = 10_000  # bertjax.bench.embed.DEFAULT_LINES, without importing JAX for --help
+EMBED_MAX_TOKENS = 2048  # bertjax.bench.embed.DEFAULT_MAX_TOKENS (a test holds them equal)
 
 
 # --- data -------------------------------------------------------------------------------------
@@ -148,7 +150,10 @@ def _add_embed_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Hugging Face BERT directory or `bertjax pretrain` run directory "
                              "(default: all-MiniLM-L6-v2)")
     parser.add_argument("--batch-size", type=positive_int, default=64, metavar="N",
-                        help="lines per batch (default: 64)")
+                        help="lines per sorted batch, both bertjax's and transformers' (default: 64)")
+    parser.add_argument("--max-tokens", type=non_negative_int, default=EMBED_MAX_TOKENS,
+                        metavar="N", help="token slots per batch of the packed bertjax row; 0: "
+                                          f"no packed row (default: {EMBED_MAX_TOKENS})")
     parser.add_argument("--repeats", type=positive_int, default=3, help="timed repeats (default: 3)")
     parser.add_argument("--attn-implementation", choices=("sdpa", "eager"), default="sdpa",
                         help="transformers' attention (default: sdpa, its own default)")
@@ -172,10 +177,86 @@ def _run_embed(args: argparse.Namespace) -> int:
     else:
         lines = shakespeare_lines(args.lines)
     result = run_embed_benchmark(lines, batch_size=args.batch_size, repeats=args.repeats,
-                                 model=args.model, attn_implementation=args.attn_implementation)
+                                 model=args.model, attn_implementation=args.attn_implementation,
+                                 max_tokens=args.max_tokens or None)
     if args.json:
         with writing("--json", args.json):
             write_result(result, args.json, "embed", accelerator=_accelerator(result))
+    return 0
+
+
+# --- finetune, pack ------------------------------------------------------------------------
+
+
+def _add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
+    from bertjax.tasks.registry import BUNDLED  # no framework
+
+    parser.add_argument("--tasks", type=subset_of(tuple(BUNDLED)), default=tuple(BUNDLED),
+                        metavar="A,B", help=f"bundled tasks (default: all: {', '.join(BUNDLED)})")
+    parser.add_argument("--model", default=None, metavar="DIR",
+                        help="the model to fine-tune (default: all-MiniLM-L6-v2)")
+    parser.add_argument("--seeds", type=positive_int, default=2,
+                        help="seeds 0..N-1 of each mode (default: 2)")
+    parser.add_argument("--epochs", type=positive_int, default=1, help="(default: 1)")
+    parser.add_argument("--batch-size", type=positive_int, default=32,
+                        help="examples per padded step (default: 32)")
+    parser.add_argument("--max-length", type=int_range(8), default=128, help="(default: 128)")
+    parser.add_argument("--max-tokens", type=positive_int, default=None, metavar="N",
+                        help="token slots per packed step (default: as many steps as padded)")
+    parser.add_argument("--limit", type=positive_int, default=None, metavar="N",
+                        help="only N training and N validation examples, drawn with a fixed seed "
+                             "(a quick check)")
+    _add_json_arguments(parser)
+
+
+def _add_json_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", default=None, metavar="FILE",
+                        help="also write the numbers to this new file")
+    parser.add_argument("--force", action="store_true", help="replace an existing --json file")
+
+
+def _write_json(args: argparse.Namespace, result: dict[str, Any], kind: str) -> None:
+    """The result, stamped (`bench.stamp`), to --json if given (checked before the run)."""
+    from bertjax.bench.stamp import write_result
+
+    if args.json:
+        with writing("--json", args.json):
+            write_result(result, args.json, kind, accelerator=_accelerator(result))
+
+
+def _run_finetune(args: argparse.Namespace) -> int:
+    from bertjax.bench.finetune import run_finetune_benchmark
+
+    if args.json:  # before the benchmark, not after it
+        check_output_path(args.json, "--json", force=args.force, example="bench.json")
+    result = run_finetune_benchmark(args.tasks, model=args.model, seeds=range(args.seeds),
+                                    epochs=args.epochs, batch_size=args.batch_size,
+                                    max_length=args.max_length, max_tokens=args.max_tokens,
+                                    limit=args.limit)
+    _write_json(args, result, "finetune")
+    return 0
+
+
+def _add_pack_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", default="mini", help="model size (default: mini, the recipe's)")
+    parser.add_argument("--seq-len", type=int_range(16), default=128, help="(default: 128)")
+    parser.add_argument("--batch-size", type=positive_int, default=8,
+                        help="rows a step (default: 8, the recipe's)")
+    parser.add_argument("--steps", type=positive_int, default=20,
+                        help="train steps per timed repeat (default: 20)")
+    parser.add_argument("--repeats", type=positive_int, default=3, help="(default: 3)")
+    _add_json_arguments(parser)
+
+
+def _run_pack(args: argparse.Namespace) -> int:
+    from bertjax.bench.packing import run_packing_benchmark
+
+    if args.json:  # before the benchmark, not after it
+        check_output_path(args.json, "--json", force=args.force, example="bench.json")
+    result = run_packing_benchmark(preset=args.preset, seq_len=args.seq_len,
+                                   batch_size=args.batch_size, steps=args.steps,
+                                   repeats=args.repeats)
+    _write_json(args, result, "pack")
     return 0
 
 
@@ -202,6 +283,12 @@ BENCHMARKS = {
     "corpus": ("`bertjax data` on generated Parquet / JSON-lines corpora of several sizes: input "
                "MB/s and peak RSS", corpus_bench.add_arguments,
                lambda args: corpus_bench.run(args)),
+    "finetune": ("an epoch of each bundled fine-tuning task, padded batches against packed "
+                 "(--max-tokens), two seeds: training wall time and validation scores",
+                 _add_finetune_arguments, _run_finetune),
+    "pack": ("pre-training on short documents (the plays as speeches): the share of real "
+             "tokens per row and tokens of real text per second, unpacked against packed",
+             _add_pack_arguments, _run_pack),
 }
 
 

@@ -10,7 +10,12 @@ from pathlib import Path
 
 from bertjax.cli.argtypes import int_range, positive_int
 from bertjax.cli.errors import CommandError, writing
-from bertjax.cli.model_options import add_model_argument, load_model, run_command
+from bertjax.cli.model_options import (
+    add_max_tokens_argument,
+    add_model_argument,
+    load_model,
+    run_command,
+)
 from bertjax.cli.outputs import add_force_argument, check_output_path
 
 DEFAULT_LABEL_FIELD = "label"
@@ -19,6 +24,7 @@ DEFAULT_MAX_LENGTH = 128
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
+    add_max_tokens_argument(parser, "examples")
     parser.add_argument("--file", required=True,
                         help=".jsonl or .csv (text, optional text_pair and label) or plain text, "
                              "one example per line")
@@ -76,6 +82,7 @@ def _classify(args: argparse.Namespace) -> int:
     labels = model.config.id2label
     check_labels(examples, labels, f"--file {args.file}")
     probs = predict(model, tokenizer, examples, batch_size=args.batch_size,
+                    max_tokens=args.max_tokens,
                     max_length=max_length, option="--max-length")
     records = []
     for example, p in zip(examples, probs, strict=True):

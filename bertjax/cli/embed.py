@@ -19,7 +19,7 @@ import numpy as np
 
 from bertjax.cli.argtypes import positive_int
 from bertjax.cli.errors import CommandError, writing
-from bertjax.cli.model_options import add_model_argument, run_command
+from bertjax.cli.model_options import add_max_tokens_argument, add_model_argument, run_command
 from bertjax.cli.outputs import add_force_argument, check_output_path
 
 EPILOG = """\
@@ -49,6 +49,7 @@ def add_embedding_arguments(parser: argparse.ArgumentParser) -> None:
                              "sentence-transformers max_seq_length, else its positions)")
     parser.add_argument("--top-k", type=positive_int, default=5, metavar="K",
                         help="how many nearest lines to print (default: 5)")
+    add_max_tokens_argument(parser, "lines")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -97,16 +98,20 @@ def embedding_settings(args: argparse.Namespace, model: Any) -> dict[str, Any]:
         "normalize": bool(found.get("normalize", False) if args.normalize is None else args.normalize),
         "batch_size": args.batch_size,
         "max_length": max_length,
+        "max_tokens": args.max_tokens,
         "progress": not args.no_progress and sys.stderr.isatty(),
         "option": "--max-length",
     }
 
 
 def describe_settings(settings: dict[str, Any]) -> str:
-    """The settings in words: mean pooling, normalized, at most 256 tokens, batches of 64."""
+    """The settings in words: mean pooling, normalized, at most 256 tokens, batches of 64 (or
+    packed batches of 4096 token slots)."""
     normalized = "normalized" if settings["normalize"] else "not normalized"
+    batches = (f"batches of {settings['batch_size']}" if settings.get("max_tokens") is None
+               else f"packed batches of {settings['max_tokens']} token slots")
     return (f"{settings['pooling']} pooling, {normalized}, at most {settings['max_length']} tokens, "
-            f"batches of {settings['batch_size']}")
+            f"{batches}")
 
 
 def print_nearest(lines: list[str], vectors: np.ndarray, query_vector: np.ndarray, query: str,

@@ -6,11 +6,17 @@ import argparse
 
 from bertjax.cli.argtypes import positive_int
 from bertjax.cli.errors import CommandError
-from bertjax.cli.model_options import add_model_argument, load_model_with, run_command
+from bertjax.cli.model_options import (
+    add_max_tokens_argument,
+    add_model_argument,
+    load_model_with,
+    run_command,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
+    add_max_tokens_argument(parser, "texts")
     parser.add_argument("texts", nargs="*", metavar="TEXT", help='e.g. "to be or not to [MASK]"')
     parser.add_argument("--file", default=None, help="also every non-empty line of this file")
     parser.add_argument("--top-k", type=positive_int, default=5, metavar="K",
@@ -36,7 +42,8 @@ def _fill(args: argparse.Namespace) -> int:
         raise CommandError(f"--top-k {args.top_k} is more than the model's "
                            f"{model.config.vocab_size} tokens; pass --top-k "
                            f"{model.config.vocab_size} or less")
-    results = fill_mask(model, tokenizer, texts, top_k=args.top_k, names=names)
+    results = fill_mask(model, tokenizer, texts, top_k=args.top_k, names=names,
+                        max_tokens=args.max_tokens)
     for text, masks in zip(texts, results, strict=True):
         print(f"{text}\n  -> {fill_in(text, masks)}")
         for m, top in enumerate(masks, 1):

@@ -77,6 +77,11 @@ RECIPE: dict[str, tuple[Callable[[str], Any], str]] = {
     "max_length": (int_range(3), "tokens per example, longer ones are cut (at most the "
                                  "model's positions)"),
     "seed": (non_negative_int, "shuffling, the validation split and dropout"),
+    "max_tokens": (positive_int, "pack the examples into rows and make each step a batch of "
+                                 "this many token slots (rows as long as the longest example, "
+                                 "at least 64; a step holds the examples that fit, so "
+                                 "--batch-size is refused beside it); validation and test are "
+                                 "packed too"),
 }
 
 
@@ -140,8 +145,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for field in dataclasses.fields(FinetuneConfig):
         parse, help_text = RECIPE[field.name]
         default = getattr(defaults, field.name)
-        recipe.add_argument(f"--{field.name.replace('_', '-')}", type=parse, default=default,
-                            metavar=field.name.upper(), help=f"{help_text} (default: {default})")
+        shown = "off" if default is None else default
+        # --batch-size reads None when not given, so that it can be refused with --max-tokens
+        recipe.add_argument(f"--{field.name.replace('_', '-')}", type=parse,
+                            default=None if field.name == "batch_size" else default,
+                            metavar=field.name.upper(), help=f"{help_text} (default: {shown})")
     recipe.add_argument("--dropout", type=probability, default=0.1,
                         help="hidden, attention and classifier dropout, in [0, 1) (default 0.1)")
     recipe.add_argument("--init", choices=("pretrained", "random"), default="pretrained",
@@ -166,6 +174,10 @@ def check_task_options(args: argparse.Namespace) -> None:
         if not applies:
             raise CommandError(f"{option} is read by --task {task} only, not by --task "
                                f"{args.task}: leave it out (or choose that task)")
+    if args.max_tokens is not None and args.batch_size is not None:
+        raise CommandError(f"--batch-size does nothing with --max-tokens (a step is "
+                           f"{args.max_tokens} token slots, holding the examples that fit): "
+                           "leave out one of them")
     if args.validation_fraction is not None and (args.validation or args.task in BUNDLED):
         given = (f"--validation {args.validation}" if args.validation
                  else f"--task {args.task}'s own validation split")
@@ -235,7 +247,8 @@ def _finetune(args: argparse.Namespace) -> int:
             attention_probs_dropout_prob=args.dropout, classifier_dropout=None, **named)
     if args.init == "random":
         model = task.model_class(model.config, rngs=nnx.Rngs(args.seed))
-    config = FinetuneConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(FinetuneConfig)})
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(FinetuneConfig)}
+    config = FinetuneConfig(**{k: v for k, v in given.items() if v is not None or k == "max_tokens"})
     # finetune() checks the rest (labels, --max-length against the model) before writing
     result = finetune(model, tokenizer, train, validation, args.output_dir, config, task=task,
                       test=test, progress=not args.no_progress)

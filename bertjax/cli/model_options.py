@@ -24,6 +24,19 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
                         help="with a Hub id: this branch, tag or commit instead of main")
 
 
+def add_max_tokens_argument(parser: argparse.ArgumentParser, unit: str = "texts") -> None:
+    """--max-tokens: pack the inputs into batches of that many token slots (`bertjax.use.packed`,
+    the same results as unpacked within 1e-5)."""
+    from bertjax.cli.argtypes import positive_int
+
+    parser.add_argument("--max-tokens", type=positive_int, default=None, metavar="N",
+                        help=f"pack the {unit} into rows (several per row, attention kept inside "
+                             "each) and run batches of N token slots: rows as long as the inputs "
+                             "(rounded up to 16, at least 64; the longest 2%% in rows of their "
+                             "own), N // that many rows a batch; the same results, less padding "
+                             "(default: off)")
+
+
 def load_model(args: argparse.Namespace, **kwargs: Any) -> tuple[Any, Any]:
     """(model, tokenizer) of `args.model`; a missing, damaged or unusable directory is a
     CommandError of one line."""

@@ -6,11 +6,17 @@ from __future__ import annotations
 import argparse
 
 from bertjax.cli.errors import CommandError
-from bertjax.cli.model_options import add_model_argument, load_model_with, run_command
+from bertjax.cli.model_options import (
+    add_max_tokens_argument,
+    add_model_argument,
+    load_model_with,
+    run_command,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
+    add_max_tokens_argument(parser, "sentence pairs")
     parser.add_argument("first", metavar="A", nargs="?", default=None, help="the first sentence")
     parser.add_argument("second", metavar="B", nargs="?", default=None,
                         help="the sentence that may follow it")
@@ -58,7 +64,8 @@ def _nsp(args: argparse.Namespace) -> int:
 
     first, second, names = _pairs(args)
     model, tokenizer = load_model_with(args, "nsp_head", "BertForNextSentencePrediction")
-    probabilities = next_sentence_probability(model, tokenizer, first, second, names=names)
+    probabilities = next_sentence_probability(model, tokenizer, first, second, names=names,
+                                              max_tokens=args.max_tokens)
     for name, p in zip(names, probabilities, strict=True):
         print(f"P(IsNext) = {float(p):.6f}" if len(names) == 1 else
               f"{name}: P(IsNext) = {float(p):.6f}")

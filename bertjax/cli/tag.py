@@ -8,13 +8,19 @@ import json
 from typing import Any
 
 from bertjax.cli.errors import CommandError
-from bertjax.cli.model_options import add_model_argument, load_model_with, run_command
+from bertjax.cli.model_options import (
+    add_max_tokens_argument,
+    add_model_argument,
+    load_model_with,
+    run_command,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from bertjax.use.tag import AGGREGATIONS
 
     add_model_argument(parser)
+    add_max_tokens_argument(parser, "texts")
     parser.add_argument("texts", nargs="*", metavar="TEXT",
                         help='e.g. "Romeo met Juliet in Verona"')
     parser.add_argument("--aggregation", choices=AGGREGATIONS, default="simple",
@@ -38,7 +44,8 @@ def _tag(args: argparse.Namespace) -> int:
             raise CommandError(f"{name} is empty; give a text with words to tag")
     model, tokenizer = load_model_with(args, "token_classifier", "BertForTokenClassification")
     try:
-        results = tag(model, tokenizer, args.texts, aggregation=args.aggregation, names=names)
+        results = tag(model, tokenizer, args.texts, aggregation=args.aggregation, names=names,
+                      max_tokens=args.max_tokens)
     except ValueError as err:
         raise CommandError(str(err)) from err
     if args.json:

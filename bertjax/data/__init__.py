@@ -10,7 +10,8 @@ for pre-training, and labelled examples for fine-tuning.
     pairs.py      next-sentence pairs (IsNext / NotNext)
     masking.py    80/10/10 dynamic masking, whole-word masking
     batches.py    resumable, process-sharded pre-training batches
-    packing.py    sequences packed into rows of a fixed length (best-fit decreasing)
+    packing.py    sequences packed into rows of a fixed length (best-fit decreasing, RowLayout)
+    pair_packing.py  NSP pairs packed into pre-training rows, each masked as alone
     labelled.py   labelled examples (text, text_pair, label) and the bundled genre task
     tagging.py    tagged sentences (CoNLL, JSON lines; BIO/IOB2), labels aligned to WordPiece
     squad.py      SQuAD v1.1 / v2.0 questions, contexts cut into overlapping windows
@@ -49,6 +50,7 @@ from bertjax.data.corpus import (
     parquet_documents,
     shakespeare_documents,
     shakespeare_plays,
+    shakespeare_speech_documents,
     split_sentences,
     text_documents,
 )
@@ -60,7 +62,7 @@ from bertjax.data.labelled import (
     split_examples,
 )
 from bertjax.data.masking import mask_tokens
-from bertjax.data.packing import PackedRows, pack_sequences, unpack_tokens
+from bertjax.data.packing import PackedRows, RowLayout, pack_layout, pack_sequences, unpack_tokens
 from bertjax.data.pairs import COLUMNS as PAIR_COLUMNS
 from bertjax.data.pairs import create_pairs, load_or_create_pairs
 from bertjax.data.scene_tasks import character_tagging, next_line_choices, speaker_questions
@@ -71,12 +73,12 @@ from bertjax.data.tokenizer import SpecialTokens, WordPieceTokenizer
 
 __all__ = [
     "EVAL_PLAYS", "PAIR_COLUMNS", "ChoiceExample", "Document", "Example", "PackedRows",
-    "PretrainingBatches", "QAExample", "Shards", "SpecialTokens", "TaggedSentence",
+    "PretrainingBatches", "QAExample", "RowLayout", "Shards", "SpecialTokens", "TaggedSentence",
     "WordPieceTokenizer", "arrow_documents", "character_tagging", "corpus_documents",
     "create_pairs", "dataset_documents", "genre_examples", "iterable_documents", "json_documents",
     "jsonl_documents", "label_list", "label_names", "load_or_create_pairs", "mask_tokens",
-    "next_line_choices", "pack_sequences", "parquet_documents", "pretraining_batches",
+    "next_line_choices", "pack_layout", "pack_sequences", "parquet_documents", "pretraining_batches",
     "read_choices", "read_examples", "read_squad", "read_tagged", "shakespeare_documents",
-    "shakespeare_plays", "speaker_questions", "split_examples", "split_sentences",
-    "text_documents", "unpack_tokens", "write_shards",
+    "shakespeare_plays", "shakespeare_speech_documents", "speaker_questions", "split_examples",
+    "split_sentences", "text_documents", "unpack_tokens", "write_shards",
 ]

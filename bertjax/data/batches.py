@@ -17,6 +17,17 @@ Batch (B = global_batch_size // process_count rows, S = seq_len, P = max_predict
     next_sentence_label  (B,)   int32   0 = IsNext, 1 = NotNext (as the original)
 
 `masked_weights` is float32 rather than int32 because it multiplies float losses directly.
+
+Packed (`packing="best-fit"`, `bertjax.data.pair_packing`), a row holds several pairs, each
+masked as it would be alone; the B rows of a batch then hold a varying number of pairs, and the
+batch has the model's packing arrays besides (K = `pair_packing.max_pairs_per_row`):
+
+    sequence_ids         (B, S) int32   k on the row's k-th pair (1..K), 0 on padding
+    position_ids         (B, S) int32   0, 1, ... within each pair
+    cls_positions        (B, K) int32   where each pair starts; -1 for an empty slot
+    masked_positions     (B, P) int32   every pair's predictions, in row positions
+    next_sentence_label  (B, K) int32   each pair's label; 0 in an empty slot
+    next_sentence_weights (B, K) float32 1.0 for a pair, 0.0 for an empty slot
 """
 
 from __future__ import annotations
@@ -27,12 +38,19 @@ from typing import Any
 import numpy as np
 
 from bertjax.data.masking import mask_tokens, row_keys
+from bertjax.data.pair_packing import (
+    PlannedRows,
+    pack_pair_batch,
+    pair_lengths,
+    plan_rows,
+    resolve_packing,
+)
 from bertjax.data.pairs import load_or_create_pairs
 from bertjax.data.shards import Shards
 from bertjax.data.tokenizer import WordPieceTokenizer
 
 STATE_VERSION = 1
-_CHECKED = ("seed", "num_pairs", "global_batch_size", "seq_len", "max_predictions")
+_CHECKED = ("seed", "num_pairs", "global_batch_size", "seq_len", "max_predictions", "packing")
 
 
 class PretrainingBatches:
@@ -43,6 +61,11 @@ class PretrainingBatches:
     takes rows `[p*B, (p+1)*B)` of each global batch, so processes see disjoint pairs.
     `get_state()` returns a JSON-serialisable dict; `set_state()` on a fresh iterator with the same
     arguments continues with exactly the batches the saved one would have produced.
+
+    `packing`: "none" (a pair per row), "best-fit" (pairs packed into rows planned per epoch,
+    `pair_packing.plan_rows`; a global batch is then `global_batch_size` rows and an epoch as
+    many batches as its rows fill) or "auto" (best-fit where the pairs fill under
+    `pair_packing.AUTO_MAX_FILL` of their unpacked rows; `self.packing` says which).
     """
 
     def __init__(
@@ -63,6 +86,7 @@ class PretrainingBatches:
         process_count: int = 1,
         tokenizer: WordPieceTokenizer | None = None,
         cache_pairs: bool = True,
+        packing: str = "none",
     ):
         self.shards = shards if isinstance(shards, Shards) else Shards(shards)
         if process_count < 1 or not 0 <= process_index < process_count:
@@ -86,12 +110,18 @@ class PretrainingBatches:
         self.pairs = load_or_create_pairs(self.shards, seq_len, short_seq_prob=short_seq_prob,
                                           dupe_factor=dupe_factor, seed=seed, cache=cache_pairs)
         self.num_pairs = len(self.pairs)
-        self.steps_per_epoch = self.num_pairs // global_batch_size
+        self.lengths = pair_lengths(self.pairs)  # (N,)
+        self.packing = resolve_packing(packing, self.lengths, seq_len)
+        self._plan: tuple[int, PlannedRows] | None = None
+        self._order_epoch: int | None = None
+        self._order: np.ndarray | None = None
+        self.steps_per_epoch = self.steps_in(0)
         if self.steps_per_epoch == 0:
+            rows = "" if self.packing == "none" else f" (packed into {self.plan(0).num_rows} rows)"
             raise ValueError(
-                f"{self.shards.directory} yields {self.num_pairs} pairs at seq_len {seq_len}, "
-                f"fewer than one global batch of {global_batch_size}; use a smaller batch, a "
-                "larger corpus or a larger dupe_factor"
+                f"{self.shards.directory} yields {self.num_pairs} pairs at seq_len {seq_len}"
+                f"{rows}, fewer than one global batch of {global_batch_size}; use a smaller "
+                "batch, a larger corpus or a larger dupe_factor"
             )
         self._tokens = self.shards.tokens
         self._is_special = np.zeros(max(self.vocab_size, int(max(self.special.ids)) + 1), bool)
@@ -99,8 +129,6 @@ class PretrainingBatches:
         self._replacement = tokenizer.replacement_ids()
         self._continuation = tokenizer.continuation_mask() if whole_word_mask else None
         self.epoch, self.step = 0, 0
-        self._order_epoch: int | None = None
-        self._order: np.ndarray | None = None
 
     # --- iteration -------------------------------------------------------------------------------
 
@@ -108,7 +136,7 @@ class PretrainingBatches:
         return self
 
     def __next__(self) -> dict[str, np.ndarray]:
-        if self.step >= self.steps_per_epoch:
+        if self.step >= self.steps_in(self.epoch):
             self.epoch, self.step = self.epoch + 1, 0
         if self.num_epochs is not None and self.epoch >= self.num_epochs:
             raise StopIteration
@@ -117,8 +145,23 @@ class PretrainingBatches:
         return batch
 
     def __len__(self) -> int:
-        """Batches per epoch."""
+        """Batches in the first epoch (packed epochs may differ by a batch or so)."""
         return self.steps_per_epoch
+
+    def steps_in(self, epoch: int) -> int:
+        """Batches in epoch `epoch`: its pairs, or its packed rows, over the global batch."""
+        if self.packing == "none":
+            return self.num_pairs // self.global_batch_size
+        return self.plan(epoch).num_rows // self.global_batch_size
+
+    def plan(self, epoch: int) -> PlannedRows:
+        """The packed rows of epoch `epoch` (its pair order, packed and shuffled)."""
+        if self._plan is None or self._plan[0] != epoch:
+            rng = np.random.default_rng([self.seed, epoch, 0x9ACC]) if self.shuffle else None
+            self._plan = (epoch, plan_rows(self.order(epoch), self.lengths, seq_len=self.seq_len,
+                                           max_predictions=self.max_predictions,
+                                           mask_prob=self.mask_prob, rng=rng))
+        return self._plan[1]
 
     def order(self, epoch: int) -> np.ndarray:
         """Pair indices in the order epoch `epoch` visits them (all processes)."""
@@ -135,11 +178,28 @@ class PretrainingBatches:
     def batch_at(self, epoch: int, step: int) -> dict[str, np.ndarray]:
         """This process's batch `step` of epoch `epoch` (pure: does not move the iterator)."""
         start = step * self.global_batch_size + self.process_index * self.batch_size
+        if self.packing != "none":
+            index, layout = self.plan(epoch).rows(start, start + self.batch_size, self.batch_size)
+            return pack_pair_batch(self.make_batch(index, epoch), layout, self.special.pad)
         index = self.order(epoch)[start:start + self.batch_size]
         return self.make_batch(index, epoch)
 
+    def packed_batches(self, index: np.ndarray, epoch: int) -> list[dict[str, np.ndarray]]:
+        """The pairs `index` (all processes') packed into rows (kept in order, not shuffled),
+        cut into global batches, the last completed with empty rows: this process's rows of
+        each, masked as in epoch `epoch`. The same pairs and masks as their unpacked batches, in
+        fewer rows (held-out evaluation)."""
+        plan = plan_rows(index, self.lengths, seq_len=self.seq_len,
+                         max_predictions=self.max_predictions, mask_prob=self.mask_prob)
+        out = []
+        for first in range(0, plan.num_rows, self.global_batch_size):
+            start = first + self.process_index * self.batch_size
+            pairs, layout = plan.rows(start, start + self.batch_size, self.batch_size)
+            out.append(pack_pair_batch(self.make_batch(pairs, epoch), layout, self.special.pad))
+        return out
+
     def make_batch(self, index: np.ndarray, epoch: int) -> dict[str, np.ndarray]:
-        """The batch of the pairs `index`, masked as in epoch `epoch`."""
+        """The batch of the pairs `index`, one per row, masked as in epoch `epoch`."""
         S = self.seq_len
         pairs = np.asarray(self.pairs[np.asarray(index)])
         a0, a1, b0, b1 = (pairs[:, c:c + 1] for c in range(4))
@@ -179,6 +239,7 @@ class PretrainingBatches:
             "version": STATE_VERSION, "epoch": self.epoch, "step": self.step, "seed": self.seed,
             "num_pairs": self.num_pairs, "global_batch_size": self.global_batch_size,
             "seq_len": self.seq_len, "max_predictions": self.max_predictions,
+            "packing": self.packing,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -186,6 +247,7 @@ class PretrainingBatches:
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"data state version {state.get('version')!r}, expected "
                              f"{STATE_VERSION}")
+        state = {"packing": "none", **state}  # saved before packing existed: unpacked
         mismatched = [k for k in _CHECKED if state.get(k) != getattr(self, k)]
         if mismatched:
             raise ValueError(

@@ -80,6 +80,7 @@ from bertjax.data.shakespeare import (
     shakespeare_play_files,
     shakespeare_plays,
     shakespeare_scenes,
+    shakespeare_speech_documents,
     shakespeare_speeches,
     spoken_scenes,
 )
@@ -90,8 +91,8 @@ __all__ = [
     "dataset_documents", "iterable_documents", "json_documents", "jsonl_documents",
     "parquet_documents", "parse_play", "play_scenes", "resolve_corpus_files",
     "shakespeare_documents", "shakespeare_genres", "shakespeare_play_files", "shakespeare_plays",
-    "shakespeare_scenes", "shakespeare_speeches", "split_sentences", "spoken_scenes",
-    "text_documents",
+    "shakespeare_scenes", "shakespeare_speech_documents", "shakespeare_speeches",
+    "split_sentences", "spoken_scenes", "text_documents",
 ]
 
 Source = Callable[[], Iterator[Document]]  # the documents of one checked spec, read when called

@@ -133,6 +133,19 @@ def shakespeare_speeches(play: str) -> Iterator[str]:
         yield from scene
 
 
+def shakespeare_speech_documents(
+    split: str = "train", eval_plays: Sequence[str] = EVAL_PLAYS
+) -> Iterator[Document]:
+    """Every speech of the plays in `split` as a document of its sentences: a corpus of short
+    documents made from the bundled plays (most speeches are a line or two), where pre-training
+    pairs fill about half of an unpacked row of 128 tokens, so packing pays (docs/packing.md)."""
+    for name in shakespeare_plays(split, eval_plays):
+        for speech in shakespeare_speeches(name):
+            document = split_sentences(speech)
+            if document:
+                yield document
+
+
 def shakespeare_documents(
     split: str = "train", eval_plays: Sequence[str] = EVAL_PLAYS
 ) -> Iterator[Document]:

@@ -14,11 +14,14 @@ import numpy as np
 from flax import nnx
 
 from bertjax.data.labelled import Example, check_labels, majority_baseline
+from bertjax.data.packing import RowLayout
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.heads import BertForSequenceClassification
+from bertjax.losses import IGNORE_INDEX
 from bertjax.tasks.task import TaskScores
 from bertjax.train.objectives import CLASSIFICATION
 from bertjax.use.encode import check_max_length, encode, model_max_length
+from bertjax.use.packed import pack_arrays, packed_batches, packing_options
 from bertjax.use.truncation import warn_cut
 from bertjax.viz.curves import plot_confusion
 
@@ -32,14 +35,19 @@ def predict(
     max_length: int = 128,
     warn: bool = True,
     option: str = "max_length",
+    max_tokens: int | None = None,
 ) -> np.ndarray:
     """(N, num_labels) float32 probabilities, in the order of `examples`. Batches are formed from
-    examples of similar length (sorted), so short texts are not padded to the longest. Text
-    longer than `max_length` tokens is cut, with a warning naming it (its `where`) and what
-    raises the limit (`option`) unless `warn=False`; a `max_length` past the model's positions
-    is a ValueError."""
+    examples of similar length (sorted), so short texts are not padded to the longest; with
+    `max_tokens`, examples are packed into batches of that many token slots instead
+    (`bertjax.use.packed`; the same probabilities within 1e-5). Text longer than `max_length`
+    tokens is cut, with a warning naming it (its `where`) and what raises the limit (`option`)
+    unless `warn=False`; a `max_length` past the model's positions is a ValueError."""
     limit = model_max_length(model)
     check_max_length(max_length, limit, option)
+    if max_tokens is not None:
+        return _predict_packed(model, tokenizer, examples, max_length, max_tokens,
+                               warn=warn, option=option)
     lengths = [len(e.text) + len(e.text_pair or "") for e in examples]
     order = np.argsort(lengths, kind="stable")
     probs = np.zeros((len(examples), model.config.num_labels), np.float32)
@@ -55,10 +63,30 @@ def predict(
     return probs
 
 
+def _predict_packed(model: Any, tokenizer: WordPieceTokenizer, examples: Sequence[Example],
+                    max_length: int, max_tokens: int, *, warn: bool, option: str) -> np.ndarray:
+    """`predict` over packed batches: each example's probabilities from its own [CLS]."""
+    probs = np.zeros((len(examples), model.config.num_labels), np.float32)
+    if not len(examples):
+        return probs
+    pairs = [e.text_pair or None for e in examples]
+    encoded = encode(tokenizer, [e.text for e in examples], pairs, max_length=max_length,
+                     warn=False)
+    if warn:
+        warn_cut(encoded, [e.where for e in examples], max_length, model_max_length(model),
+                 option)
+    for batch in packed_batches(encoded.arrays(model.config), max_tokens=max_tokens,
+                                limit=model_max_length(model), pad_id=tokenizer.special.pad):
+        probs[batch.members] = batch.layout.from_slots(np.asarray(
+            _probabilities(model, batch.arrays)))  # (R, K, L) -> (n, L)
+    return probs
+
+
 @nnx.jit
 def _probabilities(model: Any, arrays: dict[str, Any]) -> jax.Array:
-    logits = model(arrays["input_ids"], arrays["token_type_ids"], arrays["attention_mask"]).logits
-    return jax.nn.softmax(logits, axis=-1)  # (B, num_labels)
+    logits = model(arrays["input_ids"], arrays["token_type_ids"], arrays["attention_mask"],
+                   **packing_options(arrays)).logits
+    return jax.nn.softmax(logits, axis=-1)  # (B, num_labels), packed (R, K, num_labels)
 
 
 @dataclasses.dataclass
@@ -128,9 +156,18 @@ class ClassificationTask:
                         warn=False).arrays(model_config)
         return {**arrays, "labels": label_ids(examples, model_config.id2label)}
 
+    def pack_lengths(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
+        return arrays["attention_mask"].sum(1)
+
+    def pack(self, arrays: dict[str, np.ndarray], layout: RowLayout, pad_id: int
+             ) -> dict[str, np.ndarray]:
+        return pack_arrays(arrays, layout, pad_id=pad_id, per_sequence=("labels",),
+                           fills={"labels": IGNORE_INDEX})  # (R, K) labels, empty slots ignored
+
     def evaluate(self, model: Any, tokenizer: WordPieceTokenizer, examples: Sequence[Example],
-                 max_length: int) -> TaskScores:
-        scores = score(predict(model, tokenizer, examples, max_length=max_length, warn=False),
+                 max_length: int, max_tokens: int | None = None) -> TaskScores:
+        scores = score(predict(model, tokenizer, examples, max_length=max_length, warn=False,
+                               max_tokens=max_tokens),
                        label_ids(examples, model.config.id2label))
         return _task_scores(scores)
 

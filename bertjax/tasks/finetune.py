@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ import numpy as np
 from flax import nnx
 
 from bertjax.console import to_stderr
+from bertjax.data.packing import RowLayout, pack_layout
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.files import atomic_directory, check_output_directory, write_json_atomic
 from bertjax.io.models import save_model
@@ -45,6 +46,7 @@ from bertjax.train.optim import OptimConfig
 from bertjax.train.parallel import SingleDevice
 from bertjax.train.step import Batch, Metrics, TrainState
 from bertjax.use.encode import check_max_length
+from bertjax.use.packed import token_budget
 
 __all__ = ["LOG_EVERY", "FinetuneConfig", "FinetuneResult", "check_inputs", "check_output_dir",
            "finetune", "length_grouped_batches"]
@@ -66,6 +68,8 @@ class FinetuneResult:
     baseline: str  # the task's non-neural predictor, fitted on the training examples
     baseline_scores: dict[str, float]  # its scores on the test set (validation if none)
     seconds: float
+    train_seconds: float = 0.0  # the training steps' wall time, compilation included
+    steps: int = 0  # optimizer steps taken
 
 
 def finetune(
@@ -123,7 +127,7 @@ def check_inputs(task: Task, model_config: Any, train: Sequence[Any],
         task.check(examples, model_config.id2label, what)
     check_max_length(config.max_length, model_config.max_position_embeddings, "--max-length")
     task.check_length(config.max_length)
-    if len(train) < config.batch_size:
+    if len(train) < config.batch_size and config.max_tokens is None:
         raise ValueError(f"{len(train)} training examples make no batch of {config.batch_size}; "
                          f"lower --batch-size to {len(train)} or less")
     if any(getattr(e, "text_pair", None) for e in (*train, *validation, *(test or []))) \
@@ -146,9 +150,12 @@ def _train(run: _Run, state: TrainState, validation: Sequence[Any], progress: bo
     best: _BestEpoch | None = None
     try:
         for epoch in range(1, config.epochs + 1):
+            started = time.perf_counter()
             state, step = _train_epoch(run, state, epoch, rng, pending, clock)
+            run.train_seconds += time.perf_counter() - started  # the last step synced its metrics
             current = nnx.merge(run.graphdef, state.params)
-            scores = run.task.evaluate(current, run.tokenizer, validation, config.max_length)
+            scores = run.task.evaluate(current, run.tokenizer, validation, config.max_length,
+                                       config.max_tokens)
             writer.log("eval", step, {"epoch": epoch, **scores.metrics}, flush=True)
             say(f"epoch {epoch}: validation {scores.line}")
             if best is None or scores.rank > best.scores.rank:
@@ -180,13 +187,53 @@ class _Run:
     train_step: Callable[[TrainState, Batch], tuple[TrainState, Metrics]]
     train_lengths: np.ndarray  # (N_train,) tokens of each training example, before any cut
     steps_per_epoch: int
+    packed: _Packed | None  # with max_tokens: the training units packed into rows
     baseline: str
     baseline_scores: TaskScores
     examples: int  # training examples (before any windows)
+    train_seconds: float = 0.0  # the training loops' wall time so far
 
     @property
     def labels(self) -> tuple[str, ...]:
         return self.model_config.id2label
+
+
+@dataclasses.dataclass
+class _Packed:
+    """The training units' arrays, packed once into rows (`FinetuneConfig.max_tokens`)."""
+
+    arrays: dict[str, np.ndarray]  # every unit's `Task.batch`
+    layout: RowLayout  # where each unit sits
+    rows: int  # rows per step
+
+    @classmethod
+    def of(cls, task: Task, tokenizer: WordPieceTokenizer, units: Sequence[Any],
+           config: FinetuneConfig, model_config: Any) -> _Packed:
+        arrays = task.batch(tokenizer, units, config.max_length, model_config)
+        lengths = task.pack_lengths(arrays)
+        budget = token_budget(int(config.max_tokens), int(lengths.max()),
+                              model_config.max_position_embeddings, "--max-tokens")
+        layout = pack_layout(lengths, budget.row_len)
+        if layout.num_rows < budget.rows:
+            raise ValueError(f"the {len(units)} training units fill {layout.num_rows} packed rows "
+                             f"of {budget.row_len} tokens, fewer than a step's {budget.rows} "
+                             f"(--max-tokens {config.max_tokens}); lower --max-tokens to "
+                             f"{layout.num_rows * budget.row_len} or less")
+        return cls(arrays, layout, budget.rows)
+
+    def epoch(self, rng: np.random.Generator) -> list[tuple[np.ndarray, RowLayout]]:
+        """This epoch's batches: the rows shuffled, cut into steps (an incomplete one left out)."""
+        steps = self.layout.num_rows // self.rows
+        return self.layout.batches(self.rows, rng.permutation(self.layout.num_rows)[
+            :steps * self.rows])
+
+    def line(self) -> str:
+        lengths = self.layout.length
+        share = lengths.sum() / (self.layout.num_rows * self.layout.seq_len)
+        per_step = len(lengths) / self.layout.num_rows * self.rows
+        return (f"packed into {self.layout.num_rows} rows of {self.layout.seq_len} tokens "
+                f"({share:.0%} real tokens), {self.rows} rows a step: about {per_step:.0f} "
+                "examples a step")
 
 
 @dataclasses.dataclass
@@ -205,7 +252,10 @@ def _set_up(task: Task, model: Any, tokenizer: WordPieceTokenizer, train: Sequen
     labels = model.config.id2label
     units = task.units(tokenizer, train, config.max_length)
     lengths = task.lengths(tokenizer, units)
-    steps_per_epoch = len(units) // config.batch_size
+    packed = None if config.max_tokens is None else _Packed.of(task, tokenizer, units, config,
+                                                               model.config)
+    steps_per_epoch = (len(units) // config.batch_size if packed is None
+                       else packed.layout.num_rows // packed.rows)
     total = steps_per_epoch * config.epochs
     optim = OptimConfig(learning_rate=config.learning_rate, total_steps=total,
                         warmup_steps=round(config.warmup_fraction * total),
@@ -223,10 +273,12 @@ def _set_up(task: Task, model: Any, tokenizer: WordPieceTokenizer, train: Sequen
     say(f"fine-tuning {task.kind} on {len(train)} examples{windows}{named}, "
         f"{config.epochs} epochs of {steps_per_epoch} steps; baseline ({baseline}): "
         f"{baseline_scores.line}")
+    if packed is not None:
+        say(f"{len(units)} training units {packed.line()}")
     run = _Run(task=task, config=config, model_config=model.config, tokenizer=tokenizer,
                train=units, out=Path(output_dir), strategy=strategy,
                graphdef=training.graphdef, train_step=training.train_step,
-               train_lengths=lengths, steps_per_epoch=steps_per_epoch,
+               train_lengths=lengths, steps_per_epoch=steps_per_epoch, packed=packed,
                baseline=baseline, baseline_scores=baseline_scores, examples=len(train))
     return run, strategy.place_state(training.state)
 
@@ -234,16 +286,28 @@ def _set_up(task: Task, model: Any, tokenizer: WordPieceTokenizer, train: Sequen
 def _train_epoch(run: _Run, state: TrainState, epoch: int, rng: np.random.Generator,
                  pending: PendingMetrics, clock: TrainClock) -> tuple[TrainState, int]:
     """One pass over the training batches; returns the state and the last step's number."""
-    config, step = run.config, 0
-    for b, rows in enumerate(length_grouped_batches(run.train_lengths, config.batch_size, rng)):
-        batch = run.task.batch(run.tokenizer, [run.train[i] for i in rows], config.max_length,
-                               run.model_config)
+    step = 0
+    for b, batch in enumerate(_epoch_batches(run, rng)):
         state, metrics = run.train_step(state, run.strategy.shard_batch(batch))
         step = (epoch - 1) * run.steps_per_epoch + b + 1
         pending.add(step, metrics)
         if step % LOG_EVERY == 0 or b == run.steps_per_epoch - 1:
             clock.tick(step, pending.flush())  # metrics come to the host only here
     return state, step
+
+
+def _epoch_batches(run: _Run, rng: np.random.Generator) -> Iterator[dict[str, np.ndarray]]:
+    """One epoch's training batches: length-grouped and padded, or packed rows."""
+    config = run.config
+    if run.packed is None:
+        for rows in length_grouped_batches(run.train_lengths, config.batch_size, rng):
+            yield run.task.batch(run.tokenizer, [run.train[i] for i in rows], config.max_length,
+                                 run.model_config)
+        return
+    arrays = run.packed.arrays
+    for members, layout in run.packed.epoch(rng):
+        yield run.task.pack({k: v[members] for k, v in arrays.items()}, layout,
+                            run.tokenizer.special.pad)
 
 
 def _finish(run: _Run, best: _BestEpoch, test: Sequence[Any] | None,
@@ -255,14 +319,16 @@ def _finish(run: _Run, best: _BestEpoch, test: Sequence[Any] | None,
     test_scores = None
     if test:
         model = nnx.merge(run.graphdef, best.params)
-        test_scores = task.evaluate(model, run.tokenizer, test, run.config.max_length)
+        test_scores = task.evaluate(model, run.tokenizer, test, run.config.max_length,
+                                    run.config.max_tokens)
         task.report(test_scores, labels, out / "test", "test")
         say(f"test (epoch {best.epoch}): {test_scores.line}; baseline {run.baseline_scores.line}")
     result = FinetuneResult(
         output_dir=str(final), task=task.kind, labels=list(labels), train_examples=run.examples,
         best_epoch=best.epoch, validation=best.scores.metrics,
         test=None if test_scores is None else test_scores.metrics, baseline=run.baseline,
-        baseline_scores=run.baseline_scores.metrics, seconds=time.perf_counter() - started)
+        baseline_scores=run.baseline_scores.metrics, seconds=time.perf_counter() - started,
+        train_seconds=run.train_seconds, steps=run.steps_per_epoch * run.config.epochs)
     write_json_atomic(out / "summary.json", dataclasses.asdict(result))
     return result
 

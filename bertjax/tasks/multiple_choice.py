@@ -2,6 +2,10 @@
 [SEP] choice [SEP]`, the inputs of a batch are (B, C, S) with C its largest number of choices,
 and an example with fewer has padding choices that `choice_mask` keeps out of its softmax.
 
+Packed (`max_tokens`), a row holds whole examples, each as C consecutive sequences (its
+choices, back to back: no padding between them), their [CLS] at `cls_positions` (R, K * C); the
+head's logits (R, K * C) read as (R, K, C), K examples of C choices, a missing choice the lowest.
+
 The baseline picks the choice sharing the most words with the context (ties: the first).
 """
 
@@ -17,11 +21,14 @@ import numpy as np
 from flax import nnx
 
 from bertjax.data.choices import ChoiceExample
+from bertjax.data.packing import RowLayout
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.heads import BertForMultipleChoice
+from bertjax.losses import IGNORE_INDEX
 from bertjax.tasks.task import TaskScores, write_report
 from bertjax.train.objectives import MULTIPLE_CHOICE, masked_choice_logits
 from bertjax.use.encode import check_max_length, encode, model_max_length
+from bertjax.use.packed import pack_arrays, packed_layouts, packing_options
 
 _WORD = re.compile(r"\w+")
 
@@ -61,9 +68,18 @@ class MultipleChoiceTask:
         return {**choice_inputs(tokenizer, examples, max_length, model_config),
                 "labels": np.array([e.label for e in examples], np.int32)}
 
+    def pack_lengths(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
+        return choice_lengths(arrays).sum(1)
+
+    def pack(self, arrays: dict[str, np.ndarray], layout: RowLayout, pad_id: int
+             ) -> dict[str, np.ndarray]:
+        return pack_choices(arrays, layout, pad_id)
+
     def evaluate(self, model: Any, tokenizer: WordPieceTokenizer,
-                 examples: Sequence[ChoiceExample], max_length: int) -> TaskScores:
-        probs = predict_choices(model, tokenizer, examples, max_length=max_length)
+                 examples: Sequence[ChoiceExample], max_length: int,
+                 max_tokens: int | None = None) -> TaskScores:
+        probs = predict_choices(model, tokenizer, examples, max_length=max_length,
+                                max_tokens=max_tokens)
         return _task_scores(examples, probs.argmax(-1), probs)
 
     def baseline(self, train: Sequence[ChoiceExample], test: Sequence[ChoiceExample],
@@ -91,13 +107,50 @@ def choice_inputs(tokenizer: WordPieceTokenizer, examples: Sequence[ChoiceExampl
     return out
 
 
+def choice_lengths(arrays: dict[str, np.ndarray]) -> np.ndarray:
+    """(N, C) tokens of each choice's sequence; 0 for a padding choice."""
+    return arrays["attention_mask"].sum(2) * (arrays["choice_mask"] > 0)
+
+
+def pack_choices(arrays: dict[str, np.ndarray], layout: RowLayout, pad_id: int
+                 ) -> dict[str, np.ndarray]:
+    """`choice_inputs` (B, C, S) of the layout's examples moved into its rows: example k of a
+    row takes choice slots k * C ... k * C + C - 1 (a missing choice's empty), its choices back
+    to back from its start; `labels` (R, K), `IGNORE_INDEX` in an empty example slot."""
+    C = arrays["input_ids"].shape[1]
+    lengths = choice_lengths(arrays)  # (N, C)
+    n, c = np.nonzero(lengths)  # the real choices, example by example
+    before = np.cumsum(lengths, axis=1) - lengths  # (N, C) tokens of the example's earlier ones
+    choices = RowLayout(row=layout.row[n], slot=layout.slot[n] * C + c,
+                        start=layout.start[n] + before[n, c], length=lengths[n, c],
+                        num_rows=layout.num_rows, seq_len=layout.seq_len,
+                        max_per_row=layout.max_per_row * C)
+    out = pack_arrays({k: arrays[k][n, c] for k in ("input_ids", "token_type_ids")}, choices,
+                      pad_id=pad_id)
+    if "labels" in arrays:
+        out["labels"] = layout.per_sequence(arrays["labels"], IGNORE_INDEX)
+    return out
+
+
 def predict_choices(model: Any, tokenizer: WordPieceTokenizer,
                     examples: Sequence[ChoiceExample], *, max_length: int = 128,
-                    batch_size: int = 16) -> np.ndarray:
-    """(N, most choices) probabilities of each choice (0 for choices an example lacks)."""
+                    batch_size: int = 16, max_tokens: int | None = None) -> np.ndarray:
+    """(N, most choices) probabilities of each choice (0 for choices an example lacks); in
+    batches of `batch_size` examples, or packed into batches of `max_tokens` token slots."""
     check_max_length(max_length, model_max_length(model), "max_length")
     most = max(len(e.choices) for e in examples)
     probs = np.zeros((len(examples), most), np.float32)
+    if max_tokens is not None:
+        arrays = choice_inputs(tokenizer, examples, max_length, model.config)
+        for members, layout in packed_layouts(choice_lengths(arrays).sum(1),
+                                              max_tokens=max_tokens,
+                                              limit=model_max_length(model)):
+            packed = pack_choices({k: v[members] for k, v in arrays.items()}, layout,
+                                  tokenizer.special.pad)
+            logits = _packed_logits(model, packed).reshape(
+                layout.num_rows, layout.max_per_row, most)  # (R, K * C) -> (R, K, C)
+            probs[members] = layout.from_slots(np.asarray(jax.nn.softmax(logits, axis=-1)))
+        return probs
     for start in range(0, len(examples), batch_size):
         chunk = examples[start:start + batch_size]
         p = np.asarray(_probabilities(model, choice_inputs(tokenizer, chunk, max_length)))
@@ -109,6 +162,13 @@ def predict_choices(model: Any, tokenizer: WordPieceTokenizer,
 def _probabilities(model: Any, arrays: dict[str, Any]) -> jax.Array:
     logits = model(arrays["input_ids"], arrays["token_type_ids"], arrays["attention_mask"]).logits
     return jax.nn.softmax(masked_choice_logits(logits, arrays["choice_mask"]), axis=-1)  # (B, C)
+
+
+@nnx.jit
+def _packed_logits(model: Any, arrays: dict[str, Any]) -> jax.Array:
+    """(R, K * C) choice logits of packed rows, a missing choice's the lowest float32."""
+    return model(arrays["input_ids"], arrays["token_type_ids"], arrays["attention_mask"],
+                 **packing_options(arrays)).logits
 
 
 def overlap_choice(example: ChoiceExample) -> int:

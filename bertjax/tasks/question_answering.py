@@ -22,12 +22,16 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from bertjax.data.packing import RowLayout
 from bertjax.data.squad import QAExample, QAWindows, check_window, default_doc_stride, encode_squad
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.heads import BertForQuestionAnswering
+from bertjax.losses import IGNORE_INDEX, packed_question_answering_sums
 from bertjax.tasks.squad_metric import squad_scores
 from bertjax.tasks.task import TaskScores, write_report
 from bertjax.train.objectives import QUESTION_ANSWERING
+from bertjax.use.encode import model_max_length
+from bertjax.use.packed import pack_arrays, packed_layouts, packing_options
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,22 +95,49 @@ class QuestionAnsweringTask:
               model_config: Any) -> dict[str, np.ndarray]:
         return units[0].windows.rows(np.array([u.row for u in units])).arrays()
 
+    def pack_lengths(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
+        return arrays["attention_mask"].sum(1)
+
+    def pack(self, arrays: dict[str, np.ndarray], layout: RowLayout, pad_id: int
+             ) -> dict[str, np.ndarray]:
+        return pack_windows(arrays, layout, pad_id)
+
     def evaluate(self, model: Any, tokenizer: WordPieceTokenizer,
-                 examples: Sequence[QAExample], max_length: int) -> TaskScores:
-        predictions, loss = self.predict(model, tokenizer, examples, max_length)
+                 examples: Sequence[QAExample], max_length: int,
+                 max_tokens: int | None = None) -> TaskScores:
+        predictions, loss = self.predict(model, tokenizer, examples, max_length,
+                                         max_tokens=max_tokens)
         return _task_scores(examples, predictions, loss)
 
     def predict(self, model: Any, tokenizer: WordPieceTokenizer, examples: Sequence[QAExample],
-                max_length: int, batch_size: int = 64) -> tuple[dict[str, str], float]:
-        """Each question's answer ("" for none) and the mean loss over the windows."""
+                max_length: int, batch_size: int = 64, max_tokens: int | None = None
+                ) -> tuple[dict[str, str], float]:
+        """Each question's answer ("" for none) and the mean loss over the windows. Packed
+        (`max_tokens`), each window's softmax spans its own pieces, not its padding: the same
+        answers, a loss without padding's share."""
         windows = self._windows(tokenizer, examples, max_length)
         n = len(windows.example)
         start, end = np.zeros((n, max_length), np.float32), np.zeros((n, max_length), np.float32)
         loss_sum = 0.0
-        for first in range(0, n, batch_size):
-            rows = np.arange(first, min(first + batch_size, n))
-            s, e, lsum = _logits(model, windows.rows(rows).arrays())
-            start[rows], end[rows], loss_sum = np.asarray(s), np.asarray(e), loss_sum + float(lsum)
+        if max_tokens is None:
+            for first in range(0, n, batch_size):
+                rows = np.arange(first, min(first + batch_size, n))
+                s, e, lsum = _logits(model, windows.rows(rows).arrays())
+                start[rows], end[rows] = np.asarray(s), np.asarray(e)
+                loss_sum += float(lsum)
+        elif n:
+            whole = windows.arrays()
+            for members, layout in packed_layouts(whole["attention_mask"].sum(1),
+                                                  max_tokens=max_tokens,
+                                                  limit=model_max_length(model)):
+                arrays = pack_windows({k: v[members] for k, v in whole.items()}, layout,
+                                      tokenizer.special.pad)
+                s, e, lsum = _packed_logits(model, arrays)
+                for target, logits in ((start, s), (end, e)):
+                    for row, values in zip(members, layout.split(np.asarray(logits)),
+                                           strict=True):
+                        target[row, :len(values)] = values
+                loss_sum += float(lsum)
         answers = decode(examples, windows, start, end, self.decoding,
                          allow_empty=self.version_2)
         return answers, loss_sum / max(n, 1)
@@ -140,6 +171,33 @@ def _logits(model: Any, arrays: dict[str, Any]) -> tuple[jax.Array, jax.Array, j
     return start, end, -jnp.sum(picked) / 2
 
 
+@nnx.jit
+def _packed_logits(model: Any, arrays: dict[str, Any]
+                   ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """`_logits` of packed windows: row logits (R, S) and the windows' summed loss, each
+    window's softmax over its own pieces (`losses.packed_question_answering_sums`)."""
+    out = model(arrays["input_ids"], arrays["token_type_ids"], arrays["attention_mask"],
+                **packing_options(arrays))
+    sums = packed_question_answering_sums(out.start_logits, out.end_logits,
+                                          arrays["sequence_ids"], arrays["start_positions"],
+                                          arrays["end_positions"])
+    return out.start_logits, out.end_logits, (sums["start_loss_sum"] + sums["end_loss_sum"]) / 2
+
+
+def pack_windows(arrays: dict[str, np.ndarray], layout: RowLayout, pad_id: int
+                 ) -> dict[str, np.ndarray]:
+    """Windows (`QAWindows.arrays`) moved into packed rows; each window's answer (start and end
+    positions) in its row's positions, (R, K), `IGNORE_INDEX` for none (past its end) or an empty
+    slot."""
+    out = pack_arrays(arrays, layout, pad_id=pad_id)
+    for key in ("start_positions", "end_positions"):
+        position = arrays[key]  # (N,) in the window
+        inside = (position >= 0) & (position < layout.length)
+        out[key] = layout.per_sequence(np.where(inside, position + layout.start, IGNORE_INDEX),
+                                       IGNORE_INDEX).astype(np.int32)
+    return out
+
+
 def decode(examples: Sequence[QAExample], windows: QAWindows, start: np.ndarray, end: np.ndarray,
            decoding: Decoding = Decoding(), *, allow_empty: bool = False  # noqa: B008 - frozen
            ) -> dict[str, str]:
@@ -166,8 +224,10 @@ def _best_span(start: np.ndarray, end: np.ndarray, offsets: np.ndarray, decoding
                ) -> tuple[float, tuple[int, int]] | None:
     """(score, (first char, end char)) of the window's best span inside the context."""
     context = offsets[:, 0] >= 0  # (S,)
-    starts = np.argsort(start)[::-1][:decoding.n_best]
-    ends = np.argsort(end)[::-1][:decoding.n_best]
+    # the n best among the context's pieces (run_qa ranks every position, padding included,
+    # which packed windows do not have: ranking the context alone answers the same either way)
+    starts = np.argsort(np.where(context, start, -np.inf))[::-1][:decoding.n_best]
+    ends = np.argsort(np.where(context, end, -np.inf))[::-1][:decoding.n_best]
     found = None
     for s in starts:
         for t in ends:

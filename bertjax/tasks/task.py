@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from bertjax.config import BertConfig
+from bertjax.data.packing import RowLayout
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.train.objectives import Objective
 
@@ -54,9 +55,17 @@ class Task(Protocol):
               model_config: BertConfig) -> dict[str, np.ndarray]:
         """The model's inputs and the objective's labels for these units."""
 
+    def pack_lengths(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
+        """(N,) tokens each unit of a `batch` takes in a packed row."""
+
+    def pack(self, arrays: dict[str, np.ndarray], layout: RowLayout, pad_id: int
+             ) -> dict[str, np.ndarray]:
+        """A `batch` of the layout's units moved into its packed rows (`bertjax.use.packed`):
+        the model's inputs with the packing arrays, the labels where the objective reads them."""
+
     def evaluate(self, model: Any, tokenizer: WordPieceTokenizer, examples: Sequence[Any],
-                 max_length: int) -> TaskScores:
-        """The model's scores on `examples` (inference mode)."""
+                 max_length: int, max_tokens: int | None = None) -> TaskScores:
+        """The model's scores on `examples` (inference mode; packed by `max_tokens` if given)."""
 
     def baseline(self, train: Sequence[Any], test: Sequence[Any],
                  labels: Sequence[str]) -> tuple[str, TaskScores]:

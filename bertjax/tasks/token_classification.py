@@ -10,7 +10,7 @@ it had most often in training (`O` for unseen words), the classic memorisation b
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +18,15 @@ import jax
 import numpy as np
 from flax import nnx
 
-from bertjax.data.tagging import TaggedSentence, encode_tagged, piece_counts
+from bertjax.data.packing import RowLayout
+from bertjax.data.tagging import IGNORE, TaggedSentence, encode_tagged, piece_counts
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.heads import BertForTokenClassification
 from bertjax.tasks.entities import entity_scores
 from bertjax.tasks.task import TaskScores, write_report
 from bertjax.train.objectives import TOKEN_CLASSIFICATION
 from bertjax.use.encode import check_max_length, model_max_length
+from bertjax.use.packed import pack_arrays, packed_batches, packing_options
 
 OUTSIDE = "O"
 
@@ -65,9 +67,19 @@ class TokenClassificationTask:
         return encode_tagged(tokenizer, examples, ids, max_length,
                              label_all_pieces=self.label_all_pieces).arrays()
 
+    def pack_lengths(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
+        return arrays["attention_mask"].sum(1)
+
+    def pack(self, arrays: dict[str, np.ndarray], layout: RowLayout, pad_id: int
+             ) -> dict[str, np.ndarray]:
+        return pack_arrays(arrays, layout, pad_id=pad_id, per_token=("labels",),
+                           fills={"labels": IGNORE})
+
     def evaluate(self, model: Any, tokenizer: WordPieceTokenizer,
-                 examples: Sequence[TaggedSentence], max_length: int) -> TaskScores:
-        predicted, loss = predict_tags(model, tokenizer, examples, max_length=max_length)
+                 examples: Sequence[TaggedSentence], max_length: int,
+                 max_tokens: int | None = None) -> TaskScores:
+        predicted, loss = predict_tags(model, tokenizer, examples, max_length=max_length,
+                                       max_tokens=max_tokens)
         return _task_scores([s.tags for s in examples], predicted, loss)
 
     def baseline(self, train: Sequence[TaggedSentence], test: Sequence[TaggedSentence],
@@ -83,36 +95,56 @@ class TokenClassificationTask:
 
 
 def predict_tags(model: Any, tokenizer: WordPieceTokenizer, sentences: Sequence[TaggedSentence],
-                 *, max_length: int = 128, batch_size: int = 64
+                 *, max_length: int = 128, batch_size: int = 64, max_tokens: int | None = None
                  ) -> tuple[list[list[str]], float]:
     """Each sentence's predicted tag per word (its first piece's; `O` for words cut by
     `max_length`) and the mean cross-entropy at the labelled pieces. Batches are formed from
-    sentences of similar length."""
+    sentences of similar length, or packed into batches of `max_tokens` token slots."""
     check_max_length(max_length, model_max_length(model), "max_length")
     labels = model.config.id2label
     ids = {tag: i for i, tag in enumerate(labels)}
-    order = np.argsort(piece_counts(tokenizer, sentences), kind="stable")
     predicted: list[list[str]] = [[] for _ in sentences]
     loss_sum, count = 0.0, 0
-    for start in range(0, len(sentences), batch_size):
-        rows = order[start:start + batch_size]
-        chunk = [sentences[i] for i in rows]
-        encoded = encode_tagged(tokenizer, chunk, ids, max_length)  # first pieces labelled
-        log_probs = np.asarray(_log_probs(model, encoded.arrays()))  # (B, S, L)
-        labelled = encoded.labels >= 0  # (B, S)
-        picked = np.take_along_axis(log_probs, np.maximum(encoded.labels, 0)[..., None], -1)
-        loss_sum -= float(picked[..., 0][labelled].sum())
+    for n, log_probs, piece_labels in _sentence_log_probs(model, tokenizer, sentences, ids,
+                                                          max_length, batch_size, max_tokens):
+        labelled = piece_labels >= 0  # (S,) first pieces
+        picked = np.take_along_axis(log_probs, np.maximum(piece_labels, 0)[:, None], -1)[:, 0]
+        loss_sum -= float(picked[labelled].sum())
         count += int(labelled.sum())
-        best = log_probs.argmax(-1)  # (B, S)
-        for b, row in enumerate(rows):
-            words = [labels[t] for t in best[b][labelled[b]]]  # first pieces, in word order
-            predicted[row] = words + [OUTSIDE] * (len(chunk[b].tokens) - len(words))
+        words = [labels[t] for t in log_probs.argmax(-1)[labelled]]  # first pieces, in order
+        predicted[n] = words + [OUTSIDE] * (len(sentences[n].tokens) - len(words))
     return predicted, loss_sum / max(count, 1)
+
+
+def _sentence_log_probs(model: Any, tokenizer: WordPieceTokenizer,
+                        sentences: Sequence[TaggedSentence], ids: dict[str, int], max_length: int,
+                        batch_size: int, max_tokens: int | None
+                        ) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """(sentence index, log-probabilities (S, L), piece labels (S,)) of every sentence: from
+    batches of sentences of similar length, or from packed batches (its own tokens only)."""
+    if max_tokens is None:
+        order = np.argsort(piece_counts(tokenizer, sentences), kind="stable")
+        for start in range(0, len(sentences), batch_size):
+            rows = order[start:start + batch_size]
+            encoded = encode_tagged(tokenizer, [sentences[i] for i in rows], ids, max_length)
+            log_probs = np.asarray(_log_probs(model, encoded.arrays()))  # (B, S, L)
+            yield from zip(rows, log_probs, encoded.labels, strict=True)
+        return
+    if not len(sentences):
+        return
+    arrays = encode_tagged(tokenizer, sentences, ids, max_length).arrays()  # first pieces labelled
+    for batch in packed_batches(arrays, max_tokens=max_tokens, limit=model_max_length(model),
+                                pad_id=tokenizer.special.pad, per_token=("labels",),
+                                fills={"labels": IGNORE}):
+        log_probs = batch.layout.split(np.asarray(_log_probs(model, batch.arrays)))  # (R, S, L)
+        yield from zip(batch.members, log_probs, batch.layout.split(batch.arrays["labels"]),
+                       strict=True)
 
 
 @nnx.jit
 def _log_probs(model: Any, arrays: dict[str, Any]) -> jax.Array:
-    logits = model(arrays["input_ids"], arrays["token_type_ids"], arrays["attention_mask"]).logits
+    logits = model(arrays["input_ids"], arrays["token_type_ids"], arrays["attention_mask"],
+                   **packing_options(arrays)).logits
     return jax.nn.log_softmax(logits.astype(np.float32), axis=-1)  # (B, S, L)
 
 

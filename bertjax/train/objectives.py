@@ -16,11 +16,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bertjax.inputs import packing_options
 from bertjax.losses import (
     IGNORE_INDEX,
     classification_sums,
     loss_from_sums,
     metrics_from_sums,
+    nsp_count,
+    packed_question_answering_sums,
     pretraining_sums,
     question_answering_loss_from_sums,
     question_answering_sums,
@@ -44,7 +47,8 @@ class Objective:
 
 def _pretraining_sums(model: Any, batch: Batch, rng: jax.Array | None) -> Sums:
     out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
-                batch["masked_positions"], deterministic=rng is None, dropout_rng=rng)
+                batch["masked_positions"], deterministic=rng is None, dropout_rng=rng,
+                **packing_options(batch))
     return pretraining_sums(out.mlm_logits, out.nsp_logits, batch)
 
 
@@ -57,16 +61,22 @@ def _pretraining_metrics(sums: Sums) -> dict[str, jax.Array]:
 PRETRAINING = Objective(
     forward_sums=_pretraining_sums,
     counts=lambda batch: {"predictions": jnp.sum(batch["masked_weights"].astype(jnp.float32)),
-                          "sequences": jnp.float32(batch["next_sentence_label"].shape[0])},
+                          "sequences": nsp_count(batch)},
     loss=lambda sums, counts: loss_from_sums(sums, counts["predictions"], counts["sequences"]),
     metrics=_pretraining_metrics,
 )
 
 
 def _forward(model: Any, batch: Batch, rng: jax.Array | None) -> Any:
-    """A fine-tuning head's output on a batch; dropout on when a key is given."""
+    """A fine-tuning head's output on a batch (of packed rows, where it holds `sequence_ids`);
+    dropout on when a key is given."""
     return model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
-                 deterministic=rng is None, dropout_rng=rng)
+                 deterministic=rng is None, dropout_rng=rng, **packing_options(batch))
+
+
+def _labelled(labels: jax.Array) -> jax.Array:
+    """How many labels are not `IGNORE_INDEX` (an empty slot of packed rows), float32."""
+    return jnp.sum(labels != IGNORE_INDEX).astype(jnp.float32)
 
 
 def _classification_sums(model: Any, batch: Batch, rng: jax.Array | None) -> Sums:
@@ -82,7 +92,7 @@ def classification_metrics(sums: Sums) -> dict[str, Any]:
 
 CLASSIFICATION = Objective(
     forward_sums=_classification_sums,
-    counts=lambda batch: {"sequences": jnp.float32(batch["labels"].shape[0])},
+    counts=lambda batch: {"sequences": _labelled(batch["labels"])},
     loss=lambda sums, counts: sums["loss_sum"] / counts["sequences"],
     metrics=classification_metrics,
 )
@@ -103,11 +113,19 @@ TOKEN_CLASSIFICATION = Objective(
 
 def _question_answering_sums(model: Any, batch: Batch, rng: jax.Array | None) -> Sums:
     out = _forward(model, batch, rng)
+    if "sequence_ids" in batch:  # packed windows: positions (B, K) in the row, each its own
+        return packed_question_answering_sums(out.start_logits, out.end_logits,
+                                              batch["sequence_ids"], batch["start_positions"],
+                                              batch["end_positions"])
     return question_answering_sums(out.start_logits, out.end_logits, batch["start_positions"],
                                    batch["end_positions"])
 
 
-def _labelled_positions(positions: jax.Array, length: int) -> jax.Array:
+def _labelled_positions(positions: jax.Array, length: int, packed: bool) -> jax.Array:
+    """Answer positions that are labels: inside the window (unpacked, transformers' clamp to
+    [0, S] with S ignored) or not `IGNORE_INDEX` (packed)."""
+    if packed:
+        return _labelled(positions)
     return jnp.sum(jnp.clip(positions, 0, length) != length).astype(jnp.float32)
 
 
@@ -121,7 +139,8 @@ def _question_answering_metrics(sums: Sums) -> dict[str, Any]:
 QUESTION_ANSWERING = Objective(
     forward_sums=_question_answering_sums,
     counts=lambda batch: {
-        f"{n}_count": _labelled_positions(batch[f"{n}_positions"], batch["input_ids"].shape[-1])
+        f"{n}_count": _labelled_positions(batch[f"{n}_positions"], batch["input_ids"].shape[-1],
+                                          "sequence_ids" in batch)
         for n in ("start", "end")},
     loss=lambda sums, counts: question_answering_loss_from_sums(sums, counts["start_count"],
                                                                 counts["end_count"]),
@@ -137,6 +156,10 @@ def masked_choice_logits(logits: jax.Array, choice_mask: jax.Array) -> jax.Array
 
 def _multiple_choice_sums(model: Any, batch: Batch, rng: jax.Array | None) -> Sums:
     out = _forward(model, batch, rng)
+    if "sequence_ids" in batch:  # packed: (B, K * C) choice slots, K examples of C choices a row
+        labels = batch["labels"]  # (B, K), IGNORE_INDEX in an empty example slot
+        logits = out.logits.reshape(*labels.shape, -1)  # (B, K, C): empty choices lowest
+        return classification_sums(logits, labels)
     return classification_sums(masked_choice_logits(out.logits, batch["choice_mask"]),
                                batch["labels"])
 

@@ -205,6 +205,7 @@ def _set_up(config: rc.RunConfig, run: RunDir, start: RunStart, ctrl_c: CtrlC,
             f"{data.vocab_size}), batch {config.data.batch_size} x seq {config.data.seq_len}, "
             f"{train.steps} steps, {jax.device_count()} device(s) x {jax.process_count()} "
             f"process(es), {f'resuming at step {start_step}' if start_step else 'from scratch'}")
+        say(data.packing_note)
         say(f"baseline: always predicting the most frequent held-out target "
             f"{data.baseline_token!r} scores MLM accuracy {data.baseline_accuracy:.4f}")
     job = _Job(config=config, strategy=strategy, data=data, checkpointer=checkpointer,

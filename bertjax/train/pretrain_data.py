@@ -13,6 +13,7 @@ import numpy as np
 
 from bertjax.data.batches import PretrainingBatches
 from bertjax.data.corpus import Document, corpus_documents
+from bertjax.data.pair_packing import real_token_share
 from bertjax.data.shards import write_shards
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.files import atomic_directory
@@ -43,6 +44,7 @@ class PretrainData:
     baseline_accuracy: float  # the accuracy of always predicting it
     # the same held-out pairs masked at the run's own rate; empty when that is EVAL_MASK_PROB
     own_rate_batches: list[Batch] = dataclasses.field(default_factory=list)
+    packing_note: str = ""  # the packing the run trains with, in words
 
     def batches_with_state(self) -> Iterator[tuple[Batch, dict[str, Any]]]:
         """Training batches, each with the iterator state right after it (what a checkpoint
@@ -70,13 +72,14 @@ def open_data(config: rc.RunConfig, run: RunDir, *, rebuild: bool = False,
     barrier("bertjax_pretrain_data_ready")  # process 0's vocabulary and shards are on disk
     tok = WordPieceTokenizer.load(run.tokenizer)
     train = training_batches(run, config, tok)
-    eval_batches = held_out_batches(run, config, tok)
+    eval_batches = held_out_batches(run, config, tok, packing=train.packing)
     own_rate = ([] if d.mask_prob == EVAL_MASK_PROB
-                else held_out_batches(run, config, tok, mask_prob=d.mask_prob))
+                else held_out_batches(run, config, tok, mask_prob=d.mask_prob,
+                                      packing=train.packing))
     token, accuracy = baseline(gather_rows(eval_batches, ("masked_ids", "masked_weights")))
     return PretrainData(train=train, eval_batches=eval_batches, vocab_size=tok.vocab_size,
                         baseline_token=tok.id_to_token(token), baseline_accuracy=accuracy,
-                        own_rate_batches=own_rate)
+                        own_rate_batches=own_rate, packing_note=packing_note(config, train))
 
 
 def _batch_options(config: rc.RunConfig, tok: WordPieceTokenizer) -> dict[str, Any]:
@@ -89,18 +92,40 @@ def _batch_options(config: rc.RunConfig, tok: WordPieceTokenizer) -> dict[str, A
 
 def training_batches(run: RunDir, config: rc.RunConfig, tok: WordPieceTokenizer
                      ) -> PretrainingBatches:
-    """The run's training batches, from the start: its seed, its masking rate."""
+    """The run's training batches, from the start: its seed, its masking rate, its packing
+    (`data.packing`; "auto" resolved on the training pairs: `PretrainingBatches.packing`)."""
     return PretrainingBatches(run.data("train"), seed=config.train.seed,
-                              mask_prob=config.data.mask_prob, **_batch_options(config, tok))
+                              mask_prob=config.data.mask_prob, packing=config.data.packing,
+                              **_batch_options(config, tok))
 
 
 def held_out_batches(run: RunDir, config: rc.RunConfig, tok: WordPieceTokenizer, *,
-                     mask_prob: float = EVAL_MASK_PROB) -> list[Batch]:
-    """The first `data.eval_batches` batches of the held-out split, masked at `mask_prob` (the
-    same pairs and masks in every evaluation and run)."""
+                     mask_prob: float = EVAL_MASK_PROB, packing: str = "none") -> list[Batch]:
+    """The pairs of the first `data.eval_batches` unpacked batches of the held-out split,
+    masked at `mask_prob` (the same pairs and masks in every evaluation and run); with
+    `packing` ("best-fit") packed into fewer batches of rows. The metrics are the same either
+    way: every pair is masked as alone, and the sums run over the same predictions and pairs."""
     held_out = PretrainingBatches(run.data("eval"), seed=EVAL_SEED, mask_prob=mask_prob,
                                   **_batch_options(config, tok))
-    return [next(held_out) for _ in range(config.data.eval_batches)]
+    if packing == "none":
+        return [next(held_out) for _ in range(config.data.eval_batches)]
+    G, pairs = held_out.global_batch_size, {}  # epoch -> the pairs its unpacked batches hold
+    for step in range(config.data.eval_batches):
+        epoch, s = divmod(step, held_out.steps_per_epoch)
+        pairs.setdefault(epoch, []).append(held_out.order(epoch)[s * G:(s + 1) * G])
+    return [batch for epoch, index in pairs.items()
+            for batch in held_out.packed_batches(np.concatenate(index), epoch)]
+
+
+def packing_note(config: rc.RunConfig, train: PretrainingBatches) -> str:
+    """What packing the run trains with, in words (and why, for "auto")."""
+    share = real_token_share(train.lengths, train.seq_len)
+    why = (f" (data.packing=auto: the pairs fill {share:.0%} of unpacked rows)"
+           if config.data.packing == "auto" else "")
+    if train.packing == "none":
+        return f"packing: none, one pair per row{why}"
+    return (f"packing: {train.packing}, {train.num_pairs} pairs in about "
+            f"{train.plan(0).num_rows} rows of {train.seq_len} tokens per epoch{why}")
 
 
 def check_corpus(config: rc.RunConfig) -> None:

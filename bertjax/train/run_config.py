@@ -75,6 +75,11 @@ class ModelSection:
 RECIPE_LOCAL_LAYERS: dict[str, int] = {"mini": 4}
 
 
+# `data.packing`'s choices: `bertjax.data.pair_packing.PACKINGS`, written out here so that reading
+# options imports no data module (tokenizers); a test holds the two equal.
+PACKINGS = ("auto", "none", "best-fit")
+
+
 @dataclasses.dataclass(frozen=True)
 class DataSection:
     """The corpus, the vocabulary trained on it and how batches are made."""
@@ -84,11 +89,18 @@ class DataSection:
     text_field: str = _f("text", "the JSON field or Parquet/Arrow column that holds the text")
     vocab_size: int = _f(512, "WordPiece vocabulary size (trained on the training split)")
     seq_len: int = _f(128, "tokens per sequence, [CLS] A [SEP] B [SEP] included")
-    max_predictions: int = _f(20, "masked positions per sequence (static shape)")
+    max_predictions: int = _f(20, "masked positions per row (static shape); each sequence keeps "
+                              "its own 15%, up to this many")
     mask_prob: float = _f(0.15, "fraction of tokens chosen for prediction (80/10/10); held-out "
                              "evaluation masks 15% (BERT's rate), and this rate too if it differs")
-    batch_size: int = _f(8, "global batch size (sequences per optimizer step, all processes)")
-    eval_batches: int = _f(64, "batches of the held-out split in each evaluation")
+    batch_size: int = _f(8, "global batch size (rows of seq_len tokens per optimizer step, all "
+                         "processes; a packed row holds several sequences)")
+    eval_batches: int = _f(64, "batches of the held-out split in each evaluation (the pairs of "
+                           "that many unpacked batches, packed or not)")
+    packing: str = _f("auto", "several [CLS] A [SEP] B [SEP] pairs per row, packed by best-fit "
+                      "decreasing, each masked as alone (max_predictions per row); auto: best-fit "
+                      "where the pairs fill under 80% of their unpacked rows (short documents), "
+                      "none otherwise (the bundled plays)", PACKINGS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +137,8 @@ DEFAULTS: dict[str, Any] = {
 DERIVED = ("optim.total_steps",)
 # Options added after runs were saved without them, with the value those runs were made with:
 # a saved configuration that lacks one reads as that value (so such a run still resumes).
-ADDED_LATER: dict[str, Any] = {"model.local_attention_layers": 0, "data.text_field": "text"}
+ADDED_LATER: dict[str, Any] = {"model.local_attention_layers": 0, "data.text_field": "text",
+                               "data.packing": "none"}
 
 
 def complete_saved(saved: dict[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import numpy as np
 from bertjax.data.squad import NO_OFFSET, QAExample, QAWindows, encode_squad
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.use.encode import jitted_forward, model_max_length
+from bertjax.use.packed import packed_batches
 
 PIPELINE_MAX_SEQ_LEN = 384  # the pipeline's cap on the window length
 _MASKED = -10000.0  # the pipeline's logit for a piece that cannot be in an answer
@@ -40,9 +41,13 @@ def answer(
     max_seq_len: int | None = None,
     handle_impossible_answer: bool = False,
     align_to_words: bool = True,
+    max_tokens: int | None = None,
 ) -> list[dict[str, Any]]:
     """The `top_k` best answers, best first, as the pipeline's dicts: `score`, `start`, `end`
-    (character offsets in `context`), `answer` (`context[start:end]`)."""
+    (character offsets in `context`), `answer` (`context[start:end]`). `max_tokens`: pack the
+    context's windows into batches of that many token slots (`bertjax.use.packed`) instead of
+    one padded batch (a short context's windows are shorter than `max_seq_len`); the same
+    answers and scores within 1e-5."""
     if not question.strip() or not context.strip():
         raise ValueError("give a question and a context, neither empty")
     if top_k < 1 or max_answer_len < 1:
@@ -62,9 +67,7 @@ def answer(
                          f"more than doc_stride {doc_stride}; raise max_seq_len or lower "
                          "doc_stride")
     windows = encode_squad(tokenizer, [example], max_seq_len, doc_stride, max_query_length=asked)
-    out = jitted_forward(model)(_inputs(windows))
-    start = np.asarray(out.start_logits, np.float32)  # (N, S)
-    end = np.asarray(out.end_logits, np.float32)
+    start, end = _logits(model, windows, max_tokens, tokenizer.special.pad)  # (N, S) each
     answers: list[dict[str, Any]] = []
     null = 1000000.0  # the pipeline's "large and positive" start
     wanted = top_k * 2 + 10 if align_to_words else top_k  # alignment may merge candidates
@@ -82,6 +85,26 @@ def answer(
 
 def _inputs(windows: QAWindows) -> dict[str, np.ndarray]:
     return {k: getattr(windows, k) for k in ("input_ids", "token_type_ids", "attention_mask")}
+
+
+def _logits(model: Any, windows: QAWindows, max_tokens: int | None, pad_id: int
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end logits (N, S) of the windows, float32: one padded batch, or packed
+    batches whose per-token logits are put back at each window's positions (0 past its end,
+    where `_probabilities` masks them like the padding they replace)."""
+    forward = jitted_forward(model)
+    if max_tokens is None:
+        out = forward(_inputs(windows))
+        return np.asarray(out.start_logits, np.float32), np.asarray(out.end_logits, np.float32)
+    start, end = (np.zeros(windows.input_ids.shape, np.float32) for _ in range(2))
+    for batch in packed_batches(_inputs(windows), max_tokens=max_tokens,
+                                limit=model_max_length(model), pad_id=pad_id):
+        out = forward(batch.arrays)
+        for target, logits in ((start, out.start_logits), (end, out.end_logits)):
+            for n, values in zip(batch.members, batch.layout.split(np.asarray(logits)),
+                                 strict=True):
+                target[n, :len(values)] = values
+    return start, end
 
 
 def _probabilities(start: np.ndarray, end: np.ndarray, windows: QAWindows, r: int

@@ -7,7 +7,9 @@
 
 Lines are sorted by token length and cut into batches, so a short line is padded only to the
 longest line of its own batch (rounded up to `encode.PAD_MULTIPLE`, which bounds the number of
-compiled shapes); the original order is restored at the end.
+compiled shapes); the original order is restored at the end. With `max_tokens`, lines are packed
+into rows instead (`bertjax.use.packed`): batches of a fixed shape holding about `max_tokens`
+real tokens each, every line pooled over its own tokens: the same vectors within 1e-5.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from tqdm.auto import tqdm
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.files import read_text
 from bertjax.use.encode import Encoded, encode, model_max_length
+from bertjax.use.packed import packed_batches, packing_options, sequence_mask
 from bertjax.use.truncation import warn_cut
 
 POOLINGS = ("mean", "cls")
@@ -97,6 +100,7 @@ def embed(
     progress: bool = False,
     names: Sequence[str] | None = None,
     option: str = "max_length",
+    max_tokens: int | None = None,
 ) -> np.ndarray:
     """(N, H) float32 sentence vectors of `lines`, in their order.
 
@@ -105,7 +109,8 @@ def embed(
     `normalize`: divide each vector by its L2 norm. `max_length` (default: the model's positions)
     cuts longer lines, with a warning naming each (`names`, default "line 1", ...) and what
     raises the limit (`option`). An empty or whitespace-only line is a ValueError naming it; no
-    lines give a (0, H) array.
+    lines give a (0, H) array. `max_tokens`: pack the lines into batches of that many token
+    slots (`bertjax.use.packed`; `batch_size` is then unused) instead of sorted padded batches.
     """
     if pooling not in POOLINGS:
         raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
@@ -124,22 +129,50 @@ def embed(
     max_length = max_length or limit
     graphdef, state = nnx.split(encoder)
     forward = _pooled_forward()
+    if max_tokens is not None:
+        batches = _packed(encoder, tokenizer, lines, names, max_length, option, max_tokens)
+    else:
+        batches = _sorted(encoder, tokenizer, lines, names, batch_size, max_length, option)
     with tqdm(total=len(lines), unit="line", desc="embed", disable=not progress) as bar:
-        pending: tuple[np.ndarray, Any] | None = None
-        for index, batch in sorted_batches(tokenizer, lines, batch_size=batch_size,
-                                           max_length=max_length, warn=False):
-            warn_cut(batch, [names[i] for i in index], max_length, limit, option)
-            # dispatched asynchronously: the next batch is tokenised while this one runs
-            result = forward(graphdef, state, batch.arrays(encoder.config), pooling=pooling,
-                             normalize=normalize)
+        pending: tuple[np.ndarray, Any, Any] | None = None
+        for index, arrays, layout in batches:
+            # dispatched asynchronously: the next batch is made while this one runs
+            result = forward(graphdef, state, arrays, pooling=pooling, normalize=normalize)
             if pending is not None:
-                vectors[pending[0]] = np.asarray(pending[1])
+                _store(vectors, *pending)
                 bar.update(len(pending[0]))
-            pending = (index, result)
+            pending = (index, result, layout)
         assert pending is not None
-        vectors[pending[0]] = np.asarray(pending[1])
+        _store(vectors, *pending)
         bar.update(len(pending[0]))
     return vectors
+
+
+def _sorted(encoder: Any, tokenizer: WordPieceTokenizer, lines: Sequence[str], names: list[str],
+            batch_size: int, max_length: int, option: str) -> Iterator[tuple[Any, Any, None]]:
+    """(line indices, model inputs, None) of sorted padded batches, cut lines warned about."""
+    limit = model_max_length(encoder)
+    for index, batch in sorted_batches(tokenizer, lines, batch_size=batch_size,
+                                       max_length=max_length, warn=False):
+        warn_cut(batch, [names[i] for i in index], max_length, limit, option, stacklevel=4)
+        yield index, batch.arrays(encoder.config), None
+
+
+def _packed(encoder: Any, tokenizer: WordPieceTokenizer, lines: Sequence[str], names: list[str],
+            max_length: int, option: str, max_tokens: int) -> Iterator[tuple[Any, Any, Any]]:
+    """(line indices, model inputs, layout) of packed batches (`bertjax.use.packed`)."""
+    limit = model_max_length(encoder)
+    encoded = encode(tokenizer, lines, max_length=max_length, warn=False)
+    warn_cut(encoded, names, max_length, limit, option, stacklevel=4)
+    for batch in packed_batches(encoded.arrays(encoder.config), max_tokens=max_tokens,
+                                limit=limit, pad_id=tokenizer.special.pad):
+        yield batch.members, batch.arrays, batch.layout
+
+
+def _store(vectors: np.ndarray, index: np.ndarray, result: Any, layout: Any) -> None:
+    """A batch's vectors (B, H), or packed (R, K, H), into their lines' rows of `vectors`."""
+    result = np.asarray(result)
+    vectors[index] = result if layout is None else layout.from_slots(result)
 
 
 @functools.cache
@@ -150,7 +183,11 @@ def _pooled_forward() -> Any:
     def forward(graphdef: Any, state: Any, arrays: dict[str, jax.Array], *, pooling: str,
                 normalize: bool) -> jax.Array:
         out = nnx.merge(graphdef, state)(
-            arrays["input_ids"], arrays["token_type_ids"], arrays["attention_mask"])
+            arrays["input_ids"], arrays["token_type_ids"], arrays["attention_mask"],
+            **packing_options(arrays))
+        if "sequence_ids" in arrays:  # (R, K, H): per packed line
+            return pool_packed(out.sequence_output, arrays["sequence_ids"],
+                               arrays["cls_positions"], pooling=pooling, normalize=normalize)
         return pool(out.sequence_output, arrays["attention_mask"], pooling=pooling,
                     normalize=normalize)
 
@@ -170,6 +207,26 @@ def pool(hidden: Any, attention_mask: Any, *, pooling: str, normalize: bool) -> 
         raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
     if normalize:
         norm = jnp.linalg.norm(vectors, axis=-1, keepdims=True)  # (B, 1)
+        vectors = vectors / jnp.maximum(norm, 1e-12)
+    return vectors
+
+
+def pool_packed(hidden: Any, sequence_ids: Any, cls_positions: Any, *, pooling: str,
+                normalize: bool) -> Any:
+    """`pool` of each packed sequence: (R, S, H) last hidden state of packed rows -> (R, K, H)
+    float32, the mean over the sequence's own tokens or its [CLS] row (zeros in empty slots)."""
+    hidden = hidden.astype(jnp.float32)  # (R, S, H)
+    if pooling == "mean":
+        own = sequence_mask(sequence_ids, cls_positions.shape[1]).astype(jnp.float32)  # (R, K, S)
+        sums = jnp.einsum("rks,rsh->rkh", own, hidden, precision=jax.lax.Precision.HIGHEST)
+        vectors = sums / jnp.maximum(own.sum(-1), 1e-9)[..., None]  # (R, K, H)
+    elif pooling == "cls":
+        index = jnp.maximum(cls_positions, 0)[..., None]  # (R, K, 1)
+        vectors = jnp.take_along_axis(hidden, index, axis=1)  # (R, K, H)
+    else:
+        raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+    if normalize:
+        norm = jnp.linalg.norm(vectors, axis=-1, keepdims=True)  # (R, K, 1)
         vectors = vectors / jnp.maximum(norm, 1e-12)
     return vectors
 

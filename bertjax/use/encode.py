@@ -19,6 +19,7 @@ import numpy as np
 from flax import nnx
 
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.inputs import packing_options
 
 PAD_MULTIPLE = 16  # padded lengths are multiples of this (fewer compiled shapes)
 
@@ -117,13 +118,15 @@ def _truncate(a: list[int], b: list[int] | None, max_length: int
 
 def jitted_forward(model: Any, **outputs: bool) -> Callable[[dict[str, np.ndarray]], Any]:
     """`forward(arrays) -> BertOutput` of `model` in inference mode, jitted once per input shape
-    (`outputs`: e.g. `output_attentions=True`). The model is split once, not on every call."""
+    (`outputs`: e.g. `output_attentions=True`); packed rows' arrays (`bertjax.use.packed`) are
+    passed on. The model is split once, not on every call."""
     graphdef, state = nnx.split(model)
 
     @jax.jit
     def forward(state: Any, arrays: dict[str, Any]) -> Any:
         return nnx.merge(graphdef, state)(
-            arrays["input_ids"], arrays["token_type_ids"], arrays["attention_mask"], **outputs)
+            arrays["input_ids"], arrays["token_type_ids"], arrays["attention_mask"], **outputs,
+            **packing_options(arrays))
 
     return lambda arrays: forward(state, arrays)
 

@@ -14,6 +14,7 @@ from flax import nnx
 
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.use.encode import encode, model_max_length
+from bertjax.use.packed import packed_batches, packing_options
 from bertjax.use.truncation import warn_cut
 
 
@@ -31,12 +32,14 @@ def fill_mask(
     *,
     top_k: int = 5,
     names: Sequence[str] | None = None,
+    max_tokens: int | None = None,
 ) -> list[list[list[Prediction]]]:
     """For each text, for each of its [MASK]s (left to right), the `top_k` predictions, best first.
 
     `model` is a `BertForPreTraining`. A text without [MASK] or an empty text is a ValueError
     naming it (`names`, default "line 1", ...); text longer than the model allows is cut with a
-    warning (a [MASK] cut away is an error).
+    warning (a [MASK] cut away is an error). `max_tokens`: pack the texts into batches of that
+    many token slots (`bertjax.use.packed`) instead of one padded batch; the same predictions.
     """
     names = list(names or [f"line {i + 1}" for i in range(len(texts))])
     if not 1 <= top_k <= model.config.vocab_size:
@@ -60,25 +63,64 @@ def fill_mask(
         if len(positions) < n:
             raise ValueError(f"{name}: {n - len(positions)} of its {n} [MASK] tokens were cut off "
                              f"(the model takes {max_length} tokens); shorten the text")
-    P = max(len(p) for p in where)
-    positions = np.zeros((len(texts), P), np.int32)  # (B, P), padded with position 0
-    for i, p in enumerate(where):
-        positions[i, :len(p)] = p
-    logits = _mlm_logits(model, {**batch.arrays(model.config), "masked_positions": positions})  # (B, P, V)
-    probs = jax.nn.softmax(jnp.asarray(logits, jnp.float32), axis=-1)
-    top_p, top_i = jax.lax.top_k(probs, top_k)  # (B, P, k)
-    top_p, top_i = np.asarray(top_p), np.asarray(top_i)
+    arrays = batch.arrays(model.config)
+    if max_tokens is None:
+        top = _top_k(model, arrays, _mask_positions(arrays["input_ids"], mask_id), top_k)
+        per_text = [(p[:len(w)], i[:len(w)]) for p, i, w in zip(*top, where, strict=True)]
+    else:
+        per_text = _packed_top_k(model, tokenizer, arrays, max_tokens, top_k)
     return [
         [[Prediction(tokenizer.id_to_token(int(i)), int(i), float(p))
-          for p, i in zip(top_p[b, m], top_i[b, m], strict=True)] for m in range(len(where[b]))]
-        for b in range(len(texts))
+          for p, i in zip(top_p[m], top_i[m], strict=True)] for m in range(len(top_p))]
+        for top_p, top_i in per_text
     ]
+
+
+def _mask_positions(input_ids: np.ndarray, mask_id: int, width: int | None = None
+                    ) -> np.ndarray:
+    """(B, P) positions of each row's [MASK]s, left to right, padded with position 0; P the
+    most in a row (or `width`)."""
+    where = [np.flatnonzero(row == mask_id) for row in input_ids]
+    positions = np.zeros((len(where), width or max(len(p) for p in where)), np.int32)
+    for i, p in enumerate(where):
+        positions[i, :len(p)] = p
+    return positions
+
+
+def _top_k(model: Any, arrays: dict[str, Any], positions: np.ndarray, k: int
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """The `k` best probabilities and token ids at `positions` (B, P): each (B, P, k)."""
+    logits = _mlm_logits(model, {**arrays, "masked_positions": positions})  # (B, P, V)
+    probs = jax.nn.softmax(jnp.asarray(logits, jnp.float32), axis=-1)
+    top_p, top_i = jax.lax.top_k(probs, k)  # (B, P, k)
+    return np.asarray(top_p), np.asarray(top_i)
+
+
+def _packed_top_k(model: Any, tokenizer: WordPieceTokenizer, arrays: dict[str, np.ndarray],
+                  max_tokens: int, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each text's (probabilities, ids) (its masks, k) from packed batches: a row's [MASK]s,
+    left to right, are its texts' in turn."""
+    mask_id = tokenizer.special.mask
+    batches = packed_batches(arrays, max_tokens=max_tokens, limit=model_max_length(model),
+                             pad_id=tokenizer.special.pad)
+    P = max(int((b.arrays["input_ids"] == mask_id).sum(1).max()) for b in batches)
+    out: list[tuple[np.ndarray, np.ndarray]] = [(np.zeros(0), np.zeros(0))] * len(arrays[
+        "input_ids"])
+    for b in batches:
+        positions = _mask_positions(b.arrays["input_ids"], mask_id, P)  # (R, P): one shape
+        top_p, top_i = _top_k(model, b.arrays, positions, k)
+        is_mask = b.arrays["input_ids"] == mask_id  # (R, S)
+        for n, r, start, length in zip(b.members, b.layout.row, b.layout.start,
+                                       b.layout.length, strict=True):
+            slots = slice(int(is_mask[r, :start].sum()), int(is_mask[r, :start + length].sum()))
+            out[n] = (top_p[r, slots], top_i[r, slots])
+    return out
 
 
 @nnx.jit
 def _mlm_logits(model: Any, arrays: dict[str, Any]) -> jax.Array:
     return model(arrays["input_ids"], arrays["token_type_ids"], arrays["attention_mask"],
-                 arrays["masked_positions"]).mlm_logits  # (B, P, V)
+                 arrays["masked_positions"], **packing_options(arrays)).mlm_logits  # (B, P, V)
 
 
 def fill_in(text: str, predictions: list[list[Prediction]], mask: str = "[MASK]") -> str:

@@ -29,6 +29,7 @@ from tokenizers import Encoding
 
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.use.encode import check_max_length, encode, jitted_forward, model_max_length
+from bertjax.use.packed import packed_batches
 from bertjax.use.truncation import warn_cut
 
 AGGREGATIONS = ("none", "simple", "first", "average", "max")  # the pipeline's strategies
@@ -59,13 +60,16 @@ def tag(
     max_length: int | None = None,
     ignore_labels: Sequence[str] = IGNORED_LABELS,
     names: Sequence[str] | None = None,
+    max_tokens: int | None = None,
 ) -> list[list[dict[str, Any]]]:
     """For each text, its entities as the pipeline's dicts: `entity_group`, `score`, `word`,
     `start`, `end` (`aggregation="none"`: `entity`, `score`, `index`, `word`, `start`, `end`).
 
     `model` is a `BertForTokenClassification` (its labels: `model.config.id2label`). Text longer
     than `max_length` tokens (default: the model's positions) is cut with a warning naming it
-    (`names`, default "line 1", ...). An empty text has no entities.
+    (`names`, default "line 1", ...). An empty text has no entities. `max_tokens`: pack the
+    texts into batches of that many token slots (`bertjax.use.packed`) instead of batches of
+    `BATCH_SIZE` texts; the same entities and scores (within 1e-5).
     """
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}, got "
@@ -81,24 +85,51 @@ def tag(
     names = list(names or [f"line {i + 1}" for i in range(len(texts))])
     if len(names) != len(texts):
         raise ValueError(f"got {len(texts)} texts but {len(names)} names")
-    forward = jitted_forward(model)
     labels = model.config.id2label
     decoder = tokenizer.tokenizer.decoder
     decode: Decode = decoder.decode if decoder is not None else " ".join
+    rows, cut = _logits(model, tokenizer, list(texts), max_length, max_tokens)
+    warn_cut(_Cut(cut), names, max_length, limit)
+    encodings = tokenizer.tokenizer.encode_batch(list(texts), add_special_tokens=False)
     results: list[list[dict[str, Any]]] = []
-    for first in range(0, len(texts), BATCH_SIZE):
-        chunk, chunk_names = list(texts[first:first + BATCH_SIZE]), names[first:first + BATCH_SIZE]
-        batch = encode(tokenizer, chunk, max_length=max_length, warn=False)
-        warn_cut(batch, chunk_names, max_length, limit)
-        logits = np.asarray(forward(batch.arrays(model.config)).logits, np.float32)  # (B, S, L)
-        encodings = tokenizer.tokenizer.encode_batch(chunk, add_special_tokens=False)
-        for b, (text, encoding) in enumerate(zip(chunk, encodings, strict=True)):
-            kept = len(encoding.ids) - batch.cut[b]
-            tokens = _tokens(tokenizer, text, encoding, kept, _softmax(logits[b, 1:kept + 1]))
-            entities = _aggregate(tokens, aggregation, labels, decode)
-            results.append([e for e in entities
-                            if e.get("entity", e.get("entity_group")) not in ignore_labels])
+    for text, encoding, logits, n_cut in zip(texts, encodings, rows, cut, strict=True):
+        kept = len(encoding.ids) - n_cut
+        tokens = _tokens(tokenizer, text, encoding, kept, _softmax(logits[1:kept + 1]))
+        entities = _aggregate(tokens, aggregation, labels, decode)
+        results.append([e for e in entities
+                        if e.get("entity", e.get("entity_group")) not in ignore_labels])
     return results
+
+
+@dataclasses.dataclass
+class _Cut:
+    """What `warn_cut` reads of an `Encoded`: the tokens cut from each text."""
+
+    cut: list[int]
+
+
+def _logits(model: Any, tokenizer: WordPieceTokenizer, texts: list[str], max_length: int,
+            max_tokens: int | None) -> tuple[list[np.ndarray], list[int]]:
+    """Each text's float32 logits ([CLS] to [SEP], (length, L)) and the tokens cut from it: in
+    batches of `BATCH_SIZE` texts, or packed into batches of `max_tokens` token slots."""
+    forward = jitted_forward(model)
+    if max_tokens is None:
+        rows, cut = [], []
+        for first in range(0, len(texts), BATCH_SIZE):
+            batch = encode(tokenizer, texts[first:first + BATCH_SIZE], max_length=max_length,
+                           warn=False)
+            logits = np.asarray(forward(batch.arrays(model.config)).logits, np.float32)
+            rows += [x[:n] for x, n in zip(logits, batch.attention_mask.sum(1), strict=True)]
+            cut += batch.cut
+        return rows, cut
+    encoded = encode(tokenizer, texts, max_length=max_length, warn=False)
+    rows = [np.zeros(0)] * len(texts)
+    for batch in packed_batches(encoded.arrays(model.config), max_tokens=max_tokens,
+                                limit=model_max_length(model), pad_id=tokenizer.special.pad):
+        logits = np.asarray(forward(batch.arrays).logits, np.float32)  # (R, S, L)
+        for n, values in zip(batch.members, batch.layout.split(logits), strict=True):
+            rows[n] = values
+    return rows, encoded.cut
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:

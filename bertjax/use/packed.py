@@ -1,0 +1,132 @@
+"""Token-budget batches: sequences packed into rows of a fixed length, a fixed number of rows per
+batch, for inference and fine-tuning (`max_tokens=`, `--max-tokens`).
+
+A batch is `max_tokens // row_len` rows of `row_len` tokens (`token_budget`): rows as long as
+the longest sequence, rounded up to `encode.PAD_MULTIPLE`, at least `ROW_FLOOR` where the model
+has the positions (a short row holds few sequences, so more of it stays empty), never more than
+the model's positions. Every batch has one shape, including the last (completed with empty
+rows) and its K, the most sequences any row holds: one compiled program, where sorted padded
+batches compile one per length. Attention stays inside each sequence (`bertjax.inputs`), so each
+sequence's outputs are those it has alone, up to float32 rounding (the tests hold them within
+1e-5).
+
+Attention is the one cost that grows with the row: each token's scores span its whole row
+(masked). So inference (`packed_layouts`) packs in two lengths when a few inputs are much
+longer than the rest: the bulk (up to the `BULK_QUANTILE` of the lengths, rounded up, at least
+`ROW_FLOOR`) in rows of its own length, the longer few in rows of the longest's; at most two
+shapes. Sequences go to rows by best-fit decreasing (`bertjax.data.packing`), so rows are nearly
+full: the work is the real tokens, not the padding of sorted batches rounded up to 16.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from bertjax.data.packing import RowLayout, pack_layout
+from bertjax.inputs import packing_options, sequence_mask
+from bertjax.use.encode import PAD_MULTIPLE
+
+__all__ = ["BULK_QUANTILE", "MAX_TOKENS", "ROW_FLOOR", "Budget", "PackedBatch", "pack_arrays",
+           "packed_batches", "packed_layouts", "packing_options", "sequence_mask", "token_budget"]
+
+ROW_FLOOR = 64  # shortest packed row where the model has the positions (see the docstring)
+# inference packs the inputs up to this quantile of the lengths in rows of their own length
+# (the rest in rows of the longest's): the plays' lines are 16 tokens on average, 98% of them
+# under 64, the longest 185; rows of 64 for the bulk were ~10% faster on a 2-core CPU than rows
+# of 192 for all (bertjax bench embed's lines, min of 5 alternated runs, a shared machine)
+BULK_QUANTILE = 0.98
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """Rows of `row_len` tokens, `rows` of them per batch."""
+
+    row_len: int
+    rows: int
+
+
+MAX_TOKENS = "max_tokens (--max-tokens)"  # how errors name the budget, for Python and the CLI
+
+
+def token_budget(max_tokens: int, longest: int, limit: int, option: str = MAX_TOKENS
+                 ) -> Budget:
+    """The row length for sequences up to `longest` tokens under a model of `limit` positions,
+    and how many rows `max_tokens` holds; a ValueError naming `option` if it holds none."""
+    if max_tokens < 1:
+        raise ValueError(f"{option} must be at least 1, got {max_tokens}")
+    if longest > limit:
+        raise ValueError(f"a sequence of {longest} tokens is longer than the model's {limit} "
+                         "positions: cut it first")
+    row_len = min(limit, max(-(-longest // PAD_MULTIPLE) * PAD_MULTIPLE, min(ROW_FLOOR, limit)))
+    if max_tokens < row_len:
+        raise ValueError(f"{option} {max_tokens} holds no packed row of {row_len} tokens (the "
+                         f"longest input, {longest} tokens, rounded up to {PAD_MULTIPLE}, at "
+                         f"least {min(ROW_FLOOR, limit)}): pass {option} {row_len} or more")
+    return Budget(row_len, max_tokens // row_len)
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedBatch:
+    """One batch of packed rows: which input sequences it holds (`members`, in the layout's
+    order), where they sit, and the arrays the model (and a loss) take."""
+
+    members: np.ndarray  # (n,) indices into the input sequences
+    layout: RowLayout  # member i is input sequence members[i]
+    arrays: dict[str, np.ndarray]
+
+
+def pack_arrays(arrays: Mapping[str, np.ndarray], layout: RowLayout, *, pad_id: int,
+                per_token: Sequence[str] = (), per_sequence: Sequence[str] = (),
+                fills: Mapping[str, int | float] | None = None) -> dict[str, np.ndarray]:
+    """Right-padded arrays of the layout's sequences (N, W) moved into its rows: the model's
+    inputs (with the packing arrays), the `per_token` arrays (N, W, ...) as rows (R, S, ...) and
+    the `per_sequence` ones (N, ...) as slots (R, K, ...), `fills[key]` (default 0) elsewhere."""
+    fills = fills or {}
+    out = layout.inputs()  # attention_mask, sequence_ids, position_ids, cls_positions
+    out["input_ids"] = layout.tokens(arrays["input_ids"], pad_id)
+    out["token_type_ids"] = layout.tokens(arrays["token_type_ids"])
+    for key in per_token:
+        out[key] = layout.tokens(arrays[key], fills.get(key, 0))
+    for key in per_sequence:
+        out[key] = layout.per_sequence(arrays[key], fills.get(key, 0))
+    return out
+
+
+def packed_layouts(lengths: np.ndarray, *, max_tokens: int, limit: int,
+                   option: str = MAX_TOKENS) -> list[tuple[np.ndarray, RowLayout]]:
+    """Sequences of `lengths` packed by best-fit decreasing into batches of `max_tokens` token
+    slots: (the sequences of each batch, their layout in its rows). The bulk's rows are as long
+    as the `BULK_QUANTILE` of the lengths needs, the longer few's as the longest's (see the
+    module docstring); one bucket when those are the same."""
+    lengths = np.asarray(lengths)
+    if not len(lengths):
+        return []
+    longest = token_budget(max_tokens, int(lengths.max()), limit, option).row_len
+    bulk = token_budget(max_tokens, int(np.quantile(lengths, BULK_QUANTILE, method="lower")), limit,
+                        option).row_len
+    out = []
+    for row_len, members in ((bulk, np.flatnonzero(lengths <= bulk)),
+                             (longest, np.flatnonzero(lengths > bulk))):
+        if len(members):
+            layout = pack_layout(lengths[members], row_len)
+            out += [(members[m], sub) for m, sub in layout.batches(max_tokens // row_len)]
+    return out
+
+
+def packed_batches(arrays: Mapping[str, np.ndarray], *, max_tokens: int, limit: int,
+                   pad_id: int, option: str = MAX_TOKENS, per_token: Sequence[str] = (),
+                   per_sequence: Sequence[str] = (),
+                   fills: Mapping[str, int | float] | None = None) -> list[PackedBatch]:
+    """Right-padded sequences (`arrays`, each (N, W, ...) or (N, ...), their lengths from
+    `attention_mask`) packed into batches (`packed_layouts`), their arrays moved into the rows
+    (`pack_arrays`)."""
+    lengths = np.asarray(arrays["attention_mask"]).sum(1)
+    return [PackedBatch(members, sub, pack_arrays({k: np.asarray(v)[members] for k, v in
+                                                   arrays.items()}, sub, pad_id=pad_id,
+                                                  per_token=per_token,
+                                                  per_sequence=per_sequence, fills=fills))
+            for members, sub in packed_layouts(lengths, max_tokens=max_tokens, limit=limit,
+                                               option=option)]
