@@ -68,7 +68,8 @@ def _embed(config: BertConfig, num: int, rngs: nnx.Rngs) -> nnx.Embed:
 
 
 class LayerNorm(nnx.LayerNorm):
-    """LayerNorm with BERT's epsilon, two-pass variance and float32 statistics."""
+    """LayerNorm with BERT's epsilon, two-pass variance and float32 statistics
+    (`numerics.layer_norm`: the parameters' gradients as matmuls)."""
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         super().__init__(
@@ -82,7 +83,8 @@ class LayerNorm(nnx.LayerNorm):
         self.out_dtype = numerics.compute_dtype(config)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return super().__call__(x.astype(jnp.float32)).astype(self.out_dtype)
+        return numerics.layer_norm(x, self.scale[...], self.bias[...],
+                                   self.epsilon).astype(self.out_dtype)
 
 
 class BertEmbeddings(nnx.Module):

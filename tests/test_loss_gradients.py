@@ -9,6 +9,7 @@ exact); gradients within 1e-6 (float32 summation order only).
 
 from __future__ import annotations
 
+import re
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -85,3 +86,34 @@ def test_add_broadcast_gradient_equals_autodiff(shape, y_shape):
     dy = vjp(g.astype(jnp.bfloat16))[1]
     assert dy.dtype == jnp.bfloat16
     np.testing.assert_allclose(np.asarray(dy, np.float32), np.asarray(plain[1]), rtol=2e-2, atol=2e-2)
+
+
+def test_layer_norm_equals_flax_and_sums_its_parameter_gradients_by_matmul():
+    """`numerics.layer_norm` is Flax's two-pass LayerNorm (float32, outputs and every gradient
+    within 1e-6), and autodiff sums the scale's and bias's gradients over (B, S) with no
+    reduction: on a GPU such a reduction kept the residual stream in (S, H, B) order."""
+    from flax import nnx
+
+    x = 3 + 2 * jax.random.normal(jax.random.key(0), (3, 5, 16))
+    g = jax.random.normal(jax.random.key(1), x.shape)
+    flax_norm = nnx.LayerNorm(16, epsilon=1e-12, use_fast_variance=False, rngs=nnx.Rngs(0))
+    scale = 1 + 0.1 * jax.random.normal(jax.random.key(2), (16,))
+    bias = 0.1 * jax.random.normal(jax.random.key(3), (16,))
+    flax_norm.scale[...], flax_norm.bias[...] = scale, bias
+    graphdef, params = nnx.split(flax_norm)
+
+    def theirs(x, params):
+        return jnp.sum(nnx.merge(graphdef, params)(x) * g)
+
+    def ours(x, scale, bias):
+        return jnp.sum(numerics.layer_norm(x, scale, bias, 1e-12) * g)
+
+    np.testing.assert_allclose(np.asarray(numerics.layer_norm(x, scale, bias, 1e-12)),
+                               np.asarray(flax_norm(x)), rtol=1e-6, atol=1e-6)
+    dx, dscale, dbias = jax.grad(ours, argnums=(0, 1, 2))(x, scale, bias)
+    ref_x, ref_params = jax.grad(theirs, argnums=(0, 1))(x, params)
+    for a, b in ((dx, ref_x), (dscale, ref_params["scale"][...]), (dbias, ref_params["bias"][...])):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-5)
+    jaxpr = str(jax.make_jaxpr(jax.grad(ours, argnums=(1, 2)))(x, scale, bias))
+    assert "dot_general" in jaxpr
+    assert not re.search(r"reduce_sum\[axes=\(0, 1\)", jaxpr), jaxpr  # (B, S) summed
