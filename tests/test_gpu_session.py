@@ -1,5 +1,6 @@
 """The prepared GPU run (`scripts/dev/gpu_session.sh`) end to end on the CPU: every stage a GPU
-call runs (the GPU tests, the benchmarks at the defaults and with the GPU recipe, the profile)
+call runs (the GPU tests, the benchmarks at the defaults and with the GPU recipe, the recipe
+from an older tree, the profile)
 on the `tiny` preset for a few steps, so that a typo in the script or a stage it calls fails
 here, not on a lent GPU whose minutes are counted. Timings are not checked: stages' exit codes,
 the JSON each writes and the tables the script prints last."""
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -17,13 +19,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-STAGES = ("setup", "tests", "bench", "recipe", "profile")
+STAGES = ("setup", "tests", "bench", "recipe", "baseline", "profile")
 
 
 @pytest.mark.slow
 def test_the_gpu_session_runs_every_stage_on_the_cpu(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "bertjax", tmp_path / "old" / "bertjax")  # the "older" tree
     env = {**os.environ, "GPU_SESSION_MODE": "cpu", "OUT": str(tmp_path / "out"),
-           "RESULTS": str(tmp_path / "results"),
+           "RESULTS": str(tmp_path / "results"), "BASELINE_TREE": str(tmp_path / "old"),
            # transformers under torch.compile takes minutes on a CPU; tests/test_bench.py runs it
            "IMPLS": "bertjax,hf-eager", "RECIPE_IMPLS": "bertjax",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
@@ -37,7 +40,7 @@ def test_the_gpu_session_runs_every_stage_on_the_cpu(tmp_path: Path) -> None:
         names = {Path(n).name for n in tar.getnames()}
     assert {"bench_default.json", "bench_recipe.json", "profile_default.json",
             "profile_recipe.json"} <= names
-    for name in ("bench_default.json", "bench_recipe.json"):
+    for name in ("bench_default.json", "bench_recipe.json", "bench_baseline.json"):
         report = json.loads((tmp_path / "results" / name).read_text())
         assert report["settings"]["preset"] == "tiny" and report["rows"], name
         assert not report["failed"], report["failed"]

@@ -3,7 +3,7 @@
 # in order, each under its own time limit, and keep everything under $OUT (the device tool brings
 # back at most 8 files: one log, one tarball of JSON, the tables).
 #
-#   bash scripts/dev/gpu_session.sh setup tests bench profile
+#   bash scripts/dev/gpu_session.sh setup tests bench recipe profile
 #   GPU_SESSION_MODE=cpu bash scripts/dev/gpu_session.sh setup tests bench recipe profile
 #
 # The second runs every stage on the CPU on the `tiny` preset (a few steps; nothing to install):
@@ -22,6 +22,9 @@
 #   bench      bertjax bench train, GPU defaults (base, seq 128, batch 256, bf16, dropout 0.1)
 #   recipe     the same with the README's GPU recipe (no attention-probability dropout, rbg)
 #   long       seq 512 batch 32, recipe          large   BERT-large batch 128, recipe
+#   baseline   `recipe`'s bertjax row from the older tree BASELINE_TREE (a change measured against
+#              the code before it, back to back):  git archive OLD bertjax | tar -x -C .old
+#              (.old/ git-ignored locally, carried with the call)
 #   infer      bertjax bench infer
 #   profile    device time by kernel of bertjax's step, default and recipe
 #   probe      scripts/dev/gpu_layout_probe.py: formulations of the embeddings and the decoder
@@ -82,8 +85,10 @@ EOF
 tests() {
     local platforms=cuda,cpu
     [ "$MODE" = cpu ] && platforms=cpu  # every GPU test is skipped there: the stage still runs
+    local per_test=()  # one hung test (remat did on an H100) must not eat the others' time
+    python3 -c "import pytest_timeout" 2>/dev/null && per_test=(--timeout "${TEST_TIMEOUT:-90}")
     JAX_PLATFORMS=$platforms python3 -m pytest -m gpu tests/test_gpu.py -v -p no:cacheprovider \
-        --durations=0 -rA
+        --durations=0 -rfE --tb=short "${per_test[@]}"
 }
 
 profile() {  # XLA's optimised train step beside the trace, to look the kernels' fusions up
@@ -96,6 +101,11 @@ profile() {  # XLA's optimised train step beside the trace, to look the kernels'
     find "$RESULTS"/hlo_* -type f ! -name '*after_optimizations.txt' -delete
 }
 
+baseline() {  # bench train from the older tree (python -m puts the working directory first)
+    [ -d "${BASELINE_TREE:-}/bertjax" ] || { echo "BASELINE_TREE holds no bertjax/" >&2; return 2; }
+    (cd "$BASELINE_TREE" && python3 -m bertjax.cli bench train "$@")
+}
+
 FAILED=()  # the stages that did not exit 0: the script's exit status says whether any did
 MODE=${GPU_SESSION_MODE:-gpu}
 SIZE=()  # the GPU defaults; on the CPU the tiny preset for a few steps
@@ -103,7 +113,7 @@ if [ "$MODE" = cpu ]; then
     SIZE=(--preset tiny --seq 32 --batch 4 --steps 2 --warmup 1)
     export PROFILE_PRESET=tiny PROFILE_BATCH=4 PROFILE_ARGS="--seq 32 --steps 2 --warmup 1"
 fi
-export -f setup tests profile bench
+export -f setup tests profile bench baseline
 export RESULTS MODE
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 RECIPE=(--set attention_probs_dropout_prob=0 --prng rbg)
@@ -122,6 +132,8 @@ for name in "$@"; do
             --impl bertjax,hf-compiled --json "$RESULTS/bench_seq512.json" ;;
         large) stage large 300 bench train --dtype bfloat16 --preset large --batch 128 \
             "${RECIPE[@]}" --impl bertjax,hf-compiled --json "$RESULTS/bench_large.json" ;;
+        baseline) stage baseline 150 baseline --dtype bfloat16 "${RECIPE[@]}" --impl bertjax "${SIZE[@]}" \
+            --json "$RESULTS/bench_baseline.json" ;;
         infer) stage infer 200 bench infer --dtype bfloat16 "${SIZE[@]}" --json "$RESULTS/bench_infer.json" ;;
         profile) stage profile 200 profile ;;
         *) echo "unknown stage $name" >&2; exit 2 ;;
