@@ -10,6 +10,7 @@ exact); gradients within 1e-6 (float32 summation order only).
 from __future__ import annotations
 
 import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np

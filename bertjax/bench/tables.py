@@ -41,6 +41,16 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
             *("| " + " | ".join(cells) + " |" for cells in rows)]
 
 
+
+def _dropout(settings: dict[str, Any]) -> str:
+    """"dropout 0.1", with the overrides of `--set` and a PRNG other than the default named."""
+    text = f"dropout {settings['dropout']}"
+    if settings.get("overrides"):
+        text += ", " + ", ".join(f"{k}={v}" for k, v in settings["overrides"].items())
+    if settings.get("prng_impl") not in (None, "threefry2x32"):
+        text += f", dropout PRNG {settings['prng_impl']}"
+    return text
+
 def _step(report: dict[str, Any]) -> list[str]:
     """`bertjax bench train` / `infer`: the rows side by side."""
     s, c = report["settings"], report["config"]
@@ -62,7 +72,7 @@ def _step(report: dict[str, Any]) -> list[str]:
                f"({gemm['flops_per_s'] / 1e9:,.0f} GFLOP/s)")
     lines += ["", f"`{c['num_hidden_layers']}` layers of `{c['hidden_size']}` "
               f"(preset {s['preset']}), sequence {s['seq']}, batch {s['batch']}, "
-              f"{s['predictions']} predictions, dropout {s['dropout']}; MFU against {against}."]
+              f"{s['predictions']} predictions, {_dropout(s)}; MFU against {against}."]
     lines += [f"Skipped {x['row']}: {x['reason']}." for x in report.get("skipped", [])]
     lines += [f"Failed {x['row']}." for x in report.get("failed", [])]
     return lines
