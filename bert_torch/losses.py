@@ -27,7 +27,7 @@ def nsp_loss(logits: torch.Tensor, labels: torch.Tensor,
         return F.cross_entropy(logits.float(), labels.long())
     per_pair = F.cross_entropy(logits.float().flatten(0, 1), labels.long().flatten(),
                                reduction="none").view(labels.shape)  # (B, K)
-    return (per_pair * weights.float()).sum() / weights.float().sum()
+    return (per_pair * weights.float()).sum() / weights.float().sum().clamp_min(LOSS_WEIGHT_FLOOR)
 
 
 def pretraining_loss(

@@ -54,7 +54,7 @@ def check_inputs(
     if input_ids.ndim != 2:
         raise ValueError(f"input_ids must have shape (batch, seq_len), got {input_ids.shape}")
     B, S = input_ids.shape
-    if S > config.max_position_embeddings:
+    if S > config.max_position_embeddings and not packed:  # packed: each sequence's, below
         raise ValueError(
             f"input_ids has seq_len {S} > max_position_embeddings "
             f"({config.max_position_embeddings}); truncate the input or use a config with more "
@@ -139,6 +139,15 @@ def check_packing(
     if position_ids is not None and _is_concrete(position_ids):
         _check_range("position_ids", position_ids, config.max_position_embeddings,
                      "max_position_embeddings")
+    elif sequence_ids is not None and S > config.max_position_embeddings and _is_concrete(
+            sequence_ids):  # a row longer than the positions: each sequence must fit them
+        ids = np.asarray(sequence_ids)
+        rows = np.repeat(np.arange(B), S).reshape(B, S)  # (B, S): each token's row
+        _, counts = np.unique(np.stack([rows[ids > 0], ids[ids > 0]]), axis=1, return_counts=True)
+        if counts.size and counts.max() > config.max_position_embeddings:
+            raise ValueError(f"a packed sequence of {counts.max()} tokens is longer than "
+                             f"max_position_embeddings ({config.max_position_embeddings}); "
+                             "truncate it")
     if cls_positions is not None:
         _check_cls_positions(cls_positions, input_ids, sequence_ids)
 

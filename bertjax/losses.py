@@ -132,9 +132,10 @@ def nsp_count(batch: dict[str, jax.Array]) -> jax.Array:
 def loss_from_sums(sums: dict[str, jax.Array], predictions: jax.Array, sequences: jax.Array
                    ) -> jax.Array:
     """MLM + NSP loss: the summed losses over the number of real predictions and of sequences
-    they are the mean of (a batch with no real prediction has MLM loss 0, not NaN)."""
+    they are the mean of (a batch with no real prediction, or packed rows with no pair, has that
+    part 0, not NaN)."""
     return (sums["mlm_loss_sum"] / jnp.maximum(predictions, LOSS_WEIGHT_FLOOR)
-            + sums["nsp_loss_sum"] / sequences)
+            + sums["nsp_loss_sum"] / jnp.maximum(sequences, LOSS_WEIGHT_FLOOR))
 
 
 def pretraining_loss(

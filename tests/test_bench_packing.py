@@ -45,5 +45,13 @@ def test_finetune_bench_runs_both_modes_with_matching_steps():
     assert task["padded_steps"] == 48 // 8 and abs(task["packed_steps"] - 6) <= 2
     assert task["max_tokens"] % 64 == 0  # whole rows (of the --max-length's 64 tokens here)
     assert all(r["train_s"] > 0 and 0 <= r["score"] <= 1 for r in result["runs"])
-    assert task["speedup"] == pytest.approx(task["padded_train_s"] / task["packed_train_s"])
+    for mode in ("padded", "packed"):  # the summary is the runs' mean
+        runs = [r["train_s"] for r in result["runs"] if r["packed"] == (mode == "packed")]
+        assert task[f"{mode}_train_s"] == pytest.approx(sum(runs) / len(runs))
     assert "shakespeare-genres" in finetune_table(result)
+
+
+def test_finetune_bench_refuses_a_budget_too_small_for_any_task_before_running():
+    with pytest.raises(ValueError, match=r"shakespeare-genres: max_tokens \(--max-tokens\) 16 holds no"):
+        run_finetune_benchmark(["shakespeare-genres"], model=tiny_checkpoint(), seeds=(0,),
+                               max_tokens=16, max_length=64, limit=8, quiet=True)

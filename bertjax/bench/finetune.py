@@ -14,11 +14,11 @@ directory, removed after.
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 import statistics
 import sys
 import tempfile
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,12 +26,13 @@ from typing import Any
 import jax
 
 from bertjax.bench.embed import default_model_dir
-from bertjax.io.report import FreshHeadsWarning
-from bertjax.pretrained import from_pretrained
+from bertjax.config import BertConfig
+from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.io.models import load_model
 from bertjax.tasks.finetune import finetune
 from bertjax.tasks.finetune_config import FinetuneConfig
 from bertjax.tasks.registry import BUNDLED, bundled_examples, make_task
-from bertjax.use.packed import token_budget
+from bertjax.use.packed import row_limit, token_budget
 
 SCORES = {"classification": "accuracy", "token-classification": "f1",
           "question-answering": "f1", "multiple-choice": "accuracy"}  # the rank's first metric
@@ -42,8 +43,10 @@ def matching_max_tokens(task: Any, tokenizer: Any, train: Sequence[Any], config:
     """A token budget whose steps hold about `config.batch_size` training units: that many of
     their mean packed length, rounded to whole rows (at least one)."""
     units = task.units(tokenizer, train, config.max_length)
-    lengths = task.pack_lengths(task.batch(tokenizer, units, config.max_length, model_config))
-    row = token_budget(10**9, int(lengths.max()), model_config.max_position_embeddings).row_len
+    arrays = task.batch(tokenizer, units, config.max_length, model_config)
+    lengths = task.pack_lengths(arrays)
+    row = token_budget(10**9, int(lengths.max()),
+                       row_limit(arrays["input_ids"], model_config.max_position_embeddings)).row_len
     return row * max(1, round(config.batch_size * float(lengths.mean()) / row))
 
 
@@ -53,10 +56,9 @@ def _run(name: str, model_dir: Path, config: FinetuneConfig, data: tuple[list, l
     matching budget) or not: its steps, times and validation scores."""
     train, validation = data
     task, labels = make_task(name, train)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FreshHeadsWarning)
-        named = {} if labels is None else {"id2label": labels}
-        model, tokenizer = from_pretrained(model_dir, model_cls=task.model_class, **named)
+    named = {} if labels is None else {"id2label": labels}
+    model = load_model(model_dir, task.model_class, **named)[0]  # the task's head: fresh
+    tokenizer = WordPieceTokenizer.load(model_dir)
     if packed:  # by default as many steps as the padded runs
         config = dataclasses.replace(config, max_tokens=max_tokens or matching_max_tokens(
             task, tokenizer, train, config, model.config))
@@ -89,6 +91,9 @@ def run_finetune_benchmark(
     validation examples, drawn with a fixed seed (a quick check). Returns the runs, a summary per task and the
     settings; prints a table unless `quiet`."""
     model_dir = Path(model) if model is not None else default_model_dir()
+    if max_tokens is not None:  # a budget too small for a later task fails before any run
+        for name in tasks:
+            _check_budget(name, model_dir, max_tokens, max_length)
     runs = []
     for name in tasks:
         train, validation, _ = bundled_examples(name)
@@ -109,6 +114,22 @@ def run_finetune_benchmark(
     if not quiet:
         print(format_table(result))
     return result
+
+
+def _check_budget(name: str, model_dir: Path, max_tokens: int, max_length: int) -> None:
+    """A ValueError naming the task if `max_tokens` holds no packed row of its training units."""
+    train, _, _ = bundled_examples(name)
+    task, labels = make_task(name, train)
+    tokenizer = WordPieceTokenizer.load(model_dir)
+    model_config = BertConfig.from_hf_dict(json.loads((model_dir / "config.json").read_text()))
+    model_config = model_config if labels is None else model_config.replace(id2label=labels)
+    arrays = task.batch(tokenizer, task.units(tokenizer, train, max_length), max_length,
+                        model_config)
+    try:
+        token_budget(max_tokens, int(task.pack_lengths(arrays).max()),
+                     row_limit(arrays["input_ids"], model_config.max_position_embeddings))
+    except ValueError as err:
+        raise ValueError(f"{name}: {err}") from None
 
 
 def _sample(examples: list, n: int) -> list:

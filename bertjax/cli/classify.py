@@ -8,11 +8,13 @@ import json
 import sys
 from pathlib import Path
 
-from bertjax.cli.argtypes import int_range, positive_int
+from bertjax.cli.argtypes import int_range
 from bertjax.cli.errors import CommandError, writing
 from bertjax.cli.model_options import (
+    add_batch_size_argument,
     add_max_tokens_argument,
     add_model_argument,
+    batch_size_of,
     load_model,
     run_command,
 )
@@ -31,8 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, metavar="FILE",
                         help="also write the predictions as JSON lines (a new file)")
     add_force_argument(parser)
-    parser.add_argument("--batch-size", type=positive_int, default=64, metavar="N",
-                        help="examples per forward pass (default: 64)")
+    add_batch_size_argument(parser, "examples")
     parser.add_argument("--max-length", type=int_range(3), default=None, metavar="TOKENS",
                         help="tokens per example, longer ones are cut; at most the model's "
                              f"positions (default: {DEFAULT_MAX_LENGTH}, or the model's positions "
@@ -81,7 +82,7 @@ def _classify(args: argparse.Namespace) -> int:
     check_max_length(max_length, limit, "--max-length")
     labels = model.config.id2label
     check_labels(examples, labels, f"--file {args.file}")
-    probs = predict(model, tokenizer, examples, batch_size=args.batch_size,
+    probs = predict(model, tokenizer, examples, batch_size=batch_size_of(args),
                     max_tokens=args.max_tokens,
                     max_length=max_length, option="--max-length")
     records = []

@@ -19,7 +19,13 @@ import numpy as np
 
 from bertjax.cli.argtypes import positive_int
 from bertjax.cli.errors import CommandError, writing
-from bertjax.cli.model_options import add_max_tokens_argument, add_model_argument, run_command
+from bertjax.cli.model_options import (
+    add_batch_size_argument,
+    add_max_tokens_argument,
+    add_model_argument,
+    batch_size_of,
+    run_command,
+)
 from bertjax.cli.outputs import add_force_argument, check_output_path
 
 EPILOG = """\
@@ -42,8 +48,7 @@ def add_embedding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
                         help="L2-normalise the vectors (default: the model's sentence-transformers "
                              "setting, else no)")
-    parser.add_argument("--batch-size", type=positive_int, default=64, metavar="N",
-                        help="lines per forward pass (default: 64)")
+    add_batch_size_argument(parser, "lines")
     parser.add_argument("--max-length", type=positive_int, default=None, metavar="TOKENS",
                         help="cut longer lines, with a warning (default: the model's "
                              "sentence-transformers max_seq_length, else its positions)")
@@ -96,7 +101,7 @@ def embedding_settings(args: argparse.Namespace, model: Any) -> dict[str, Any]:
     return {
         "pooling": args.pooling or found.get("pooling", "mean"),
         "normalize": bool(found.get("normalize", False) if args.normalize is None else args.normalize),
-        "batch_size": args.batch_size,
+        "batch_size": batch_size_of(args),
         "max_length": max_length,
         "max_tokens": args.max_tokens,
         "progress": not args.no_progress and sys.stderr.isatty(),

@@ -37,6 +37,25 @@ def add_max_tokens_argument(parser: argparse.ArgumentParser, unit: str = "texts"
                              "(default: off)")
 
 
+def add_batch_size_argument(parser: argparse.ArgumentParser, unit: str, default: int = 64) -> None:
+    """--batch-size beside --max-tokens: None when not given, so that `batch_size_of` can
+    refuse the two together (a packed batch is a number of token slots, not of inputs)."""
+    from bertjax.cli.argtypes import positive_int
+
+    parser.add_argument("--batch-size", type=positive_int, default=None, metavar="N",
+                        help=f"{unit} per forward pass (default: {default}; not with --max-tokens)")
+    parser.set_defaults(batch_size_default=default)
+
+
+def batch_size_of(args: argparse.Namespace) -> int:
+    """--batch-size, or its default; refused beside --max-tokens, where it would do nothing."""
+    if args.batch_size is not None and args.max_tokens is not None:
+        raise CommandError(f"--batch-size does nothing with --max-tokens (a batch is "
+                           f"{args.max_tokens} token slots, holding the inputs that fit): leave "
+                           "out one of them")
+    return args.batch_size or args.batch_size_default
+
+
 def load_model(args: argparse.Namespace, **kwargs: Any) -> tuple[Any, Any]:
     """(model, tokenizer) of `args.model`; a missing, damaged or unusable directory is a
     CommandError of one line."""

@@ -46,7 +46,7 @@ from bertjax.train.optim import OptimConfig
 from bertjax.train.parallel import SingleDevice
 from bertjax.train.step import Batch, Metrics, TrainState
 from bertjax.use.encode import check_max_length
-from bertjax.use.packed import token_budget
+from bertjax.use.packed import row_limit, token_budget
 
 __all__ = ["LOG_EVERY", "FinetuneConfig", "FinetuneResult", "check_inputs", "check_output_dir",
            "finetune", "length_grouped_batches"]
@@ -119,6 +119,9 @@ def check_inputs(task: Task, model_config: Any, train: Sequence[Any],
                  validation: Sequence[Any], test: Sequence[Any] | None,
                  config: FinetuneConfig) -> None:
     """Everything that can be checked before a run starts: labels, batch size, length."""
+    if not train:
+        raise ValueError("the training data holds no examples: give --train FILE with at least "
+                         "one example")
     if not validation:
         raise ValueError("the validation data holds no examples: the best epoch is chosen on "
                          "them; give --validation FILE or a larger --validation-fraction")
@@ -211,8 +214,8 @@ class _Packed:
            config: FinetuneConfig, model_config: Any) -> _Packed:
         arrays = task.batch(tokenizer, units, config.max_length, model_config)
         lengths = task.pack_lengths(arrays)
-        budget = token_budget(int(config.max_tokens), int(lengths.max()),
-                              model_config.max_position_embeddings, "--max-tokens")
+        budget = token_budget(int(config.max_tokens), int(lengths.max()), row_limit(
+            arrays["input_ids"], model_config.max_position_embeddings), "--max-tokens")
         layout = pack_layout(lengths, budget.row_len)
         if layout.num_rows < budget.rows:
             raise ValueError(f"the {len(units)} training units fill {layout.num_rows} packed rows "

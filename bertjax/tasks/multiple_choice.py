@@ -28,7 +28,7 @@ from bertjax.losses import IGNORE_INDEX
 from bertjax.tasks.task import TaskScores, write_report
 from bertjax.train.objectives import MULTIPLE_CHOICE, masked_choice_logits
 from bertjax.use.encode import check_max_length, encode, model_max_length
-from bertjax.use.packed import pack_arrays, packed_layouts, packing_options
+from bertjax.use.packed import pack_arrays, packed_layouts, packing_options, row_limit
 
 _WORD = re.compile(r"\w+")
 
@@ -144,7 +144,8 @@ def predict_choices(model: Any, tokenizer: WordPieceTokenizer,
         arrays = choice_inputs(tokenizer, examples, max_length, model.config)
         for members, layout in packed_layouts(choice_lengths(arrays).sum(1),
                                               max_tokens=max_tokens,
-                                              limit=model_max_length(model)):
+                                              limit=row_limit(arrays["input_ids"],
+                                                              model_max_length(model))):
             packed = pack_choices({k: v[members] for k, v in arrays.items()}, layout,
                                   tokenizer.special.pad)
             logits = _packed_logits(model, packed).reshape(

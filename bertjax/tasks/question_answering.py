@@ -2,8 +2,11 @@
 contexts cut into overlapping windows (`bertjax.data.squad`), trained on windows, answered by the
 best span over all of a question's windows and scored as the official SQuAD script scores.
 
-Decoding is Hugging Face's `run_qa` post-processing: in each window the `n_best` highest start
-and end logits, pairs inside the context with `start <= end` and at most `max_answer_length`
+Decoding is Hugging Face's `run_qa` post-processing, but for one point: in each window the
+`n_best` highest start and end logits among the context's pieces (run_qa takes the `n_best` over
+every position, padding included, then drops those outside the context: packed windows have no
+padding, so bertjax ranks the context alone, packed or not; it can then find a higher-scoring
+span than run_qa, never a lower one), pairs with `start <= end` and at most `max_answer_length`
 pieces, scored by start + end logit; the best over the windows wins. With unanswerable questions
 (v2.0), a question is answered "" when its lowest [CLS] score (start + end logit at position 0,
 over its windows) beats the best span by more than `null_threshold`.
@@ -224,8 +227,7 @@ def _best_span(start: np.ndarray, end: np.ndarray, offsets: np.ndarray, decoding
                ) -> tuple[float, tuple[int, int]] | None:
     """(score, (first char, end char)) of the window's best span inside the context."""
     context = offsets[:, 0] >= 0  # (S,)
-    # the n best among the context's pieces (run_qa ranks every position, padding included,
-    # which packed windows do not have: ranking the context alone answers the same either way)
+    # the n best among the context's pieces (the module docstring says how run_qa differs)
     starts = np.argsort(np.where(context, start, -np.inf))[::-1][:decoding.n_best]
     ends = np.argsort(np.where(context, end, -np.inf))[::-1][:decoding.n_best]
     found = None

@@ -222,7 +222,8 @@ def pool_packed(hidden: Any, sequence_ids: Any, cls_positions: Any, *, pooling: 
         vectors = sums / jnp.maximum(own.sum(-1), 1e-9)[..., None]  # (R, K, H)
     elif pooling == "cls":
         index = jnp.maximum(cls_positions, 0)[..., None]  # (R, K, 1)
-        vectors = jnp.take_along_axis(hidden, index, axis=1)  # (R, K, H)
+        vectors = jnp.where(cls_positions[..., None] >= 0,
+                            jnp.take_along_axis(hidden, index, axis=1), 0.0)  # (R, K, H)
     else:
         raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
     if normalize:

@@ -4,11 +4,11 @@ batch, for inference and fine-tuning (`max_tokens=`, `--max-tokens`).
 A batch is `max_tokens // row_len` rows of `row_len` tokens (`token_budget`): rows as long as
 the longest sequence, rounded up to `encode.PAD_MULTIPLE`, at least `ROW_FLOOR` where the model
 has the positions (a short row holds few sequences, so more of it stays empty), never more than
-the model's positions. Every batch has one shape, including the last (completed with empty
-rows) and its K, the most sequences any row holds: one compiled program, where sorted padded
-batches compile one per length. Attention stays inside each sequence (`bertjax.inputs`), so each
-sequence's outputs are those it has alone, up to float32 rounding (the tests hold them within
-1e-5).
+the model's positions. Every batch of one row length has one shape, including the last
+(completed with empty rows) and its K, the most sequences any row holds: one compiled program
+per row length (at most two, below), where sorted padded batches compile one per length.
+Attention stays inside each sequence (`bertjax.inputs`), so each sequence's outputs are those it
+has alone, up to float32 rounding (the tests hold them within 1e-5).
 
 Attention is the one cost that grows with the row: each token's scores span its whole row
 (masked). So inference (`packed_layouts`) packs in two lengths when a few inputs are much
@@ -30,7 +30,8 @@ from bertjax.inputs import packing_options, sequence_mask
 from bertjax.use.encode import PAD_MULTIPLE
 
 __all__ = ["BULK_QUANTILE", "MAX_TOKENS", "ROW_FLOOR", "Budget", "PackedBatch", "pack_arrays",
-           "packed_batches", "packed_layouts", "packing_options", "sequence_mask", "token_budget"]
+           "packed_batches", "packed_layouts", "packing_options", "row_limit", "sequence_mask",
+           "token_budget"]
 
 ROW_FLOOR = 64  # shortest packed row where the model has the positions (see the docstring)
 # inference packs the inputs up to this quantile of the lengths in rows of their own length
@@ -49,6 +50,13 @@ class Budget:
 
 
 MAX_TOKENS = "max_tokens (--max-tokens)"  # how errors name the budget, for Python and the CLI
+
+
+def row_limit(input_ids: np.ndarray, positions: int) -> int:
+    """The longest packed row a unit of `input_ids` may need under a model of `positions`: one
+    sequence's positions, or C times that for units of C sequences (multiple choice's
+    (N, C, W)), whose sequences share a row and each restart their positions."""
+    return positions * (input_ids.shape[1] if input_ids.ndim == 3 else 1)
 
 
 def token_budget(max_tokens: int, longest: int, limit: int, option: str = MAX_TOKENS
