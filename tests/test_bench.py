@@ -80,13 +80,17 @@ def test_flop_formula_counts_every_matmul_of_the_model(seq, batch, predictions) 
     forward + backward, exactly. The only slack allowed is a one-hot token-type matmul
     (2 * type_vocab * H per token forward, once more backward for the table's gradient), which an
     implementation may use instead of a gather and which is not part of BERT's count; and in the
-    backward the gradients that `numerics.add_broadcast` writes as ones-vector matmuls: the MLM
-    bias's, a sum over the logits' rows (2 * V per prediction), and the position rows', a sum over
-    the batch (2 * H per token)."""
+    backward the gradients that `numerics.add_broadcast` and `scale_broadcast` write as
+    ones-vector matmuls: the MLM bias's, a sum over the logits' rows (2 * V per prediction), the
+    position rows', a sum over the batch (2 * H per token), and every LayerNorm's scale and bias
+    (4 * H per row it normalises: each token in the embeddings and all layers but the last, which
+    runs on each sequence's masked rows and [CLS] only, then the MLM head's rows)."""
     config, params, forward, loss = _tiny_forward(seq, batch, predictions)
-    tokens = batch * seq
-    one_hot = 2 * config.type_vocab_size * config.hidden_size * tokens
-    ones_gradients = 2 * batch * predictions * config.vocab_size + 2 * config.hidden_size * tokens
+    tokens, H, L = batch * seq, config.hidden_size, config.num_hidden_layers
+    one_hot = 2 * config.type_vocab_size * H * tokens
+    normalised_rows = tokens * (2 * L - 1) + 2 * batch * (predictions + 1) + batch * predictions
+    ones_gradients = (2 * batch * predictions * config.vocab_size + 2 * H * tokens
+                      + 4 * H * normalised_rows)
     counted_forward = _dot_flops(jax.make_jaxpr(forward)(params).jaxpr)
     counted_training = _dot_flops(jax.make_jaxpr(jax.grad(loss))(params).jaxpr)
     formula_forward = model_flops_per_token(config, seq, predictions, training=False) * tokens
