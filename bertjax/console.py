@@ -11,5 +11,11 @@ def to_stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def say_unless(silent: bool, message: str) -> None:
+    """`to_stderr(message)` unless `silent` (a benchmark's progress lines, `quiet=True`)."""
+    if not silent:
+        to_stderr(message)
+
+
 def quiet(message: str) -> None:
     """Say nothing (what processes other than 0 say in a multi-process job)."""

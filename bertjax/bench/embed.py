@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import statistics
-import sys
 import tempfile
 import time
 import warnings
@@ -37,6 +36,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from bertjax.console import say_unless
 from bertjax.data import corpus_documents
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.io.models import load_model, save_model
@@ -176,13 +176,13 @@ def _time_rows(runs: dict[str, Callable[[], np.ndarray]], repeats: int, quiet: b
     vectors, first_s = {}, {}
     times_s: dict[str, list[float]] = {name: [] for name in runs}
     for name, fn in runs.items():  # warm-up: compilation, allocator, caches
-        _say(quiet, f"warm-up: {name} ...")
+        say_unless(quiet, f"warm-up: {name} ...")
         start = time.perf_counter()
         vectors[name] = fn()
         first_s[name] = time.perf_counter() - start
     for repeat in range(repeats):
         for name, fn in runs.items():
-            _say(quiet, f"repeat {repeat + 1}/{repeats}: {name} ...")
+            say_unless(quiet, f"repeat {repeat + 1}/{repeats}: {name} ...")
             start = time.perf_counter()
             fn()
             times_s[name].append(time.perf_counter() - start)
@@ -282,7 +282,3 @@ def format_table(result: dict[str, Any]) -> str:
                  f"{result['device']}")
     return "\n".join(lines)
 
-
-def _say(quiet: bool, message: str) -> None:
-    if not quiet:
-        print(message, file=sys.stderr, flush=True)

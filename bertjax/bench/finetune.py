@@ -17,7 +17,6 @@ import dataclasses
 import json
 import random
 import statistics
-import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +26,7 @@ import jax
 
 from bertjax.bench.embed import default_model_dir
 from bertjax.config import BertConfig
+from bertjax.console import say_unless
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.io.models import load_model
 from bertjax.tasks.finetune import finetune
@@ -103,7 +103,7 @@ def run_finetune_benchmark(
                 config = FinetuneConfig(epochs=epochs, batch_size=batch_size,
                                         learning_rate=learning_rate, max_length=max_length,
                                         seed=seed)
-                _say(quiet, f"{name}, seed {seed}, {'packed' if packed else 'padded'} ...")
+                say_unless(quiet, f"{name}, seed {seed}, {'packed' if packed else 'padded'} ...")
                 runs.append(_run(name, model_dir, config, data, quiet, packed, max_tokens))
     result = {"model": str(model_dir),
               "model_name": "all-MiniLM-L6-v2" if model is None else model_dir.name, "epochs": epochs,
@@ -171,7 +171,3 @@ def format_table(result: dict[str, Any]) -> str:
                      f"{t['speedup']:>7.2f}x")
     return "\n".join(lines)
 
-
-def _say(quiet: bool, message: str) -> None:
-    if not quiet:
-        print(message, file=sys.stderr, flush=True)

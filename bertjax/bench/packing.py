@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from bertjax.console import say_unless
 from bertjax.data import PretrainingBatches, WordPieceTokenizer, write_shards
 from bertjax.data.corpus import corpus_documents, shakespeare_speech_documents
 from bertjax.data.pair_packing import real_token_share
@@ -69,7 +69,7 @@ def _time_steps(config: rc.RunConfig, vocab_size: int, batches: dict[str, list[d
     times: dict[str, list[float]] = {mode: [] for mode in batches}
     for repeat in range(repeats):
         for mode, mode_batches in batches.items():
-            _say(quiet, f"repeat {repeat + 1}/{repeats}: {mode} ...")
+            say_unless(quiet, f"repeat {repeat + 1}/{repeats}: {mode} ...")
             training, state, _ = trainings[mode]
             start = time.perf_counter()
             for batch in itertools.islice(itertools.cycle(mode_batches), steps):
@@ -99,7 +99,7 @@ def run_packing_benchmark(*, preset: str = "mini", seq_len: int = 128, batch_siz
                                 "data.batch_size": batch_size,
                                 "data.max_predictions": max_predictions,
                                 "data.vocab_size": vocab_size})
-    _say(quiet, "training a vocabulary and writing shards of scenes and speeches ...")
+    say_unless(quiet, "training a vocabulary and writing shards of scenes and speeches ...")
     tokenizer = WordPieceTokenizer.train(
         (s for d in corpus_documents("shakespeare", split="train") for s in d), vocab_size)
     fills, batches = {}, {}
@@ -148,7 +148,3 @@ def format_table(result: dict[str, Any]) -> str:
                  f"{result['speedup_real_tokens']:.2f}x")
     return "\n".join(lines)
 
-
-def _say(quiet: bool, message: str) -> None:
-    if not quiet:
-        print(message, file=sys.stderr, flush=True)
