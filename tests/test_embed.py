@@ -213,7 +213,7 @@ def test_embed_command_writes_vectors_and_nearest(minilm, lines, tmp_path, capsy
     assert first.split()[1:4] == ["+1.0000", "line", "18:"], first
     assert not list(tmp_path.glob("sub/.*tmp*"))  # the temporary file was renamed away
     assert main(["embed", str(minilm_dir()), "--file", file, "--out", str(tmp_path / "v.npy"),
-                 "--batch-size", "8", "--max-tokens", "256"]) == 2  # a batch is token slots then: refused, not ignored
+                 "--batch-size", "8", "--max-tokens", "256"]) == 2  # refused, not ignored
     assert "--batch-size does nothing with --max-tokens" in capsys.readouterr().err
 
 
