@@ -229,7 +229,8 @@ def test_a_ctrl_c_in_a_gc_callback_is_not_lost() -> None:
             fired.append(True)
             signal.raise_signal(signal.SIGINT)  # the handler runs here, inside the callback
 
-    previous = signal.getsignal(signal.SIGINT)
+    # the default handler, whatever the process (a pytest-xdist worker) had installed before
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     hook, sys.unraisablehook = sys.unraisablehook, dropped.append
     gc.callbacks.append(callback)
     try:
@@ -240,10 +241,11 @@ def test_a_ctrl_c_in_a_gc_callback_is_not_lost() -> None:
             gc.collect()
             assert fired and ctrl_c.requested and not dropped
             ctrl_c.poll()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # CtrlC put it back
     finally:
         gc.callbacks.remove(callback)
         sys.unraisablehook = hook
-    assert signal.getsignal(signal.SIGINT) is previous  # put back
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_ctrl_c_in_the_loop_waits_for_the_step_and_the_checkpoint() -> None:
