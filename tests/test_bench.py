@@ -30,7 +30,7 @@ TINY = ["--preset", "tiny", "--seq", "16", "--batch", "4", "--steps", "2", "--wa
 ROW_FIELDS = {
     "row", "impl", "dtype", "tokens_per_s", "vs_hf_eager", "vs_hf_eager_row", "vs_hf_compiled",
     "vs_hf_compiled_row", "model_flops_per_token", "achieved_flops_per_s", "mfu_vs_gemm",
-    "mfu_vs_datasheet", "median_step_s", "p10_step_s", "p90_step_s", "pipelined_step_s",
+    "mfu_vs_datasheet", "median_step_s", "median_dispatch_s", "p10_step_s", "p90_step_s", "pipelined_step_s",
     "pipelined_tokens_per_s", "first_step_s", "peak_memory_bytes", "memory_source", "loss",
     "parameters", "matmul_precision", "host_memory", "device", "versions", "step_times_s",
 }
@@ -181,7 +181,8 @@ def test_pretraining_batch() -> None:
 
 
 def _raw(times: list[float]) -> dict:
-    return {"step_times_s": times, "pipelined_step_s": 0.5 * min(times), "first_step_s": 3.0,
+    return {"step_times_s": times, "dispatch_times_s": [t / 4 for t in times],
+            "pipelined_step_s": 0.5 * min(times), "first_step_s": 3.0,
             "peak_memory_bytes": 2**30, "memory_source": "test", "loss": 1.0, "parameters": 7,
             "matmul_precision": "highest", "device": "cpu", "versions": {}}
 
@@ -198,6 +199,7 @@ def test_ratios_and_mfu_are_the_quotients_they_claim() -> None:
     assert jf["tokens_per_s"] == pytest.approx(1000 / 0.2)
     assert jf["p10_step_s"] == pytest.approx(0.12) and jf["p90_step_s"] == pytest.approx(0.36)
     assert jf["pipelined_tokens_per_s"] == pytest.approx(1000 / 0.05)
+    assert jf["median_dispatch_s"] == pytest.approx(0.2 / 4)
     assert jf["achieved_flops_per_s"] == pytest.approx(2e6 * 5000)
     assert jf["mfu_vs_gemm"] == pytest.approx(0.1) and jf["mfu_vs_datasheet"] == pytest.approx(0.01)
     # each row against the transformers row of its own dtype
@@ -254,6 +256,7 @@ def _check_report(report: dict, out: str, mode: str, names: list[str]) -> None:
         assert r["tokens_per_s"] == pytest.approx(4 * 16 / r["median_step_s"])
         assert r["pipelined_tokens_per_s"] == pytest.approx(4 * 16 / r["pipelined_step_s"])
         assert r["p10_step_s"] <= r["median_step_s"] <= r["p90_step_s"]
+        assert 0 < r["median_dispatch_s"] <= r["median_step_s"]
         assert r["achieved_flops_per_s"] == pytest.approx(flops * r["tokens_per_s"])
         assert r["mfu_vs_gemm"] == pytest.approx(r["achieved_flops_per_s"]
                                                  / report["gemm"]["flops_per_s"])

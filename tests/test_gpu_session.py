@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-STAGES = ("setup", "tests", "bench", "recipe", "baseline", "profile")
+STAGES = ("setup", "tests", "bench", "recipe", "baseline", "variant", "profile")
 
 
 @pytest.mark.slow
@@ -27,6 +27,7 @@ def test_the_gpu_session_runs_every_stage_on_the_cpu(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "bertjax", tmp_path / "old" / "bertjax")  # the "older" tree
     env = {**os.environ, "GPU_SESSION_MODE": "cpu", "OUT": str(tmp_path / "out"),
            "RESULTS": str(tmp_path / "results"), "BASELINE_TREE": str(tmp_path / "old"),
+           "VARIANT_FLAGS": "--xla_gpu_enable_triton_gemm=false",  # XLA parses GPU flags on a CPU
            # transformers under torch.compile takes minutes on a CPU; tests/test_bench.py runs it
            "IMPLS": "bertjax,hf-eager", "RECIPE_IMPLS": "bertjax",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
@@ -40,7 +41,8 @@ def test_the_gpu_session_runs_every_stage_on_the_cpu(tmp_path: Path) -> None:
         names = {Path(n).name for n in tar.getnames()}
     assert {"bench_default.json", "bench_recipe.json", "profile_default.json",
             "profile_recipe.json"} <= names
-    for name in ("bench_default.json", "bench_recipe.json", "bench_baseline.json"):
+    for name in ("bench_default.json", "bench_recipe.json", "bench_baseline.json",
+                 "bench_variant.json"):
         report = json.loads((tmp_path / "results" / name).read_text())
         assert report["settings"]["preset"] == "tiny" and report["rows"], name
         assert not report["failed"], report["failed"]

@@ -125,6 +125,7 @@ def bertjax_row(spec: RowSpec) -> dict[str, Any]:
     return {
         "first_step_s": timings.first_step_s,
         "step_times_s": timings.step_times_s,
+        "dispatch_times_s": timings.dispatch_times_s,
         "pipelined_step_s": timings.pipelined_step_s,
         "peak_memory_bytes": memory,
         "memory_source": memory_source,

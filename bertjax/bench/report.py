@@ -48,6 +48,9 @@ def summarize_row(
         "median_step_s": median,
         "p10_step_s": float(np.percentile(times, 10)),
         "p90_step_s": float(np.percentile(times, 90)),
+        # the host's share of a synced step: until the step function returned (JAX launches the
+        # kernels of a compiled step on the calling thread; eager torch launches op by op)
+        "median_dispatch_s": _median_or_none(raw.get("dispatch_times_s")),
         "pipelined_step_s": raw["pipelined_step_s"],
         "pipelined_tokens_per_s": tokens_per_step / raw["pipelined_step_s"],
         "first_step_s": raw["first_step_s"],
@@ -62,6 +65,14 @@ def summarize_row(
         "versions": raw["versions"],
         "step_times_s": list(raw["step_times_s"]),
     }
+
+
+def _ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{1e3 * seconds:.1f}"
+
+
+def _median_or_none(times: list[float] | None) -> float | None:
+    return float(np.median(times)) if times else None  # None: a JSON written before it was kept
 
 
 def add_ratios(rows: list[dict[str, Any]]) -> None:
@@ -121,7 +132,8 @@ def format_table(report: dict[str, Any]) -> str:
         + (f", overrides {s['overrides']}" if s["overrides"] else ""),
         f"device: {dev['platform']} ({dev['device_kind']}); {threads['description']}",
         f"timing: {s['steps']} steps after the first + {s['warmup']} warm-up, a device sync after "
-        f"each (median, p10-p90); pipelined: {s['steps']} steps, one sync at the end",
+        f"each (median, p10-p90; host ms: until the step call returned); pipelined: {s['steps']} "
+        "steps, one sync at the end",
         f"model FLOPs: {_si(report['model_flops_per_token'])}FLOP/token "
         f"({'3x forward, ' if s['mode'] == 'train' else ''}BERT's count for every row, so MFU "
         "ratios equal speed ratios)",
@@ -132,12 +144,13 @@ def format_table(report: dict[str, Any]) -> str:
         "",
     ]
     headers = ["row", "tokens/s", "x eager", "x compiled", "FLOP/s", "MFU gemm", "MFU peak",
-               "step ms median (p10-p90)", "pipelined tok/s", "first step s", "peak mem"]
+               "step ms median (p10-p90)", "host ms", "pipelined tok/s", "first step s",
+               "peak mem"]
     lines = [[
         r["row"], f"{r['tokens_per_s']:,.0f}", _ratio(r["vs_hf_eager"]), _ratio(r["vs_hf_compiled"]),
         _si(r["achieved_flops_per_s"]), _pct(r["mfu_vs_gemm"]), _pct(r["mfu_vs_datasheet"]),
         f"{1e3 * r['median_step_s']:.1f} ({1e3 * r['p10_step_s']:.1f}-{1e3 * r['p90_step_s']:.1f})",
-        f"{r['pipelined_tokens_per_s']:,.0f}", f"{r['first_step_s']:.1f}",
+        _ms(r.get("median_dispatch_s")), f"{r['pipelined_tokens_per_s']:,.0f}", f"{r['first_step_s']:.1f}",
         _memory(r["peak_memory_bytes"]),
     ] for r in report["rows"]]
     out += _grid(headers, lines) if lines else ["(no row ran)"]

@@ -101,6 +101,7 @@ class Timings:
 
     first_step_s: float  # the first call: compilation (jit, torch.compile) included
     step_times_s: list[float]  # each timed step, with a device sync after it
+    dispatch_times_s: list[float]  # of the same steps, until `step()` returned (host-side work)
     pipelined_step_s: float  # the same number of steps back to back, one sync at the end, / steps
 
 
@@ -108,23 +109,26 @@ def time_steps(
     step: Callable[[], Any], sync: Callable[[Any], None], *, steps: int, warmup: int
 ) -> Timings:
     """Time `step()` (which advances its own state): first call, `warmup` untimed calls, `steps`
-    calls with `sync(output)` after each, then `steps` calls with one sync at the end."""
+    calls with `sync(output)` after each (also timed until `step()` returns: the host's share),
+    then `steps` calls with one sync at the end."""
     start = time.perf_counter()
     sync(step())
     first = time.perf_counter() - start
     for _ in range(warmup):
         sync(step())
-    times = []
+    times, dispatches = [], []
     for _ in range(steps):
         start = time.perf_counter()
-        sync(step())
+        out = step()
+        dispatches.append(time.perf_counter() - start)
+        sync(out)
         times.append(time.perf_counter() - start)
     start = time.perf_counter()
     out = None
     for _ in range(steps):
         out = step()
     sync(out)
-    return Timings(first, times, (time.perf_counter() - start) / steps)
+    return Timings(first, times, dispatches, (time.perf_counter() - start) / steps)
 
 
 def peak_rss_bytes() -> int:

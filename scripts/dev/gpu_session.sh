@@ -25,6 +25,7 @@
 #   baseline   `recipe`'s bertjax row from the older tree BASELINE_TREE (a change measured against
 #              the code before it, back to back):  git archive OLD bertjax | tar -x -C .old
 #              (.old/ git-ignored locally, carried with the call)
+#   variant    `recipe`'s bertjax row under XLA_FLAGS=$VARIANT_FLAGS (an XLA option measured)
 #   infer      bertjax bench infer
 #   profile    device time by kernel of bertjax's step, default and recipe
 #   probe      scripts/dev/gpu_layout_probe.py: formulations of the embeddings and the decoder
@@ -87,8 +88,16 @@ tests() {
     [ "$MODE" = cpu ] && platforms=cpu  # every GPU test is skipped there: the stage still runs
     local per_test=()  # one hung test (remat did on an H100) must not eat the others' time
     python3 -c "import pytest_timeout" 2>/dev/null && per_test=(--timeout "${TEST_TIMEOUT:-90}")
+    local remat=(tests/test_gpu.py::test_scan_and_remat_equal_the_loop_on_the_gpu[changes1]
+                 tests/test_gpu.py::test_scan_and_remat_equal_the_loop_on_the_gpu[changes2])
+    local code=0
     JAX_PLATFORMS=$platforms python3 -m pytest -m gpu tests/test_gpu.py -v -p no:cacheprovider \
-        --durations=0 -rfE --tb=short "${per_test[@]}"
+        --durations=0 -rfE --tb=short "${per_test[@]}" "${remat[@]/#/--deselect=}" || code=$?
+    # remat last and apart: a time limit there dumps every thread's stack, then ends pytest
+    [ ${#per_test[@]} = 0 ] || per_test+=(--timeout-method=thread)
+    JAX_PLATFORMS=$platforms python3 -m pytest -m gpu -v -p no:cacheprovider -rfE --tb=short \
+        "${per_test[@]}" "${remat[@]}" || code=$?
+    return $code
 }
 
 profile() {  # XLA's optimised train step beside the trace, to look the kernels' fusions up
@@ -132,6 +141,9 @@ for name in "$@"; do
             --impl bertjax,hf-compiled --json "$RESULTS/bench_seq512.json" ;;
         large) stage large 300 bench train --dtype bfloat16 --preset large --batch 128 \
             "${RECIPE[@]}" --impl bertjax,hf-compiled --json "$RESULTS/bench_large.json" ;;
+        variant) XLA_FLAGS=${VARIANT_FLAGS:?VARIANT_FLAGS names the XLA options} stage variant 150 \
+            bench train --dtype bfloat16 "${RECIPE[@]}" --impl bertjax "${SIZE[@]}" \
+            --json "$RESULTS/bench_variant.json" ;;
         baseline) stage baseline 150 baseline --dtype bfloat16 "${RECIPE[@]}" --impl bertjax "${SIZE[@]}" \
             --json "$RESULTS/bench_baseline.json" ;;
         infer) stage infer 200 bench infer --dtype bfloat16 "${SIZE[@]}" --json "$RESULTS/bench_infer.json" ;;
