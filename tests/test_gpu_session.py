@@ -27,7 +27,8 @@ def test_the_gpu_session_runs_every_stage_on_the_cpu(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "bertjax", tmp_path / "old" / "bertjax")  # the "older" tree
     env = {**os.environ, "GPU_SESSION_MODE": "cpu", "OUT": str(tmp_path / "out"),
            "RESULTS": str(tmp_path / "results"), "BASELINE_TREE": str(tmp_path / "old"),
-           "VARIANT_FLAGS": "--xla_gpu_enable_triton_gemm=false",  # XLA parses GPU flags on a CPU
+           # XLA parses GPU flags on a CPU too
+           "VARIANT_FLAGS": "--xla_gpu_enable_triton_gemm=true;--xla_gpu_enable_command_buffer=",
            # transformers under torch.compile takes minutes on a CPU; tests/test_bench.py runs it
            "IMPLS": "bertjax,hf-eager", "RECIPE_IMPLS": "bertjax",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
@@ -36,17 +37,22 @@ def test_the_gpu_session_runs_every_stage_on_the_cpu(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     log = (tmp_path / "out" / "log.txt").read_text()
     exits = dict(re.findall(r"^=== (\w+): exit (\d+)", log, flags=re.M))
-    assert exits == dict.fromkeys(STAGES, "0"), log[-4000:]
+    ran = [s for s in STAGES if s != "variant"] + ["variant1", "variant2"]
+    assert exits == dict.fromkeys(ran, "0"), log[-4000:]
     with tarfile.open(tmp_path / "out" / "results.tar.gz") as tar:
         names = {Path(n).name for n in tar.getnames()}
     assert {"bench_default.json", "bench_recipe.json", "profile_default.json",
             "profile_recipe.json"} <= names
     for name in ("bench_default.json", "bench_recipe.json", "bench_baseline.json",
-                 "bench_variant.json"):
+                 "bench_variant1.json", "bench_variant2.json"):
         report = json.loads((tmp_path / "results" / name).read_text())
         assert report["settings"]["preset"] == "tiny" and report["rows"], name
         assert not report["failed"], report["failed"]
         assert report["provenance"]["kind"] == "train"
     recipe = json.loads((tmp_path / "results" / "bench_recipe.json").read_text())["settings"]
     assert recipe["prng_impl"] == "rbg"
+    variant = json.loads((tmp_path / "results" / "bench_variant2.json").read_text())["rows"][0]
+    assert variant["xla_options"]["XLA_FLAGS"] == "--xla_gpu_enable_command_buffer="
+    baseline = json.loads((tmp_path / "results" / "bench_baseline.json").read_text())
+    assert baseline["provenance"]["commit"] == "baseline tree"  # not the working tree's
     assert "bertjax bench train" in done.stdout  # the tables, printed last

@@ -12,6 +12,7 @@ pins its cores before JAX initialises its backend (on first use, not on import).
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -29,7 +30,7 @@ from bertjax.bench.timing import Gemm, Job, Probe, RowSpec, child_main, peak_rss
 from bertjax.heads import BertForPreTraining
 from bertjax.host_memory import keep_freed_memory
 from bertjax.train.assembly import assemble
-from bertjax.train.parallel import SingleDevice
+from bertjax.train.parallel import SingleDevice, platform_of
 
 GEMM_REPEATS = 5
 HOST_MEMORY = "not set: imported, not run as the bench's child"
@@ -38,7 +39,7 @@ HOST_MEMORY = "not set: imported, not run as the bench's child"
 def device_info() -> dict[str, Any]:
     """What JAX runs on: platform ('cpu', 'gpu', 'tpu'), device kind, count, versions."""
     device = jax.local_devices()[0]
-    kind = "gpu" if device.platform in ("gpu", "cuda", "rocm") else device.platform
+    kind = platform_of(device)
     return {
         "platform": kind,
         "device_kind": cpu_name() if kind == "cpu" else device.device_kind,
@@ -132,6 +133,8 @@ def bertjax_row(spec: RowSpec) -> dict[str, Any]:
         "loss": float(last[0]["loss"]) if spec.mode == "train" else None,
         "parameters": parameters,
         "matmul_precision": str(jax.config.jax_default_matmul_precision or "default"),
+        "xla_options": {"XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
+                        "compiler_options": strategy.compiler_options or {}},
         "host_memory": HOST_MEMORY,  # bertjax.host_memory.keep_freed_memory()
         "device": " ".join(dict.fromkeys(["jax", strategy.device.platform,
                                           strategy.device.device_kind])),  # "jax cpu", "jax gpu H100"

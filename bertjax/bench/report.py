@@ -59,6 +59,7 @@ def summarize_row(
         "loss": raw.get("loss"),
         "parameters": raw["parameters"],
         "matmul_precision": raw["matmul_precision"],  # float32 matmuls: JAX's / torch's setting
+        "xla_options": raw.get("xla_options"),  # bertjax rows: XLA_FLAGS and the step's options
         # bertjax rows: what bertjax.host_memory.keep_freed_memory did; PyTorch rows run as shipped
         "host_memory": raw.get("host_memory", "glibc's defaults"),
         "device": raw["device"],

@@ -10,10 +10,14 @@
 Both pmap and mesh span processes after `jax.distributed.initialize`: each process passes its own
 rows of the global batch (`shard_batch`), and `host_state` gathers one full copy of the state on
 every process for checkpoints.
+
+On a GPU, none and mesh compile the steps with `GPU_COMPILER_OPTIONS` (pmap takes no compiler
+options).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +27,26 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from bertjax.train.choices import PARALLEL_CHOICES
+
+# XLA options of the train and eval steps on a GPU (`jax.jit(compiler_options=...)`), each left
+# out where XLA_FLAGS names it (the user's choice wins). Measured on one H100 (docs/benchmarks.md,
+# 2026-11-26): without Triton's matmul fusions (cuBLAS takes every matmul, autotuned over far
+# fewer candidates) BERT-base's first step fell from 32.7 to 18.2 s, its step from 65.9 to 64.1 ms.
+GPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_gpu_enable_triton_gemm": False}
+
+
+def compiler_options(platform: str) -> dict[str, Any] | None:
+    """The options the steps compile with on `platform` ("cpu", "gpu", "tpu"): on a GPU
+    `GPU_COMPILER_OPTIONS` less those XLA_FLAGS sets; None (XLA's defaults) elsewhere."""
+    if platform != "gpu":
+        return None
+    flags = os.environ.get("XLA_FLAGS", "")
+    return {k: v for k, v in GPU_COMPILER_OPTIONS.items() if f"--{k}=" not in flags} or None
+
+
+def platform_of(device: Any) -> str:
+    """A device's platform as JAX's backends name it: "gpu" for CUDA and ROCm devices."""
+    return "gpu" if device.platform in ("gpu", "cuda", "rocm") else device.platform
 
 
 def _check_divisible(kind: str, batch_size: int, devices: int, grad_accum_steps: int) -> None:
@@ -51,6 +75,7 @@ class SingleDevice:
                              "processes use parallel='pmap' or parallel='mesh'")
         self.device = jax.local_devices()[0]
         self.num_devices = 1
+        self.compiler_options = compiler_options(platform_of(self.device))
 
     def check_batch_size(self, batch_size: int, grad_accum_steps: int = 1) -> None:
         _check_divisible(self.kind, batch_size, 1, grad_accum_steps)
@@ -59,10 +84,10 @@ class SingleDevice:
         return jax.device_put(state, self.device)
 
     def compile_step(self, fn: Callable) -> Callable:
-        return jax.jit(fn, donate_argnums=0)
+        return jax.jit(fn, donate_argnums=0, compiler_options=self.compiler_options)
 
     def compile_eval(self, fn: Callable) -> Callable:
-        return jax.jit(fn)
+        return jax.jit(fn, compiler_options=self.compiler_options)
 
     def shard_batch(self, batch: dict[str, np.ndarray]) -> Any:
         return jax.device_put(batch, self.device)
@@ -135,6 +160,7 @@ class MeshStrategy:
         self.batch_sharding = NamedSharding(self.mesh, P(("data", "fsdp")))
         self.replicated = NamedSharding(self.mesh, P())
         self.state_sharding: Any = None
+        self.compiler_options = compiler_options(platform_of(devices.flat[0]))
 
     def check_batch_size(self, batch_size: int, grad_accum_steps: int = 1) -> None:
         _check_divisible(self.kind, batch_size, self.num_devices, grad_accum_steps)
@@ -163,10 +189,11 @@ class MeshStrategy:
     def compile_step(self, fn: Callable) -> Callable:
         if self.state_sharding is None:
             raise RuntimeError("place_state() must run before compile_step()")
-        return jax.jit(fn, out_shardings=(self.state_sharding, self.replicated), donate_argnums=0)
+        return jax.jit(fn, out_shardings=(self.state_sharding, self.replicated), donate_argnums=0,
+                       compiler_options=self.compiler_options)
 
     def compile_eval(self, fn: Callable) -> Callable:
-        return jax.jit(fn, out_shardings=self.replicated)
+        return jax.jit(fn, out_shardings=self.replicated, compiler_options=self.compiler_options)
 
     def shard_batch(self, batch: dict[str, np.ndarray]) -> Any:
         return jax.tree.map(

@@ -24,8 +24,9 @@
 #   long       seq 512 batch 32, recipe          large   BERT-large batch 128, recipe
 #   baseline   `recipe`'s bertjax row from the older tree BASELINE_TREE (a change measured against
 #              the code before it, back to back):  git archive OLD bertjax | tar -x -C .old
-#              (.old/ git-ignored locally, carried with the call)
-#   variant    `recipe`'s bertjax row under XLA_FLAGS=$VARIANT_FLAGS (an XLA option measured)
+#              (.old/ git-ignored locally, carried with the call; BASELINE_COMMIT=OLD stamps it)
+#   variant    `recipe`'s bertjax row under each ';'-separated XLA_FLAGS of VARIANT_FLAGS
+#              (XLA options measured: stages variant1, variant2, ...; an empty set is the default)
 #   infer      bertjax bench infer
 #   profile    device time by kernel of bertjax's step, default and recipe
 #   probe      scripts/dev/gpu_layout_probe.py: formulations of the embeddings and the decoder
@@ -91,12 +92,16 @@ tests() {
     local remat=(tests/test_gpu.py::test_scan_and_remat_equal_the_loop_on_the_gpu[changes1]
                  tests/test_gpu.py::test_scan_and_remat_equal_the_loop_on_the_gpu[changes2])
     local code=0
+    # each failure's traceback as it happens (a stage killed at its limit prints no summary)
+    local live=(-p pytest_live_report)
+    export PYTHONPATH=$PWD/scripts/dev:$PYTHONPATH
     JAX_PLATFORMS=$platforms python3 -m pytest -m gpu tests/test_gpu.py -v -p no:cacheprovider \
-        --durations=0 -rfE --tb=short "${per_test[@]}" "${remat[@]/#/--deselect=}" || code=$?
+        --durations=0 -rfE --tb=short "${live[@]}" "${per_test[@]}" "${remat[@]/#/--deselect=}" \
+        || code=$?
     # remat last and apart: a time limit there dumps every thread's stack, then ends pytest
     [ ${#per_test[@]} = 0 ] || per_test+=(--timeout-method=thread)
     JAX_PLATFORMS=$platforms python3 -m pytest -m gpu -v -p no:cacheprovider -rfE --tb=short \
-        "${per_test[@]}" "${remat[@]}" || code=$?
+        "${live[@]}" "${per_test[@]}" "${remat[@]}" || code=$?
     return $code
 }
 
@@ -112,7 +117,9 @@ profile() {  # XLA's optimised train step beside the trace, to look the kernels'
 
 baseline() {  # bench train from the older tree (python -m puts the working directory first)
     [ -d "${BASELINE_TREE:-}/bertjax" ] || { echo "BASELINE_TREE holds no bertjax/" >&2; return 2; }
-    (cd "$BASELINE_TREE" && python3 -m bertjax.cli bench train "$@")
+    # stamped with the older tree's commit (BASELINE_COMMIT), not the working tree's
+    (cd "$BASELINE_TREE" && BERTJAX_COMMIT=${BASELINE_COMMIT:-baseline tree} \
+        python3 -m bertjax.cli bench train "$@")
 }
 
 FAILED=()  # the stages that did not exit 0: the script's exit status says whether any did
@@ -141,9 +148,12 @@ for name in "$@"; do
             --impl bertjax,hf-compiled --json "$RESULTS/bench_seq512.json" ;;
         large) stage large 300 bench train --dtype bfloat16 --preset large --batch 128 \
             "${RECIPE[@]}" --impl bertjax,hf-compiled --json "$RESULTS/bench_large.json" ;;
-        variant) XLA_FLAGS=${VARIANT_FLAGS:?VARIANT_FLAGS names the XLA options} stage variant 150 \
-            bench train --dtype bfloat16 "${RECIPE[@]}" --impl bertjax "${SIZE[@]}" \
-            --json "$RESULTS/bench_variant.json" ;;
+        variant)  # one stage per ';'-separated set of XLA options: variant1, variant2, ...
+            IFS=';' read -ra sets <<< "${VARIANT_FLAGS:?VARIANT_FLAGS names the XLA options}"
+            for i in "${!sets[@]}"; do
+                XLA_FLAGS=${sets[$i]} stage "variant$((i + 1))" 150 bench train --dtype bfloat16 \
+                    "${RECIPE[@]}" --impl bertjax "${SIZE[@]}" --json "$RESULTS/bench_variant$((i + 1)).json"
+            done ;;
         baseline) stage baseline 150 baseline --dtype bfloat16 "${RECIPE[@]}" --impl bertjax "${SIZE[@]}" \
             --json "$RESULTS/bench_baseline.json" ;;
         infer) stage infer 200 bench infer --dtype bfloat16 "${SIZE[@]}" --json "$RESULTS/bench_infer.json" ;;
