@@ -53,6 +53,8 @@ def test_the_gpu_session_runs_every_stage_on_the_cpu(tmp_path: Path) -> None:
     assert recipe["prng_impl"] == "rbg"
     variant = json.loads((tmp_path / "results" / "bench_variant2.json").read_text())["rows"][0]
     assert variant["xla_options"]["XLA_FLAGS"] == "--xla_gpu_enable_command_buffer="
+    stamp = json.loads((tmp_path / "results" / "bench_variant2.json").read_text())["provenance"]
+    assert stamp["command"].startswith("XLA_FLAGS=--xla_gpu_enable_command_buffer= bertjax")
     baseline = json.loads((tmp_path / "results" / "bench_baseline.json").read_text())
     assert baseline["provenance"]["commit"] == "baseline tree"  # not the working tree's
     assert "bertjax bench train" in done.stdout  # the tables, printed last

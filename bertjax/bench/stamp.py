@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -54,12 +55,15 @@ def provenance(kind: str, accelerator: str | None = None) -> dict[str, Any]:
         raise ValueError(f"unknown benchmark kind {kind!r}; one of {KINDS}")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     machine = f"{cpu_name()}, {cores} cores"
+    command = " ".join(["bertjax", *sys.argv[1:]]) \
+        if Path(sys.argv[0]).name in ("bertjax", "__main__.py") \
+        else " ".join([Path(sys.executable).name, *sys.argv])
+    if os.environ.get("XLA_FLAGS"):  # they change what XLA compiles: part of the command
+        command = f"XLA_FLAGS={shlex.quote(os.environ['XLA_FLAGS'])} {command}"
     return {
         "kind": kind,
         "machine": f"{accelerator} ({machine})" if accelerator else machine,
-        "command": " ".join(["bertjax", *sys.argv[1:]])
-        if Path(sys.argv[0]).name in ("bertjax", "__main__.py")
-        else " ".join([Path(sys.executable).name, *sys.argv]),
+        "command": command,
         "commit": commit(),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
     }
