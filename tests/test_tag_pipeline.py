@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from use_helpers import sentences, tiny_checkpoint
+from use_helpers import count_row_sharing, sentences, tiny_checkpoint
 
 from bertjax import BertConfig
 from bertjax.cli.main import main
@@ -143,10 +143,14 @@ def test_designed_entities_are_what_the_pipeline_finds(reference) -> None:
 
 @pytest.mark.parametrize("max_tokens", [None, 256])  # 256: texts packed two rows a batch
 @pytest.mark.parametrize("aggregation", AGGREGATIONS)
-def test_tag_equals_pipeline(tagger, reference, aggregation, max_tokens) -> None:
+def test_tag_equals_pipeline(tagger, reference, aggregation, max_tokens, monkeypatch) -> None:
+    import bertjax.use.tag as module
+
     model, tokenizer, _ = tagger
+    sharing = count_row_sharing(monkeypatch, module)
     with pytest.warns(TruncationWarning, match="line 6 has .* more tokens than the model's 128"):
         got = tag(model, tokenizer, TEXTS, aggregation=aggregation, max_tokens=max_tokens)
+    assert (max(sharing) > 1) if max_tokens else not sharing  # texts shared a row when packed
     assert_same(got, reference[aggregation])
 
 

@@ -17,7 +17,7 @@ import tokenizers
 import torch
 import transformers
 from flax import nnx
-from use_helpers import peaked_checkpoint, pipeline_fill_mask, sentences, tiny_run
+from use_helpers import count_row_sharing, peaked_checkpoint, pipeline_fill_mask, sentences, tiny_run
 
 import bertjax
 from bertjax import BertConfig, BertForPreTraining
@@ -128,11 +128,15 @@ def test_fill_mask_equals_the_transformers_pipeline(peaked, max_tokens):
 
 
 @pytest.mark.parametrize("max_tokens", [None, 128])
-def test_next_sentence_equals_transformers(peaked, max_tokens):
+def test_next_sentence_equals_transformers(peaked, max_tokens, monkeypatch):
+    import bertjax.use.next_sentence as module
+
     model, tokenizer = bertjax.from_pretrained(peaked)
     lines = sentences(60)
     first, second = lines[10:16], lines[11:17][::-1]
+    sharing = count_row_sharing(monkeypatch, module)
     ours = next_sentence_probability(model, tokenizer, first, second, max_tokens=max_tokens)
+    assert (max(sharing) > 1) if max_tokens else not sharing  # pairs shared a row when packed
     theirs = transformers.BertForNextSentencePrediction.from_pretrained(peaked).eval()
     hf_tok = transformers.AutoTokenizer.from_pretrained(peaked)
     enc = hf_tok(first, second, padding=True, return_tensors="pt")

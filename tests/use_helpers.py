@@ -91,3 +91,19 @@ def state_leaves(tree) -> list[np.ndarray]:
         return np.asarray(x)
 
     return [host(x) for x in jax.tree.leaves(tree)]
+
+
+def count_row_sharing(monkeypatch, module) -> list[int]:
+    """Record, for every packed batch `module` makes (its `packed_batches`), how many inputs its
+    fullest row holds: a packed test asserts some row held several, or a leak between the inputs
+    of a row could not show."""
+    made = module.packed_batches
+    most: list[int] = []
+
+    def recording(*args, **kwargs):
+        batches = made(*args, **kwargs)
+        most.extend(int(np.bincount(b.layout.row).max()) for b in batches)
+        return batches
+
+    monkeypatch.setattr(module, "packed_batches", recording)
+    return most
