@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-STAGES = ("setup", "tests", "bench", "recipe", "baseline", "variant", "profile")
+STAGES = ("setup", "tests", "bench", "recipe", "baseline", "variant", "profile", "pretrain")
 
 
 @pytest.mark.slow
@@ -58,3 +58,5 @@ def test_the_gpu_session_runs_every_stage_on_the_cpu(tmp_path: Path) -> None:
     baseline = json.loads((tmp_path / "results" / "bench_baseline.json").read_text())
     assert baseline["provenance"]["commit"] == "baseline tree"  # not the working tree's
     assert "bertjax bench train" in done.stdout  # the tables, printed last
+    assert re.search(r"^pretrain job: [\d,]+ tokens/s .* of the bench's pipelined", done.stdout,
+                     flags=re.M), done.stdout[-2000:]

@@ -28,6 +28,8 @@
 #   variant    `recipe`'s bertjax row under each ';'-separated XLA_FLAGS of VARIANT_FLAGS
 #              (XLA options measured: stages variant1, variant2, ...; an empty set is the default)
 #   infer      bertjax bench infer
+#   pretrain   `bertjax pretrain` with the GPU recipe on the bundled plays (150 steps): its
+#              tokens/s against `recipe`'s bertjax row (run `recipe` first), pipelined and synced
 #   profile    device time by kernel of bertjax's step, default and recipe
 #   probe      scripts/dev/gpu_layout_probe.py: formulations of the embeddings and the decoder
 set -uo pipefail
@@ -115,6 +117,23 @@ profile() {  # XLA's optimised train step beside the trace, to look the kernels'
     find "$RESULTS"/hlo_* -type f ! -name '*after_optimizations.txt' -delete
 }
 
+pretrain_rate() {  # the real job's rate against the bench's (the input pipeline must keep up)
+    rm -rf "$RESULTS/pretrain_run"
+    python3 -m bertjax.cli pretrain --model.dtype=bfloat16 --model.attention_probs_dropout_prob=0 \
+        --model.hidden_dropout_prob=0.1 --train.prng_impl=rbg --optim.learning_rate=1e-4 \
+        --optim.warmup_steps=10 --data.eval_batches=2 --no-progress \
+        --output-dir="$RESULTS/pretrain_run" "$@" || return
+    python3 - "$RESULTS/pretrain_run/summary.json" "$RESULTS/bench_recipe.json" <<'EOF'
+import json, sys
+job = json.load(open(sys.argv[1]))
+bench = next(r for r in json.load(open(sys.argv[2]))["rows"] if r["impl"] == "bertjax")
+print(f"pretrain job: {job['tokens_per_s']:,.0f} tokens/s (first step {job['first_step_s']:.1f} s)"
+      f" = {job['tokens_per_s'] / bench['pipelined_tokens_per_s']:.0%} of the bench's pipelined "
+      f"{bench['pipelined_tokens_per_s']:,.0f}, {job['tokens_per_s'] / bench['tokens_per_s']:.0%} "
+      f"of its synced {bench['tokens_per_s']:,.0f}")
+EOF
+}
+
 baseline() {  # bench train from the older tree (python -m puts the working directory first)
     [ -d "${BASELINE_TREE:-}/bertjax" ] || { echo "BASELINE_TREE holds no bertjax/" >&2; return 2; }
     # stamped with the older tree's commit (BASELINE_COMMIT), not the working tree's
@@ -125,11 +144,17 @@ baseline() {  # bench train from the older tree (python -m puts the working dire
 FAILED=()  # the stages that did not exit 0: the script's exit status says whether any did
 MODE=${GPU_SESSION_MODE:-gpu}
 SIZE=()  # the GPU defaults; on the CPU the tiny preset for a few steps
+JOB=()  # the pretrain stage's size
 if [ "$MODE" = cpu ]; then
     SIZE=(--preset tiny --seq 32 --batch 4 --steps 2 --warmup 1)
     export PROFILE_PRESET=tiny PROFILE_BATCH=4 PROFILE_ARGS="--seq 32 --steps 2 --warmup 1"
+    JOB=(--model.preset=tiny --data.batch_size=4 --data.seq_len=32 --data.vocab_size=512
+         --train.steps=4 --train.log_every=2 --train.eval_every=4 --train.checkpoint_every=4)
+else  # the bench's shape (base, seq 128, batch 256, BERT's vocabulary size)
+    JOB=(--model.preset=base --data.batch_size=256 --data.seq_len=128 --data.vocab_size=30522
+         --train.steps=150 --train.log_every=25 --train.eval_every=150 --train.checkpoint_every=150)
 fi
-export -f setup tests profile bench baseline
+export -f setup tests profile bench baseline pretrain_rate
 export RESULTS MODE
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 RECIPE=(--set attention_probs_dropout_prob=0 --prng rbg)
@@ -156,6 +181,7 @@ for name in "$@"; do
             done ;;
         baseline) stage baseline 150 baseline --dtype bfloat16 "${RECIPE[@]}" --impl bertjax "${SIZE[@]}" \
             --json "$RESULTS/bench_baseline.json" ;;
+        pretrain) stage pretrain 240 pretrain_rate "${JOB[@]}" ;;
         infer) stage infer 200 bench infer --dtype bfloat16 "${SIZE[@]}" --json "$RESULTS/bench_infer.json" ;;
         profile) stage profile 200 profile ;;
         *) echo "unknown stage $name" >&2; exit 2 ;;
@@ -164,6 +190,7 @@ done
 # the tables last: the device tool's reply carries the end of the output
 grep -h -A12 "^bertjax bench" "$RESULTS"/*.log 2>/dev/null || true
 grep -h -A8 "^layout probe" "$RESULTS/probe.log" 2>/dev/null || true
+grep -h "^pretrain job" "$RESULTS/pretrain.log" 2>/dev/null || true
 grep -h -E "passed|failed|skipped|error" "$RESULTS/tests.log" 2>/dev/null | tail -5 || true
 if [ ${#FAILED[@]} -gt 0 ]; then
     echo "failed stages: ${FAILED[*]}" | tee -a "$LOG"
