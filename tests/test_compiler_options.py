@@ -8,15 +8,19 @@ import jax.numpy as jnp
 import pytest
 
 from bertjax.train import parallel
-from bertjax.train.parallel import GPU_COMPILER_OPTIONS, SingleDevice, compiler_options
+from bertjax.train.parallel import GPU_COMPILER_OPTIONS, compiler_options
 
 
 def test_only_a_gpu_gets_them_and_xla_flags_win(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     assert compiler_options("cpu") is None and compiler_options("tpu") is None
     assert compiler_options("gpu") == GPU_COMPILER_OPTIONS
-    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_triton_gemm=true --xla_dump_to=/tmp/x")
-    assert compiler_options("gpu") is None  # the user's setting is left alone
+    for flags in ("--xla_gpu_enable_triton_gemm=true --xla_dump_to=/tmp/x",
+                  "--xla_dump_to=/tmp/x --xla_gpu_enable_triton_gemm"):  # bare: XLA reads true
+        monkeypatch.setenv("XLA_FLAGS", flags)
+        assert compiler_options("gpu") is None  # the user's setting is left alone
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_triton_gemm_any_type=true")
+    assert compiler_options("gpu") == GPU_COMPILER_OPTIONS  # another option of a longer name
 
 
 def test_xla_knows_every_option_by_name() -> None:
@@ -26,6 +30,10 @@ def test_xla_knows_every_option_by_name() -> None:
     assert float(square(jnp.eye(4)).sum()) == 4.0
     with pytest.raises(Exception, match="No such compile option"):
         jax.jit(lambda x: x @ x, compiler_options={"xla_gpu_enable_trton_gemm": False})(jnp.eye(4))
+
+
+def test_pmap_takes_none() -> None:
+    assert parallel.make_strategy("pmap").compiler_options is None
 
 
 @pytest.mark.parametrize("kind", ["none", "mesh"])
@@ -44,4 +52,3 @@ def test_the_strategies_compile_the_steps_with_them(kind: str,
     assert float(metrics["loss"]) == 4.0 and float(state["w"][0]) == 2.0
     assert float(strategy.compile_eval(lambda s: jnp.sum(s["w"]))(state)) == 8.0
     assert [kw["compiler_options"] for kw in seen] == [GPU_COMPILER_OPTIONS] * 2  # step, eval
-    assert isinstance(parallel.make_strategy("none"), SingleDevice)

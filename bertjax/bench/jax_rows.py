@@ -133,8 +133,9 @@ def bertjax_row(spec: RowSpec) -> dict[str, Any]:
         "loss": float(last[0]["loss"]) if spec.mode == "train" else None,
         "parameters": parameters,
         "matmul_precision": str(jax.config.jax_default_matmul_precision or "default"),
-        "xla_options": {"XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
-                        "compiler_options": strategy.compiler_options or {}},
+        "xla_options": {"XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),  # the forward: a plain jit
+                        "compiler_options": (strategy.compiler_options or {})
+                        if spec.mode == "train" else {}},
         "host_memory": HOST_MEMORY,  # bertjax.host_memory.keep_freed_memory()
         "device": " ".join(dict.fromkeys(["jax", strategy.device.platform,
                                           strategy.device.device_kind])),  # "jax cpu", "jax gpu H100"

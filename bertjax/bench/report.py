@@ -48,8 +48,8 @@ def summarize_row(
         "median_step_s": median,
         "p10_step_s": float(np.percentile(times, 10)),
         "p90_step_s": float(np.percentile(times, 90)),
-        # the host's share of a synced step: until the step function returned (JAX launches the
-        # kernels of a compiled step on the calling thread; eager torch launches op by op)
+        # the host's share of a synced step: until the step function returned (for a compiled JAX
+        # step most likely its kernel launches; eager torch launches op by op)
         "median_dispatch_s": _median_or_none(raw.get("dispatch_times_s")),
         "pipelined_step_s": raw["pipelined_step_s"],
         "pipelined_tokens_per_s": tokens_per_step / raw["pipelined_step_s"],

@@ -40,8 +40,8 @@ def compiler_options(platform: str) -> dict[str, Any] | None:
     `GPU_COMPILER_OPTIONS` less those XLA_FLAGS sets; None (XLA's defaults) elsewhere."""
     if platform != "gpu":
         return None
-    flags = os.environ.get("XLA_FLAGS", "")
-    return {k: v for k, v in GPU_COMPILER_OPTIONS.items() if f"--{k}=" not in flags} or None
+    named = {flag.split("=", 1)[0].lstrip("-") for flag in os.environ.get("XLA_FLAGS", "").split()}
+    return {k: v for k, v in GPU_COMPILER_OPTIONS.items() if k not in named} or None
 
 
 def platform_of(device: Any) -> str:
@@ -104,6 +104,8 @@ class Pmap:
 
     kind = "pmap"
     axis_name = "batch"
+
+    compiler_options = None  # jax.pmap takes none: XLA_FLAGS sets them for pmap
 
     def __init__(self) -> None:
         # pmap must be given every process's devices (in the same order on each process), or

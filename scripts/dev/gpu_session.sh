@@ -26,7 +26,8 @@
 #              the code before it, back to back):  git archive OLD bertjax | tar -x -C .old
 #              (.old/ git-ignored locally, carried with the call; BASELINE_COMMIT=OLD stamps it)
 #   variant    `recipe`'s bertjax row under each ';'-separated XLA_FLAGS of VARIANT_FLAGS
-#              (XLA options measured: stages variant1, variant2, ...; an empty set is the default)
+#              (XLA options measured: stages variant1, variant2, ...; an empty set, not the last,
+#              is XLA's default: ";--xla_a=1" runs the default, then --xla_a=1)
 #   infer      bertjax bench infer
 #   pretrain   `bertjax pretrain` with the GPU recipe on the bundled plays (150 steps): its
 #              tokens/s against `recipe`'s bertjax row (run `recipe` first), pipelined and synced
@@ -91,8 +92,8 @@ tests() {
     [ "$MODE" = cpu ] && platforms=cpu  # every GPU test is skipped there: the stage still runs
     local per_test=()  # one hung test (remat did on an H100) must not eat the others' time
     python3 -c "import pytest_timeout" 2>/dev/null && per_test=(--timeout "${TEST_TIMEOUT:-90}")
-    local remat=(tests/test_gpu.py::test_scan_and_remat_equal_the_loop_on_the_gpu[changes1]
-                 tests/test_gpu.py::test_scan_and_remat_equal_the_loop_on_the_gpu[changes2])
+    local remat=("tests/test_gpu.py::test_scan_and_remat_equal_the_loop_on_the_gpu[changes1]"
+                 "tests/test_gpu.py::test_scan_and_remat_equal_the_loop_on_the_gpu[changes2]")
     local code=0
     # each failure's traceback as it happens (a stage killed at its limit prints no summary)
     local live=(-p pytest_live_report)
@@ -118,12 +119,20 @@ profile() {  # XLA's optimised train step beside the trace, to look the kernels'
 }
 
 pretrain_rate() {  # the real job's rate against the bench's (the input pipeline must keep up)
-    rm -rf "$RESULTS/pretrain_run"
+    local run=/tmp/bertjax-pretrain-run  # not under $RESULTS: its checkpoint would fill the tarball
+    rm -rf "$run"
     python3 -m bertjax.cli pretrain --model.dtype=bfloat16 --model.attention_probs_dropout_prob=0 \
         --model.hidden_dropout_prob=0.1 --train.prng_impl=rbg --optim.learning_rate=1e-4 \
-        --optim.warmup_steps=10 --data.eval_batches=2 --no-progress \
-        --output-dir="$RESULTS/pretrain_run" "$@" || return
-    python3 - "$RESULTS/pretrain_run/summary.json" "$RESULTS/bench_recipe.json" <<'EOF'
+        --optim.warmup_steps=10 --data.eval_batches=2 --no-progress --output-dir="$run" "$@" \
+        || return
+    cp "$run/summary.json" "$RESULTS/pretrain_summary.json"
+    cp "$run/metrics.jsonl" "$RESULTS/pretrain_metrics.jsonl"
+    echo "vocabulary: $(wc -l < "$run/vocab.txt") pieces"  # the plays may not fill the one asked
+    if [ ! -f "$RESULTS/bench_recipe.json" ]; then
+        echo "no bench_recipe.json to compare with: run the recipe stage first" >&2
+        return 2
+    fi
+    python3 - "$RESULTS/pretrain_summary.json" "$RESULTS/bench_recipe.json" <<'EOF'
 import json, sys
 job = json.load(open(sys.argv[1]))
 bench = next(r for r in json.load(open(sys.argv[2]))["rows"] if r["impl"] == "bertjax")
@@ -149,10 +158,12 @@ if [ "$MODE" = cpu ]; then
     SIZE=(--preset tiny --seq 32 --batch 4 --steps 2 --warmup 1)
     export PROFILE_PRESET=tiny PROFILE_BATCH=4 PROFILE_ARGS="--seq 32 --steps 2 --warmup 1"
     JOB=(--model.preset=tiny --data.batch_size=4 --data.seq_len=32 --data.vocab_size=512
-         --train.steps=4 --train.log_every=2 --train.eval_every=4 --train.checkpoint_every=4)
+         --data.max_predictions=5 --train.steps=4 --train.log_every=2 --train.eval_every=4
+         --train.checkpoint_every=4)
 else  # the bench's shape (base, seq 128, batch 256, BERT's vocabulary size)
     JOB=(--model.preset=base --data.batch_size=256 --data.seq_len=128 --data.vocab_size=30522
-         --train.steps=150 --train.log_every=25 --train.eval_every=150 --train.checkpoint_every=150)
+         --data.max_predictions=19 --train.steps=150 --train.log_every=25 --train.eval_every=150
+         --train.checkpoint_every=150)
 fi
 export -f setup tests profile bench baseline pretrain_rate
 export RESULTS MODE
@@ -174,7 +185,12 @@ for name in "$@"; do
         large) stage large 300 bench train --dtype bfloat16 --preset large --batch 128 \
             "${RECIPE[@]}" --impl bertjax,hf-compiled --json "$RESULTS/bench_large.json" ;;
         variant)  # one stage per ';'-separated set of XLA options: variant1, variant2, ...
-            IFS=';' read -ra sets <<< "${VARIANT_FLAGS:?VARIANT_FLAGS names the XLA options}"
+            if [ -z "${VARIANT_FLAGS:-}" ]; then
+                echo "variant: VARIANT_FLAGS names no XLA options" | tee -a "$LOG"
+                FAILED+=(variant)
+                continue
+            fi
+            IFS=';' read -ra sets <<< "$VARIANT_FLAGS"
             for i in "${!sets[@]}"; do
                 XLA_FLAGS=${sets[$i]} stage "variant$((i + 1))" 150 bench train --dtype bfloat16 \
                     "${RECIPE[@]}" --impl bertjax "${SIZE[@]}" --json "$RESULTS/bench_variant$((i + 1)).json"

@@ -11,10 +11,16 @@ import time
 import pytest
 
 START = time.monotonic()
+CONFIG: list[pytest.Config] = []  # the session's, set by pytest_configure
 
 
-def _say(config: pytest.Config, line: str) -> None:
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep the configuration: the hooks below write through its terminal reporter."""
+    CONFIG.append(config)
+
+
+def _say(line: str) -> None:
+    reporter = CONFIG[0].pluginmanager.get_plugin("terminalreporter") if CONFIG else None
     if reporter is not None:
         reporter.write_line(line, flush=True)
 
@@ -23,22 +29,14 @@ def _clock() -> str:
     return f"[{time.monotonic() - START:7.1f} s]"
 
 
-@pytest.hookimpl
 def pytest_runtest_logstart(nodeid: str, location: tuple) -> None:
-    _say(CONFIG[0], f"{_clock()} start {nodeid}")
+    """A test starts: its name and the time since the session began."""
+    _say(f"{_clock()} start {nodeid}")
 
 
-@pytest.hookimpl
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """A test's outcome (and any failing phase's traceback) as soon as it is known."""
     if report.failed or report.when == "call":
-        _say(CONFIG[0], f"{_clock()} {report.outcome} {report.nodeid} ({report.when}, "
-                        f"{report.duration:.1f} s)")
+        _say(f"{_clock()} {report.outcome} {report.nodeid} ({report.when}, {report.duration:.1f} s)")
     if report.failed:
-        _say(CONFIG[0], report.longreprtext[-6000:])
-
-
-CONFIG: list[pytest.Config] = []
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    CONFIG.append(config)
+        _say(report.longreprtext[-6000:])
