@@ -143,6 +143,12 @@ BAD_INPUT = [
     (["pretrain", "--train.fsdp=2", "--train.parallel=pmap", "--output-dir", "{tmp}/run"],
      "train.fsdp=2 shards parameters over a mesh, which train.parallel='pmap' does not use; "
      "pass --train.parallel mesh or leave out --train.fsdp"),
+    (["pretrain", "--train.parallel=mesh", "--train.fsdp=2", "--optim.flatten=true",
+      "--output-dir", "{tmp}/run"],
+     "optim.flatten puts every gradient in one vector, which train.fsdp=2 would gather from its "
+     "shards on each step; leave one of them out"),
+    (["pretrain", "--optim.optimizer=lamb", "--optim.flatten=true", "--output-dir", "{tmp}/run"],
+     "flatten takes adam, adamw or sgd"),
     (["pretrain", "--data.vocab_size=10000000", "--output-dir", "{tmp}/run"],
      "data.vocab_size must be from 32 to 1,000,000"),
     (["vocab", "--corpus", "{text}", "--vocab-size", "10000000", "--out", "{tmp}/vocab"],

@@ -99,6 +99,19 @@ def test_set_parses_with_the_run_configs_parser(text, value) -> None:
     assert cli_bench.parse_override(text) == value
 
 
+def test_flat_optimizer_reaches_the_rows_optimizer() -> None:
+    from bertjax.bench.options import Row
+    from bertjax.bench.run import _row_spec
+    from bertjax.bench.timing import Pinning
+
+    args = _parser().parse_args(["--flat-optimizer", "true", "--preset", "tiny"])
+    settings = settings_from_args(BenchSettings, args, mode="train").resolve("cpu")
+    spec = _row_spec(settings, Row("bertjax", "float32"), "cpu", Pinning(cores=(0,), threads=1))
+    assert settings.flat_optimizer and spec.optim.flatten
+    plain = settings_from_args(BenchSettings, _parser().parse_args([]), mode="train")
+    assert not plain.flat_optimizer
+
+
 def test_jobs_round_trip_through_json(tmp_path) -> None:
     row = RowSpec(cores=(0, 1), threads=2, impl="bert_torch", mode="train", dtype="float32",
                   config=BertConfig.from_preset("tiny", num_hidden_layers=1), seq=16, batch=4,

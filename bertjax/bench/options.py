@@ -89,6 +89,9 @@ class BenchSettings:
     compile_backend: str = _option("inductor", "torch.compile backend of the hf-compiled rows")
     prng_impl: str = _option("threefry2x32", "PRNG of the bertjax rows' dropout",
                              choices=PRNG_IMPLS, flag="--prng")
+    flat_optimizer: bool = _option(
+        False, "bertjax rows: clipping and AdamW's moments over one vector of every gradient "
+        "(optim.flatten)")
     json_path: str | None = _option(None, "also write every number as JSON to PATH",
                                     flag="--json", metavar="PATH")
 

@@ -103,7 +103,8 @@ def _row_spec(s: BenchSettings, row: Row, platform: str, pinning: Pinning) -> Ro
     return RowSpec(
         cores=pinning.cores, threads=pinning.threads, impl=row.impl, mode=s.mode, dtype=row.dtype,
         config=s.bert_config(row.dtype), seq=s.seq, batch=s.batch, predictions=s.predictions,
-        steps=s.steps, warmup=s.warmup, seed=s.seed, optim=BENCH_OPTIM,
+        steps=s.steps, warmup=s.warmup, seed=s.seed,
+        optim=dataclasses.replace(BENCH_OPTIM, flatten=s.flat_optimizer),
         compile_backend=s.compile_backend, prng_impl=s.prng_impl,
         device="cuda" if platform == "gpu" else "cpu",
     )

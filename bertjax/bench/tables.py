@@ -49,6 +49,8 @@ def _dropout(settings: dict[str, Any]) -> str:
         text += ", " + ", ".join(f"{k}={v}" for k, v in settings["overrides"].items())
     if settings.get("prng_impl") not in (None, "threefry2x32"):
         text += f", dropout PRNG {settings['prng_impl']}"
+    if settings.get("flat_optimizer"):
+        text += ", optimizer over one vector (optim.flatten)"
     return text
 
 def _step(report: dict[str, Any]) -> list[str]:

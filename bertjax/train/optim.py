@@ -72,10 +72,34 @@ def _lamb(lr: optax.Schedule, c: OptimConfig) -> optax.GradientTransformation:
     )
 
 
+def _without_params(tx: optax.GradientTransformation) -> optax.GradientTransformation:
+    """`tx` (which reads no parameters) never handed them: `optax.flatten` would concatenate
+    them into a vector of every parameter on each update for nothing."""
+    return optax.GradientTransformation(tx.init, lambda u, state, params=None: tx.update(u, state))
+
+
+def _flattened(c: OptimConfig, lr: optax.Schedule) -> optax.GradientTransformation:
+    """`make_optimizer`'s update with the clipping and the moments over one vector of every
+    gradient (a few large kernels instead of several per parameter); the weight decay (per
+    parameter: `decay_mask`) and the learning rate stay per leaf, fused with the update."""
+    per_vector = [optax.clip_by_global_norm(c.clip_norm)] if c.clip_norm > 0 else []
+    if c.optimizer == "sgd":
+        per_vector.append(optax.trace(decay=c.b1))
+    else:
+        per_vector.append(optax.scale_by_adam(b1=c.b1, b2=c.b2, eps=c.eps))
+    per_leaf = [optax.add_decayed_weights(c.weight_decay, mask=decay_mask)] \
+        if c.optimizer == "adamw" else []
+    return optax.chain(_without_params(optax.flatten(optax.chain(*per_vector))), *per_leaf,
+                       optax.scale_by_learning_rate(lr))
+
+
 def make_optimizer(config: OptimConfig) -> optax.GradientTransformation:
-    """Clip by global norm, then the chosen optimizer with the warm-up/decay schedule."""
+    """Clip by global norm, then the chosen optimizer with the warm-up/decay schedule
+    (`config.flatten`: the same over one vector of every gradient, `_flattened`)."""
     lr = learning_rate_schedule(config)
     c = config
+    if c.flatten:
+        return _flattened(c, lr)
     if c.optimizer == "adamw":
         opt = optax.adamw(lr, b1=c.b1, b2=c.b2, eps=c.eps, weight_decay=c.weight_decay,
                           mask=decay_mask)

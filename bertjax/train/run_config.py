@@ -138,7 +138,7 @@ DERIVED = ("optim.total_steps",)
 # Options added after runs were saved without them, with the value those runs were made with:
 # a saved configuration that lacks one reads as that value (so such a run still resumes).
 ADDED_LATER: dict[str, Any] = {"model.local_attention_layers": 0, "data.text_field": "text",
-                               "data.packing": "none"}
+                               "data.packing": "none", "optim.flatten": False}
 
 
 def complete_saved(saved: dict[str, Any]) -> dict[str, Any]:
@@ -388,6 +388,10 @@ def validate(config: RunConfig) -> None:
         raise ValueError(f"train.fsdp={t.fsdp} shards parameters over a mesh, which "
                          f"train.parallel={t.parallel!r} does not use; pass --train.parallel mesh "
                          "or leave out --train.fsdp")
+    if t.fsdp > 1 and config.optim.flatten:
+        raise ValueError("optim.flatten puts every gradient in one vector, which train.fsdp="
+                         f"{t.fsdp} would gather from its shards on each step; leave one of them "
+                         "out")
     # BertConfig checks the rest (dropout ranges, dtype).
     config.bert_config()
     if m.local_layers < 0:

@@ -36,6 +36,10 @@ class OptimConfig:
     eps: float = option_field(1e-6, "Adam epsilon")
     clip_norm: float = option_field(1.0, "global gradient-norm clip; 0 disables")
     grad_accum_steps: int = option_field(1, "micro-batches accumulated per optimizer step")
+    flatten: bool = option_field(
+        False, "clip and run Adam's moments over all gradients as one vector (optax.flatten): "
+        "far fewer, larger kernels, the same update up to summation order; adam/adamw/sgd; a "
+        "run resumes only with the setting it started with")
 
     def __post_init__(self) -> None:
         """Raise ValueError naming the field for a setting out of range."""
@@ -48,6 +52,9 @@ class OptimConfig:
             raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
         if self.warmup_steps < 0 or self.weight_decay < 0 or self.clip_norm < 0:
             raise ValueError("warmup_steps, weight_decay and clip_norm must be >= 0")
+        if self.flatten and self.optimizer == "lamb":
+            raise ValueError("flatten takes adam, adamw or sgd: LAMB's trust ratio is per layer; "
+                             "leave flatten off with lamb")
 
 
 def applies_weight_decay(shape: tuple[int, ...]) -> bool:

@@ -28,6 +28,7 @@
 #   variant    `recipe`'s bertjax row under each ';'-separated XLA_FLAGS of VARIANT_FLAGS
 #              (XLA options measured: stages variant1, variant2, ...; an empty set, not the last,
 #              is XLA's default: ";--xla_a=1" runs the default, then --xla_a=1)
+#   flat       `recipe`'s bertjax row with the optimizer over one vector (--flat-optimizer)
 #   infer      bertjax bench infer
 #   pretrain   `bertjax pretrain` with the GPU recipe on the bundled plays (150 steps): its
 #              tokens/s against `recipe`'s bertjax row (run `recipe` first), pipelined and synced
@@ -198,6 +199,8 @@ for name in "$@"; do
         baseline) stage baseline 150 baseline --dtype bfloat16 "${RECIPE[@]}" --impl bertjax "${SIZE[@]}" \
             --json "$RESULTS/bench_baseline.json" ;;
         pretrain) stage pretrain 240 pretrain_rate "${JOB[@]}" ;;
+        flat) stage flat 150 bench train --dtype bfloat16 "${RECIPE[@]}" --impl bertjax \
+            --flat-optimizer true "${SIZE[@]}" --json "$RESULTS/bench_flat.json" ;;
         infer) stage infer 200 bench infer --dtype bfloat16 "${SIZE[@]}" --json "$RESULTS/bench_infer.json" ;;
         profile) stage profile 200 profile ;;
         *) echo "unknown stage $name" >&2; exit 2 ;;
