@@ -43,7 +43,8 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _dropout(settings: dict[str, Any]) -> str:
-    """"dropout 0.1", with the overrides of `--set` and a PRNG other than the default named."""
+    """"dropout 0.1", with the overrides of `--set`, a PRNG other than the default and a flat
+    optimizer named."""
     text = f"dropout {settings['dropout']}"
     if settings.get("overrides"):
         text += ", " + ", ".join(f"{k}={v}" for k, v in settings["overrides"].items())
