@@ -121,7 +121,7 @@ def test_optim_section_is_the_optimizers_own_config() -> None:
     assert cfg.optim == OptimConfig(learning_rate=5e-4, warmup_steps=50, total_steps=40)
     assert list(cfg.to_dict()["optim"]) == ["optimizer", "learning_rate", "warmup_steps",
                                             "weight_decay", "b1", "b2", "eps", "clip_norm",
-                                            "grad_accum_steps"]  # no total_steps: train.steps
+                                            "grad_accum_steps", "flatten"]  # no total_steps
     assert rc.RunConfig.from_dict(cfg.to_dict()) == cfg
     by_name = {o.name: o for o in rc.options()}
     assert "optim.total_steps" not in by_name
