@@ -42,7 +42,7 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 
 
-def _dropout(settings: dict[str, Any]) -> str:
+def _training_settings(settings: dict[str, Any]) -> str:
     """"dropout 0.1", with the overrides of `--set`, a PRNG other than the default and a flat
     optimizer named."""
     text = f"dropout {settings['dropout']}"
@@ -75,7 +75,7 @@ def _step(report: dict[str, Any]) -> list[str]:
                f"({gemm['flops_per_s'] / 1e9:,.0f} GFLOP/s)")
     lines += ["", f"`{c['num_hidden_layers']}` layers of `{c['hidden_size']}` "
               f"(preset {s['preset']}), sequence {s['seq']}, batch {s['batch']}, "
-              f"{s['predictions']} predictions, {_dropout(s)}; MFU against {against}."]
+              f"{s['predictions']} predictions, {_training_settings(s)}; MFU against {against}."]
     lines += [f"Skipped {x['row']}: {x['reason']}." for x in report.get("skipped", [])]
     lines += [f"Failed {x['row']}." for x in report.get("failed", [])]
     return lines

@@ -29,9 +29,9 @@ from jax.sharding import PartitionSpec as P
 from bertjax.train.choices import PARALLEL_CHOICES
 
 # XLA options of the train and eval steps on a GPU (`jax.jit(compiler_options=...)`), each left
-# out where XLA_FLAGS names it (the user's choice wins). Measured on one H100 (docs/benchmarks.md,
-# 2026-11-26): without Triton's matmul fusions (cuBLAS takes every matmul, autotuned over far
-# fewer candidates) BERT-base's first step fell from 32.7 to 18.2 s, its step from 65.9 to 64.1 ms.
+# out where XLA_FLAGS names it (the user's choice wins). Without Triton's matmul fusions cuBLAS
+# takes every matmul, autotuned over far fewer candidates: a much shorter compile and a step no
+# slower, measured on an H100 (docs/benchmarks.md, "Each change measured").
 GPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_gpu_enable_triton_gemm": False}
 
 
