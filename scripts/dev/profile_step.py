@@ -13,7 +13,9 @@ device's timelines (processes named `/device:GPU:*`; on a CPU, the XLA ops of th
 the runtime's events around them), then
 prints the top kernels with their share of the traced device time and of the step's wall time.
 Kernel names are grouped by a short stem (digits stripped) as well, so that one fusion kind's
-many instances add up.
+many instances add up. It then traces `--steps` more with a sync after each, as the bench's
+tokens/s column times them, and says where such a step's wall time goes (`step_timeline.py`:
+the host's dispatch, the device's wait for its first kernel, idle gaps between kernels).
 
 On a CPU the trace overstates every op that runs on several threads: on the 2-core bench machine
 a lone 4096 x 256 x 1024 matmul ran 7.2 ms untraced and 15.5 ms traced, while single-threaded
@@ -31,10 +33,10 @@ import collections
 import gzip
 import json
 import os
-import re
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,9 @@ from bertjax.train.assembly import assemble
 from bertjax.train.parallel import SingleDevice
 from bertjax.train.schedule import OptimConfig
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, imported as a module too
+from step_timeline import format_synced, stem, synced_steps  # noqa: E402
+
 TOP = 30
 
 
@@ -60,17 +65,20 @@ def _device_pids(events: list[dict[str, Any]]) -> dict[int, str]:
     return devices or {pid: name for pid, name in names.items() if "/host:CPU" in name}
 
 
-def kernel_times(trace_path: Path) -> tuple[dict[str, dict[str, float]], dict[int, str]]:
-    """Summed microseconds per event name on the device timelines, by line: "kernels" (the
-    "Stream #N" threads of a GPU), "ops" (the "XLA Ops" thread: HLO names; on a CPU every XLA
-    op of the host), "modules" (the "XLA Modules" thread). Also the pids read."""
+def _read(trace_path: Path) -> tuple[list[dict[str, Any]], dict[int, str]]:
     data = json.loads(gzip.decompress(trace_path.read_bytes()))
     events = data["traceEvents"] if isinstance(data, dict) else data
-    pids = _device_pids(events)
+    return events, _device_pids(events)
+
+
+def _device_events(events: list[dict[str, Any]],
+                   pids: dict[int, str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(line, event) for each complete event on the device timelines: "kernels" (the "Stream #N"
+    threads of a GPU), "ops" (the "XLA Ops" thread: HLO names; on a CPU every XLA op of the
+    host), "modules" (the "XLA Modules" thread)."""
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
                if e.get("ph") == "M" and e.get("name") == "thread_name" and e.get("pid") in pids}
     on_gpu = any(name.startswith("Stream") for name in threads.values())
-    sums: dict[str, dict[str, float]] = collections.defaultdict(lambda: collections.defaultdict(float))
     for e in events:
         if e.get("ph") != "X" or e.get("pid") not in pids or "dur" not in e:
             continue
@@ -81,13 +89,32 @@ def kernel_times(trace_path: Path) -> tuple[dict[str, dict[str, float]], dict[in
                 else "modules" if "XLA Modules" in thread else None) if on_gpu else (
             "ops" if e.get("args", {}).get("hlo_op") else None)
         if line:
-            sums[line][e["name"]] += float(e["dur"])
+            yield line, e
+
+
+def kernel_times(trace_path: Path) -> tuple[dict[str, dict[str, float]], dict[int, str]]:
+    """Summed microseconds per event name on the device timelines, by line (`_device_events`).
+    Also the pids read."""
+    events, pids = _read(trace_path)
+    sums: dict[str, dict[str, float]] = collections.defaultdict(lambda: collections.defaultdict(float))
+    for line, e in _device_events(events, pids):
+        sums[line][e["name"]] += float(e["dur"])
     return {k: dict(v) for k, v in sums.items()}, pids
 
 
-def stem(name: str) -> str:
-    """A kernel name without its numbering: 'loop_add_fusion_12' -> 'loop_add_fusion'."""
-    return re.sub(r"(_\d+)+$|\.\d+$", "", name)
+def synced_timeline(trace_path: Path, step_name: str = "train_step") -> dict[str, Any]:
+    """`step_timeline.synced_steps` of a trace of synced steps: the host's calls of the jitted
+    `step_name` ("PjitFunction(train_step)"), the device's kernels (a CPU's XLA ops) and every
+    other host event."""
+    events, pids = _read(trace_path)
+    device, seen = collections.defaultdict(list), set()
+    for line, e in _device_events(events, pids):
+        device[line].append((float(e["ts"]), float(e["dur"]), e["name"]))
+        seen.add(id(e))
+    host = [(float(e["ts"]), float(e["dur"]), e["name"]) for e in events  # a CPU's: same pid
+            if e.get("ph") == "X" and "dur" in e and id(e) not in seen]
+    calls = [h for h in host if h[2] == f"PjitFunction({step_name})"]
+    return synced_steps(calls, device.get("kernels") or device.get("ops", []), host)
 
 
 def profile(settings: BenchSettings, steps: int, warmup: int, out_dir: Path) -> dict[str, Any]:
@@ -116,12 +143,21 @@ def profile(settings: BenchSettings, steps: int, warmup: int, out_dir: Path) -> 
     options.python_tracer_level = 0  # tracing Python calls would slow the host ten times
     options.host_tracer_level = 1
     start = time.perf_counter()
-    with jax.profiler.trace(str(out_dir), create_perfetto_trace=True, profiler_options=options):
+    with jax.profiler.trace(str(out_dir / "pipelined"), create_perfetto_trace=True,
+                            profiler_options=options):
         for _ in range(steps):
             state, metrics = training.train_step(state, batch)
         jax.block_until_ready(metrics)
     wall = (time.perf_counter() - start) / steps
-    trace = next(out_dir.rglob("perfetto_trace.json.gz"))
+    synced_walls = []
+    with jax.profiler.trace(str(out_dir / "synced"), create_perfetto_trace=True,
+                            profiler_options=options):
+        for _ in range(steps):  # as the bench's tokens/s column: a sync after each step
+            start = time.perf_counter()
+            state, metrics = training.train_step(state, batch)
+            jax.block_until_ready(metrics)
+            synced_walls.append(time.perf_counter() - start)
+    trace = next((out_dir / "pipelined").rglob("perfetto_trace.json.gz"))
     lines, pids = kernel_times(trace)
     main_line = "kernels" if "kernels" in lines else "ops"
     report: dict[str, Any] = {
@@ -135,6 +171,8 @@ def profile(settings: BenchSettings, steps: int, warmup: int, out_dir: Path) -> 
         "wall_ms_per_step_traced": 1e3 * wall,
         "wall_ms_per_step_untraced": 1e3 * untraced,
         "device_ms_per_step": sum(lines.get(main_line, {}).values()) / steps / 1e3,
+        "synced": {"wall_ms_per_step_traced": 1e3 * sorted(synced_walls)[steps // 2],
+                   **synced_timeline(next((out_dir / "synced").rglob("perfetto_trace.json.gz")))},
     }
     for line, sums in lines.items():
         stems: dict[str, float] = collections.defaultdict(float)
@@ -192,6 +230,8 @@ def print_report(report: dict[str, Any]) -> None:
         print(f"  top {TOP} by {key.removesuffix('_us_per_step')}: us/step  % of device time")
         for name, us in list(report[key].items())[:TOP]:
             print(f"    {us:9.1f}  {100 * us / total:5.1f}%  {name[:110]}")
+    print(f"  synced: wall {report['synced']['wall_ms_per_step_traced']:.1f} ms/step traced")
+    print("\n".join(format_synced(report["synced"])))
 
 
 def main(argv: list[str]) -> int:
