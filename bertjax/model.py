@@ -141,10 +141,11 @@ class BertAttention(nnx.Module):
     `jax.nn.dot_product_attention` with the padding as sequence lengths, so `attention_mask`
     must be right padding (every input bertjax makes is), returns no probabilities and applies
     no dropout to them: cuDNN's flash attention where it applies (an
-    NVIDIA GPU, bfloat16/float16 compute, head size a multiple of 8 up to 128), XLA otherwise.
-    "auto" is fused where cuDNN applies and neither is needed, exact otherwise; an explicit
-    "fused" refuses probability dropout. Packed rows' mask goes to the fused path as its `mask`
-    argument, and "auto" keeps them exact (`numerics.use_fused_attention` says why).
+    NVIDIA GPU, bfloat16/float16 compute, head size a multiple of 8 up to 128, even lengths),
+    XLA otherwise. "auto" is fused where cuDNN applies and neither is needed, exact otherwise;
+    an explicit "fused" refuses probability dropout. Packed rows' mask goes to XLA's fused
+    implementation as its `mask` argument, and "auto" keeps them exact
+    (`numerics.use_fused_attention` says why).
 
     Keys and values are every position of `x` (B, S, H); the queries are `x` too, or its rows
     at `positions` (B, Q) when given: the output is then (B, Q, H), with the dropout masks of
@@ -183,8 +184,8 @@ class BertAttention(nnx.Module):
         k = self.key(x).reshape(B, S, self.num_heads, self.head_dim)  # (B, S, A, D)
         v = self.value(x).reshape(B, S, self.num_heads, self.head_dim)  # (B, S, A, D)
         drops_probs = not deterministic and self.attention_dropout.rate > 0
-        cudnn = numerics.cudnn_attention_applies(q.dtype, self.head_dim) and (
-            not packed or numerics.cudnn_takes_mask(Q, S))
+        cudnn = (numerics.cudnn_attention_applies(q.dtype, self.head_dim) and not packed
+                 and numerics.cudnn_takes_lengths(Q, S))
         if numerics.use_fused_attention(self.implementation, drops_probs, output_probs, cudnn,
                                         packed):
             implementation = "cudnn" if cudnn else "xla"

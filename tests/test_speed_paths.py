@@ -276,6 +276,44 @@ def test_auto_fuses_only_where_cudnn_takes_the_heads(monkeypatch):
     assert not inputs.may_fuse_attention(base)  # float32: auto stays exact, any mask goes
 
 
+@pytest.mark.parametrize(("seq_len", "predictions", "expected"), [
+    (16, 5, ["cudnn", "cudnn"]),  # 16 keys, the last layer at [CLS] + 5 rows
+    (16, 4, ["cudnn", None]),  # 5 rows: the last layer away from cuDNN
+    (15, 4, [None, None]),  # 15 keys
+])
+def test_cudnn_attention_gets_even_lengths_only(monkeypatch, seq_len, predictions, expected):
+    """cuDNN's gradient refused odd query or key lengths on an H100 (the pre-training job's last
+    layer at [CLS] + 20 masked rows): such a layer takes the exact path under "auto" and XLA's
+    implementation under "fused". Decided here as on an NVIDIA GPU, XLA computing in cuDNN's
+    place."""
+    monkeypatch.setattr(numerics.jax, "default_backend", lambda: "gpu")
+    calls: list[str | None] = []
+    real = jax.nn.dot_product_attention
+
+    def spy(*args, implementation=None, **kwargs):
+        calls.append(implementation)
+        return real(*args, implementation="xla", **kwargs)
+
+    monkeypatch.setattr(jax.nn, "dot_product_attention", spy)
+    config = BertConfig.from_preset("tiny", dtype="bfloat16", vocab_size=64)  # heads of 64
+    batch = random_batch(config, batch_size=2, seq_len=seq_len, num_predictions=predictions)
+    args = [batch[k] for k in ("input_ids", "token_type_ids", "attention_mask",
+                               "masked_positions")]
+    for implementation in ("auto", "fused"):
+        calls.clear()
+        model = BertForPreTraining(config.replace(attn_implementation=implementation),
+                                   rngs=nnx.Rngs(0))
+        jax.grad(lambda m: pretraining_loss(*_logits(m(*args)), batch)[0])(model)
+        if implementation == "auto":  # exact where cuDNN would not take the lengths
+            assert calls == [c for c in expected if c], calls
+        else:
+            assert calls == [c or "xla" for c in expected], calls
+
+
+def _logits(out: Any) -> tuple[jax.Array, jax.Array]:
+    return out.mlm_logits, out.nsp_logits
+
+
 def _dot_operand_dtypes(jaxpr) -> list[tuple[str, ...]]:
     """The operand dtypes of every dot_general in `jaxpr` and the jaxprs inside it, in order."""
     found = []
