@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-STAGES = ("setup", "tests", "bench", "recipe", "baseline", "variant", "flat", "profile",
+STAGES = ("setup", "tests", "bench", "recipe", "baseline", "variant", "perleaf", "profile",
           "pretrain")
 
 
@@ -45,15 +45,15 @@ def test_the_gpu_session_runs_every_stage_on_the_cpu(tmp_path: Path) -> None:
     assert {"bench_default.json", "bench_recipe.json", "profile_default.json",
             "profile_recipe.json"} <= names
     for name in ("bench_default.json", "bench_recipe.json", "bench_baseline.json",
-                 "bench_variant1.json", "bench_variant2.json", "bench_flat.json"):
+                 "bench_variant1.json", "bench_variant2.json", "bench_perleaf.json"):
         report = json.loads((tmp_path / "results" / name).read_text())
         assert report["settings"]["preset"] == "tiny" and report["rows"], name
         assert not report["failed"], report["failed"]
         assert report["provenance"]["kind"] == "train"
     recipe = json.loads((tmp_path / "results" / "bench_recipe.json").read_text())["settings"]
     assert recipe["prng_impl"] == "rbg"
-    flat = json.loads((tmp_path / "results" / "bench_flat.json").read_text())["settings"]
-    assert flat["flat_optimizer"] and not recipe["flat_optimizer"]
+    perleaf = json.loads((tmp_path / "results" / "bench_perleaf.json").read_text())["settings"]
+    assert recipe["flat_optimizer"] and not perleaf["flat_optimizer"]
     variant = json.loads((tmp_path / "results" / "bench_variant2.json").read_text())["rows"][0]
     assert variant["xla_options"]["XLA_FLAGS"] == "--xla_gpu_enable_command_buffer="
     stamp = json.loads((tmp_path / "results" / "bench_variant2.json").read_text())["provenance"]

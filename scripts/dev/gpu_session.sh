@@ -22,15 +22,17 @@
 #   setup      wheels, versions, the GPU
 #   tests      JAX_PLATFORMS=cuda,cpu pytest -m gpu tests/test_gpu.py
 #   bench      bertjax bench train, GPU defaults (base, seq 128, batch 256, bf16, dropout 0.1)
-#   recipe     the same with the README's GPU recipe (no attention-probability dropout, rbg)
+#   recipe     the same with the README's GPU recipe (no attention-probability dropout, rbg,
+#              the optimizer over one vector)
 #   long       seq 512 batch 32, recipe          large   BERT-large batch 128, recipe
 #   baseline   `recipe`'s bertjax row from the older tree BASELINE_TREE (a change measured against
 #              the code before it, back to back):  git archive OLD bertjax | tar -x -C .old
-#              (.old/ git-ignored locally, carried with the call; BASELINE_COMMIT=OLD stamps it)
+#              (.old/ git-ignored locally, carried with the call; BASELINE_COMMIT=OLD stamps it;
+#              the tree must know the recipe's options: --flat-optimizer came in 4ead97b)
 #   variant    `recipe`'s bertjax row under each ';'-separated XLA_FLAGS of VARIANT_FLAGS
 #              (XLA options measured: stages variant1, variant2, ...; an empty set, not the last,
 #              is XLA's default: ";--xla_a=1" runs the default, then --xla_a=1)
-#   flat       `recipe`'s bertjax row with the optimizer over one vector (--flat-optimizer)
+#   perleaf    `recipe`'s bertjax row with the optimizer per parameter (--flat-optimizer false)
 #   infer      bertjax bench infer
 #   pretrain   `bertjax pretrain` with the GPU recipe on the bundled plays (150 steps): its
 #              tokens/s against `recipe`'s bertjax row (run `recipe` first), pipelined and synced
@@ -137,7 +139,7 @@ pretrain_rate() {  # the real job's rate against the bench's (the input pipeline
     local run=/tmp/bertjax-pretrain-run  # not under $RESULTS: its checkpoint would fill the tarball
     rm -rf "$run"
     python3 -m bertjax.cli pretrain --model.dtype=bfloat16 --model.attention_probs_dropout_prob=0 \
-        --model.hidden_dropout_prob=0.1 --train.prng_impl=rbg --optim.learning_rate=1e-4 \
+        --model.hidden_dropout_prob=0.1 --train.prng_impl=rbg --optim.flatten=true --optim.learning_rate=1e-4 \
         --optim.warmup_steps=10 --data.eval_batches=2 --no-progress --output-dir="$run" "$@" \
         || return
     cp "$run/summary.json" "$RESULTS/pretrain_summary.json"
@@ -187,7 +189,7 @@ fi
 export -f setup tests profile bench baseline pretrain_rate compare_pretrain
 export RESULTS MODE
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
-RECIPE=(--set attention_probs_dropout_prob=0 --prng rbg)
+RECIPE=(--set attention_probs_dropout_prob=0 --prng rbg --flat-optimizer true)
 IMPLS=${IMPLS:-bertjax,hf-eager,hf-compiled}  # the rows of `bench` (and of `recipe`: RECIPE_IMPLS)
 RECIPE_IMPLS=${RECIPE_IMPLS:-$IMPLS}
 for name in "$@"; do
@@ -217,8 +219,8 @@ for name in "$@"; do
         baseline) stage baseline 150 baseline --dtype bfloat16 "${RECIPE[@]}" --impl bertjax "${SIZE[@]}" \
             --json "$RESULTS/bench_baseline.json" ;;
         pretrain) stage pretrain 240 pretrain_rate "${JOB[@]}" ;;
-        flat) stage flat 150 bench train --dtype bfloat16 "${RECIPE[@]}" --impl bertjax \
-            --flat-optimizer true "${SIZE[@]}" --json "$RESULTS/bench_flat.json" ;;
+        perleaf) stage perleaf 150 bench train --dtype bfloat16 "${RECIPE[@]}" --impl bertjax \
+            --flat-optimizer false "${SIZE[@]}" --json "$RESULTS/bench_perleaf.json" ;;
         infer) stage infer 200 bench infer --dtype bfloat16 "${SIZE[@]}" --json "$RESULTS/bench_infer.json" ;;
         profile) stage profile 200 profile ;;
         *) echo "unknown stage $name" >&2; exit 2 ;;
