@@ -13,6 +13,7 @@ gets by default) 5e-3 of probability (2.0e-3 measured on an H100, over the 2e-3 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -34,6 +35,7 @@ from bertjax.io.weights import state_to_numpy
 from bertjax.losses import pretraining_loss
 from bertjax.train.choices import PRNG_IMPLS
 from bertjax.train.optim import OptimConfig, learning_rate_schedule, make_optimizer
+from bertjax.train.parallel import compiler_options
 from bertjax.train.step import create_train_state, make_train_step
 from parity.tensors import gradient_errors, random_batch
 
@@ -49,6 +51,9 @@ CONFIG = BertConfig.from_preset("mini", num_hidden_layers=2, vocab_size=1000,
                                 max_position_embeddings=128)
 KEYS = ("input_ids", "token_type_ids", "attention_mask", "masked_positions")
 TOL = 1e-5
+# compiled as bertjax's steps are on a GPU, without Triton's matmul fusions: with XLA's defaults
+# the float32 `highest` tests took ~17 s a compiled function on an H100, likely its autotuning
+jit = functools.partial(jax.jit, compiler_options=compiler_options("gpu"))
 
 
 def _batch(config: BertConfig = CONFIG, seed: int = 1) -> dict[str, np.ndarray]:
@@ -58,7 +63,7 @@ def _batch(config: BertConfig = CONFIG, seed: int = 1) -> dict[str, np.ndarray]:
 def _loss_and_grads(model, batch, dropout_rng=None):
     graphdef, params = nnx.split(model, nnx.Param)
 
-    @jax.jit
+    @jit
     def loss_and_grads(p, batch, rng):
         def loss(p):
             out = nnx.merge(graphdef, p)(*(batch[k] for k in KEYS), deterministic=rng is None,
@@ -75,7 +80,7 @@ def _outputs(model, batch) -> dict[str, np.ndarray]:
     """The forward's outputs, jitted (op by op, every op compiles for the GPU apart)."""
     graphdef, state = nnx.split(model)
 
-    @jax.jit
+    @jit
     def forward(state, batch):
         out = nnx.merge(graphdef, state)(*(batch[k] for k in KEYS))
         return {f: getattr(out, f).astype(jnp.float32)
@@ -94,7 +99,7 @@ def test_auto_attention_is_cudnn_in_bfloat16_and_equals_the_exact_path():
     exact = BertForPreTraining(config.replace(attn_implementation="exact"), rngs=nnx.Rngs(0))
     batch = _batch(config)  # the last layer at [CLS] + 10 rows: odd, so exact; the first cuDNN
     graphdef, state = nnx.split(auto)
-    hlo = jax.jit(lambda s: nnx.merge(graphdef, s)(*(batch[k] for k in KEYS)).mlm_logits
+    hlo = jit(lambda s: nnx.merge(graphdef, s)(*(batch[k] for k in KEYS)).mlm_logits
                   ).lower(state).compile().as_text()
     assert "__cudnn$fmha" in hlo  # cuDNN's fused attention, not XLA's composition
     a, b = _outputs(exact, batch), _outputs(auto, batch)
@@ -150,7 +155,7 @@ def _packed_inputs(config: BertConfig) -> tuple[dict[str, np.ndarray], np.ndarra
 def _packed_outputs_and_grads(model, args, weights):
     graphdef, params = nnx.split(model, nnx.Param)
 
-    @jax.jit
+    @jit
     def run(params, args):
         def loss(p):
             out = nnx.merge(graphdef, p)(args["input_ids"], args["token_type_ids"],
@@ -208,7 +213,7 @@ def test_every_dropout_prng_trains_on_the_gpu(prng):
     oc = OptimConfig(learning_rate=1e-3, total_steps=10)
     tx = make_optimizer(oc)
     graphdef, state = create_train_state(BertForPreTraining(config, rngs=nnx.Rngs(0)), tx, 0, prng)
-    step = jax.jit(make_train_step(graphdef, tx, learning_rate_schedule(oc), prng_impl=prng))
+    step = jit(make_train_step(graphdef, tx, learning_rate_schedule(oc), prng_impl=prng))
     batch = {k: jnp.asarray(v) for k, v in _batch(config).items()}
     new, m1 = step(state, batch)
     _, m2 = step(state, batch)
