@@ -17,7 +17,7 @@ from flax import nnx
 
 from bertjax import numerics
 
-__all__ = ["dropout_rows", "exact_attention", "take_rows"]
+__all__ = ["dropout_rows", "exact_attention", "fused_attention", "take_rows"]
 
 
 def exact_attention(
@@ -73,6 +73,38 @@ def _attend(q: jax.Array, k: jax.Array, v: jax.Array, attention_mask: jax.Array,
     if heads_major:
         context = context.transpose(0, 2, 1, 3)  # (b, A, Q, D) -> (b, Q, A, D)
     return context, probs  # (b, Q, A, D), (b, A, Q, S)
+
+
+def fused_attention(q: jax.Array, k: jax.Array, v: jax.Array, attention_mask: jax.Array,
+                    cudnn: bool) -> jax.Array:
+    """`jax.nn.dot_product_attention` of q (B, Q, A, D) over k, v (B, S, A, D): the context
+    (B, Q, A, D). A key padding mask (B, S), right padding, goes as sequence lengths; packed rows'
+    mask (B, Q, S) as its `mask`, to XLA's implementation. `cudnn`: cuDNN's flash attention
+    (`numerics.cudnn_attention_applies`), never with packed rows.
+
+    On an H100 (JAX 0.11.2) cuDNN's gradient refused odd lengths ("Unsupported sequence length
+    Q 21, KV 128": the last layer at [CLS] + 20 masked rows) and came back NaN through packed
+    rows' mask, which it takes only as a (B, 1, Q, S) bias. So an odd Q or S gets one more row
+    of zeros: a key past every sequence's length (masked), a query whose output is dropped
+    (its gradient is zero)."""
+    if attention_mask.ndim == 3:  # (B, 1, Q, S): one mask for every head
+        return jax.nn.dot_product_attention(q, k, v, mask=attention_mask[:, None],
+                                            implementation="xla")
+    lengths = jnp.sum(attention_mask, axis=-1, dtype=jnp.int32)  # (B,) right padding
+    if not cudnn:
+        return jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths,
+                                            implementation="xla")
+    Q = q.shape[1]
+    q, k, v = (_even_rows(t) for t in (q, k, v))  # (B, Q or S rounded up to even, A, D)
+    return jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths,
+                                        implementation="cudnn")[:, :Q]
+
+
+def _even_rows(x: jax.Array) -> jax.Array:
+    """x (B, N, ...) with a row of zeros appended on axis 1 where N is odd."""
+    if x.shape[1] % 2 == 0:
+        return x
+    return jnp.pad(x, [(0, 0), (0, 1)] + [(0, 0)] * (x.ndim - 2))
 
 
 def take_rows(x: jax.Array, positions: jax.Array) -> jax.Array:

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from flax import nnx, struct
 
 from bertjax import inputs, numerics
-from bertjax.attention import dropout_rows, exact_attention, take_rows
+from bertjax.attention import dropout_rows, exact_attention, fused_attention, take_rows
 from bertjax.config import BertConfig
 
 
@@ -141,8 +141,8 @@ class BertAttention(nnx.Module):
     `jax.nn.dot_product_attention` with the padding as sequence lengths, so `attention_mask`
     must be right padding (every input bertjax makes is), returns no probabilities and applies
     no dropout to them: cuDNN's flash attention where it applies (an
-    NVIDIA GPU, bfloat16/float16 compute, head size a multiple of 8 up to 128, even lengths),
-    XLA otherwise. "auto" is fused where cuDNN applies and neither is needed, exact otherwise;
+    NVIDIA GPU, bfloat16/float16 compute, head size a multiple of 8 up to 128), XLA otherwise
+    (`attention.fused_attention`). "auto" is fused where cuDNN applies and neither is needed, exact otherwise;
     an explicit "fused" refuses probability dropout. Packed rows' mask goes to XLA's fused
     implementation as its `mask` argument, and "auto" keeps them exact
     (`numerics.use_fused_attention` says why).
@@ -184,19 +184,10 @@ class BertAttention(nnx.Module):
         k = self.key(x).reshape(B, S, self.num_heads, self.head_dim)  # (B, S, A, D)
         v = self.value(x).reshape(B, S, self.num_heads, self.head_dim)  # (B, S, A, D)
         drops_probs = not deterministic and self.attention_dropout.rate > 0
-        cudnn = (numerics.cudnn_attention_applies(q.dtype, self.head_dim) and not packed
-                 and numerics.cudnn_takes_lengths(Q, S))
+        cudnn = numerics.cudnn_attention_applies(q.dtype, self.head_dim) and not packed
         if numerics.use_fused_attention(self.implementation, drops_probs, output_probs, cudnn,
                                         packed):
-            implementation = "cudnn" if cudnn else "xla"
-            if packed:  # (B, 1, Q, S): one mask for every head
-                context = jax.nn.dot_product_attention(
-                    q, k, v, mask=attention_mask[:, None], implementation=implementation)
-            else:
-                lengths = jnp.sum(attention_mask, axis=-1, dtype=jnp.int32)  # (B,) right padding
-                context = jax.nn.dot_product_attention(
-                    q, k, v, key_value_seq_lengths=lengths, implementation=implementation)
-            probs = None
+            context, probs = fused_attention(q, k, v, attention_mask, cudnn), None
         else:
             def dropout(probs: jax.Array) -> jax.Array:  # (B, A, Q, S): rows on axis 2
                 return dropout_rows(self.attention_dropout, probs, positions, S, 2,

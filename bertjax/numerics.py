@@ -243,29 +243,15 @@ def cpu_attention_chunks(batch: int, drops_probs: bool) -> int | None:
     return max(1, min(batch, cores or 1))
 
 
-def cudnn_takes_lengths(q_len: int, kv_len: int) -> bool:
-    """Whether cuDNN's fused attention takes these query and key lengths: both even.
-
-    On an H100 (JAX 0.11.2) its gradient refused odd ones through padding lengths too, not only
-    through a bias as JAX's check (`check_is_flash_attention`) reads: "Unsupported sequence
-    length Q 21, KV 128" in the pre-training job, whose last layer runs at the masked rows only,
-    and Q 11, KV 64 in tests/test_gpu.py; Q 20, KV 128 trained (the bench). An odd length takes
-    the path cuDNN would not: exact under "auto", XLA's implementation under "fused".
-    """
-    return q_len % 2 == 0 and kv_len % 2 == 0
-
-
 def use_fused_attention(
     implementation: str, drops_probs: bool, output_probs: bool, cudnn: bool, packed: bool = False
 ) -> bool:
     """Whether attention takes the fused path (see `bertjax.model.BertAttention`); `cudnn` is
-    whether cuDNN takes these heads and lengths (`cudnn_attention_applies`,
-    `cudnn_takes_lengths`), never for packed rows.
+    whether cuDNN takes these heads (`cudnn_attention_applies`), never for packed rows.
 
     `packed` rows (a block-diagonal mask) stay exact under "auto", and an explicit "fused" hands
-    their mask to XLA's implementation, not cuDNN's: cuDNN takes such a mask only as a
-    (B, 1, Q, S) bias whose gradient JAX always requests, and that gradient came back NaN on an
-    H100 (JAX 0.11.2; tests/test_gpu.py's packed check, the embeddings' gradients)."""
+    their mask to XLA's implementation, not cuDNN's, whose gradient through it came back NaN on
+    an H100 (`bertjax.attention.fused_attention`)."""
     if implementation == "exact":
         return False
     if implementation == "fused" and drops_probs:

@@ -63,7 +63,7 @@ def test_the_gpu_session_runs_every_stage_on_the_cpu(tmp_path: Path) -> None:
     assert "bertjax bench train" in done.stdout  # the tables, printed last
     assert re.search(r"^pretrain job: [\d,]+ tokens/s .* of the bench's pipelined", done.stdout,
                      flags=re.M), done.stdout[-2000:]
-    assert re.search(r"^  synced steps \(\d+, medians\): dispatch [\d.]+ ms", done.stdout,
+    assert re.search(r"^  synced steps \(\d+, medians each\): dispatch [\d.]+ ms", done.stdout,
                      flags=re.M), done.stdout[-2000:]  # the profile's synced-step account
 
 

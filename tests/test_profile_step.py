@@ -1,4 +1,5 @@
-"""`scripts/dev/profile_step.py`: what its CPU report sums, and `--cores`.
+"""`scripts/dev/profile_step.py`: what its CPU report sums, where a synced GPU step's time goes
+(`step_timeline.py`, on a hand-made trace), and `--cores`.
 
 On a CPU the host timeline holds the XLA ops and the runtime's events around them
 ("ThunkExecutor::Execute" spans a whole step); counting both made every op's share about a third
@@ -84,7 +85,8 @@ def test_a_synced_gpu_trace_says_where_each_step_waits(profile_step: Any, tmp_pa
     the calls."""
     meta = [{"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/device:GPU:0"}},
             {"ph": "M", "name": "thread_name", "pid": 2, "tid": 9,
-             "args": {"name": "Stream #13(Compute)"}}]
+             "args": {"name": "Stream #13(Compute)"}},
+            {"ph": "M", "name": "thread_name", "pid": 2, "tid": 5, "args": {"name": "Steps"}}]
 
     def on(pid: int, tid: int, name: str, ts: float, dur: float) -> dict[str, Any]:
         return {"ph": "X", "pid": pid, "tid": tid, "name": name, "ts": ts, "dur": dur}
@@ -92,6 +94,7 @@ def test_a_synced_gpu_trace_says_where_each_step_waits(profile_step: Any, tmp_pa
     call = "PjitFunction(train_step)"
     trace = _trace(tmp_path, meta + [
         on(1, 7, call, 0, 100), on(1, 7, "ParseArguments", 10, 5), on(1, 7, "idle host", 500, 3),
+        on(2, 5, "a device line that is no stream", 20, 50),
         on(2, 9, "a_fusion_1", 30, 20), on(2, 9, "b_fusion_2", 50, 10),
         on(2, 9, "c_fusion", 80, 20), on(2, 9, "d_fusion", 85, 5),
         on(1, 7, call, 1000, 100), on(1, 7, "ParseArguments", 1002, 7),

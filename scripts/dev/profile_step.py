@@ -33,6 +33,7 @@ import collections
 import gzip
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -111,8 +112,10 @@ def synced_timeline(trace_path: Path, step_name: str = "train_step") -> dict[str
     for line, e in _device_events(events, pids):
         device[line].append((float(e["ts"]), float(e["dur"]), e["name"]))
         seen.add(id(e))
-    host = [(float(e["ts"]), float(e["dur"]), e["name"]) for e in events  # a CPU's: same pid
-            if e.get("ph") == "X" and "dur" in e and id(e) not in seen]
+    on_gpu = bool(device.get("kernels"))  # a GPU's host is its own process; a CPU's is not
+    host = [(float(e["ts"]), float(e["dur"]), e["name"]) for e in events
+            if e.get("ph") == "X" and "dur" in e
+            and (e.get("pid") not in pids if on_gpu else id(e) not in seen)]
     calls = [h for h in host if h[2] == f"PjitFunction({step_name})"]
     return synced_steps(calls, device.get("kernels") or device.get("ops", []), host)
 
@@ -171,7 +174,7 @@ def profile(settings: BenchSettings, steps: int, warmup: int, out_dir: Path) -> 
         "wall_ms_per_step_traced": 1e3 * wall,
         "wall_ms_per_step_untraced": 1e3 * untraced,
         "device_ms_per_step": sum(lines.get(main_line, {}).values()) / steps / 1e3,
-        "synced": {"wall_ms_per_step_traced": 1e3 * sorted(synced_walls)[steps // 2],
+        "synced": {"wall_ms_per_step_traced": 1e3 * statistics.median(synced_walls),
                    **synced_timeline(next((out_dir / "synced").rglob("perfetto_trace.json.gz")))},
     }
     for line, sums in lines.items():

@@ -94,9 +94,9 @@ def format_synced(report: dict[str, Any]) -> list[str]:
     if not report.get("steps"):
         return ["  synced steps: no step call and kernels found in the trace"]
     r = report
-    lines = [f"  synced steps ({r['steps']}, medians): dispatch {r['dispatch_ms']:.1f} ms; call to "
-             f"first kernel {r['start_ms']:.1f} ms; kernels' span {r['span_ms']:.1f} ms = busy "
-             f"{r['busy_ms']:.1f} + idle {r['idle_ms']:.1f}; call to last kernel's end "
+    lines = [f"  synced steps ({r['steps']}, medians each): dispatch {r['dispatch_ms']:.1f} ms; call "
+             f"to first kernel {r['start_ms']:.1f} ms; kernels' span {r['span_ms']:.1f} ms, busy "
+             f"{r['busy_ms']:.1f}, idle {r['idle_ms']:.1f}; call to last kernel's end "
              f"{r['call_to_end_ms']:.1f} ms; {r['kernels']:.0f} kernels"]
     for title, key in (("idle gaps by the kernels around them", "idle_gaps_us_per_step"),
                        ("host events inside the call (nested)", "host_us_per_step")):
