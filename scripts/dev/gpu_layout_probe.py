@@ -13,7 +13,9 @@ variant that wins goes into the model with its own parity tests.
 
 On an H100 (a778d7842546) the step's (S, H, B) order began at the embeddings' sum and reached
 the last layer's row gather's gradient (a scatter-add laid out (S, H, B)) and every layer's
-dropout mask: the last two variants ask whether those hold it there.
+dropout mask, and the position rows' gradient was a reduction over B, not the ones-vector dot
+`numerics.add_broadcast` writes (XLA strength-reduces such dots): the variants after "types
+select" ask which of those holds it there.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from bertjax.train.step import create_train_state, make_train_step
 ORIGINAL_EMBED = model_module.BertEmbeddings.__call__
 ORIGINAL_DECODER = numerics.tied_decoder
 ORIGINAL_LAST_ROWS = model_module.BertModel._last_rows
+ORIGINAL_SUM = numerics._sum_of_copies
 
 
 @jax.custom_vjp
@@ -83,6 +86,28 @@ def _embed(positions: str, types: str) -> Callable:
     return call
 
 
+def _sum_as(kind: str) -> Callable:
+    """`numerics._sum_of_copies` (the broadcast adds' and LayerNorm's parameter gradients) another
+    way: XLA may strength-reduce a dot with a vector of ones back into a reduction, whose summed
+    axis it then lays out minor (the (S, H, B) order)."""
+    def sum_of_copies(g: jax.Array, y: jax.Array) -> jax.Array:
+        rows = g.reshape(-1, y.size)  # (N, Y)
+        n, highest = rows.shape[0], jax.lax.Precision.HIGHEST
+        if kind == "reduce":  # autodiff's own
+            dy = jnp.sum(rows.astype(jnp.float32), axis=0)
+        elif kind == "default precision":
+            dy = jnp.dot(jnp.ones((n,), rows.dtype), rows, preferred_element_type=jnp.float32)
+        elif kind == "barrier":  # ones XLA cannot see as ones
+            ones = jax.lax.optimization_barrier(jnp.ones((n,), rows.dtype))
+            dy = jnp.dot(ones, rows, precision=highest, preferred_element_type=jnp.float32)
+        else:  # "matrix": eight rows of ones, a GEMM with no vector operand; row 0 is the sum
+            dy = jnp.dot(jnp.ones((8, n), rows.dtype), rows, precision=highest,
+                         preferred_element_type=jnp.float32)[0]
+        return dy.reshape(y.shape).astype(y.dtype)
+
+    return sum_of_copies
+
+
 def _plain_decoder(h, embedding):
     return jnp.einsum("...h,vh->...v", h, embedding.astype(h.dtype),
                       preferred_element_type=jnp.float32)
@@ -97,6 +122,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "last layer at every row (no row gather)": {"embed": ORIGINAL_EMBED,
                                                 "last_rows": lambda *args: None},
     "no hidden dropout": {"embed": ORIGINAL_EMBED, "config": {"hidden_dropout_prob": 0.0}},
+    **{f"sums: {kind}": {"embed": ORIGINAL_EMBED, "sum": _sum_as(kind)}
+       for kind in ("reduce", "default precision", "barrier", "matrix")},
 }
 
 
@@ -105,6 +132,7 @@ def run_variant(config: BertConfig, batch: dict, variant: dict[str, Any], steps:
     model_module.BertEmbeddings.__call__ = variant["embed"]
     numerics.tied_decoder = variant.get("decoder", ORIGINAL_DECODER)
     model_module.BertModel._last_rows = variant.get("last_rows", ORIGINAL_LAST_ROWS)
+    numerics._sum_of_copies = variant.get("sum", ORIGINAL_SUM)
     config = config.replace(**variant.get("config", {}))
     try:
         oc = OptimConfig(total_steps=1_000_000, flatten=True)
@@ -141,6 +169,7 @@ def run_variant(config: BertConfig, batch: dict, variant: dict[str, Any], steps:
         model_module.BertEmbeddings.__call__ = ORIGINAL_EMBED
         numerics.tied_decoder = ORIGINAL_DECODER
         model_module.BertModel._last_rows = ORIGINAL_LAST_ROWS
+        numerics._sum_of_copies = ORIGINAL_SUM
 
 
 def main(argv: list[str]) -> int:

@@ -39,7 +39,7 @@
 #              tokens/s against `recipe`'s bertjax row (run `recipe` first), pipelined and synced
 #   profile    device time by kernel of bertjax's step, default and recipe (PROFILES=recipe:
 #              the recipe's alone), and where a synced step's wall time goes
-#   probe      scripts/dev/gpu_layout_probe.py: formulations of the embeddings and the decoder
+#   probe      scripts/dev/gpu_layout_probe.py: what holds the residual stream in (S, H, B) order
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/bertjax-gpu-out}
@@ -207,7 +207,7 @@ for name in "$@"; do
             --json "$RESULTS/bench_default.json" ;;
         recipe) stage recipe 240 bench train --dtype bfloat16 "${RECIPE[@]}" --impl "$RECIPE_IMPLS" "${SIZE[@]}" \
             --json "$RESULTS/bench_recipe.json" ;;
-        probe) stage probe 150 python3 scripts/dev/gpu_layout_probe.py --layers 4 ;;
+        probe) stage probe 240 python3 scripts/dev/gpu_layout_probe.py --layers 4 ;;
         long) stage long 240 bench train --dtype bfloat16 --seq 512 --batch 32 "${RECIPE[@]}" \
             --impl bertjax,hf-compiled --json "$RESULTS/bench_seq512.json" ;;
         large) stage large 300 bench train --dtype bfloat16 --preset large --batch 128 \
