@@ -235,7 +235,7 @@ for name in "$@"; do
 done
 # the tables last: the device tool's reply carries the end of the output
 grep -h -A12 "^bertjax bench" "$RESULTS"/*.log 2>/dev/null || true
-grep -h -A8 "^layout probe" "$RESULTS/probe.log" 2>/dev/null || true
+grep -h -A14 "^layout probe" "$RESULTS/probe.log" 2>/dev/null || true
 if [ -f "$RESULTS/pretrain_summary.json" ] && [ ! -f "$RESULTS/pretrain.log" ]; then
     compare_pretrain 2>&1 | tee "$RESULTS/pretrain.log" >/dev/null  # the GPU tests' job
 fi
