@@ -142,9 +142,9 @@ class BertAttention(nnx.Module):
     must be right padding (every input bertjax makes is), returns no probabilities and applies
     no dropout to them: cuDNN's flash attention where it applies (an
     NVIDIA GPU, bfloat16/float16 compute, head size a multiple of 8 up to 128), XLA otherwise
-    (`attention.fused_attention`). "auto" is fused where cuDNN applies and neither is needed, exact otherwise;
-    an explicit "fused" refuses probability dropout. Packed rows' mask goes to XLA's fused
-    implementation as its `mask` argument, and "auto" keeps them exact
+    (`attention.fused_attention`). "auto" is fused where cuDNN applies and neither is needed,
+    exact otherwise; an explicit "fused" refuses probability dropout. Packed rows' mask goes to
+    XLA's fused implementation as its `mask` argument, and "auto" keeps them exact
     (`numerics.use_fused_attention` says why).
 
     Keys and values are every position of `x` (B, S, H); the queries are `x` too, or its rows
