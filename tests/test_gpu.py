@@ -101,7 +101,7 @@ def test_auto_attention_is_cudnn_in_bfloat16_and_equals_the_exact_path():
     batch = _batch(config)  # the last layer at [CLS] + 10 rows: odd, padded to 12 for cuDNN
     graphdef, state = nnx.split(auto)
     hlo = jit(lambda s: nnx.merge(graphdef, s)(*(batch[k] for k in KEYS)).mlm_logits
-                  ).lower(state).compile().as_text()
+              ).lower(state).compile().as_text()
     assert "__cudnn$fmha" in hlo  # cuDNN's fused attention, not XLA's composition
     a, b = _outputs(exact, batch), _outputs(auto, batch)
     for field, diff in _max_diff(a, b).items():

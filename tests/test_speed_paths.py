@@ -296,25 +296,12 @@ def test_cudnn_attention_gets_even_lengths_and_computes_the_same(
     monkeypatch.setattr(jax.nn, "dot_product_attention", spy)
     config = BertConfig.from_preset("tiny", vocab_size=64)
     batch = random_batch(config, batch_size=3, seq_len=seq_len, num_predictions=predictions)
-    args = [batch[k] for k in ("input_ids", "token_type_ids", "attention_mask",
-                               "masked_positions")]
-
-    def loss_and_grads(implementation: str) -> tuple[float, dict[str, np.ndarray]]:
-        model = BertForPreTraining(config.replace(attn_implementation=implementation),
-                                   rngs=nnx.Rngs(0))
-        graphdef, params = nnx.split(model, nnx.Param)
-
-        def loss(p: nnx.State) -> jax.Array:
-            out = nnx.merge(graphdef, p)(*args)
-            return pretraining_loss(out.mlm_logits, out.nsp_logits, batch)[0]
-
-        value, grads = jax.value_and_grad(loss)(params)
-        return float(value), state_to_numpy(grads)
-
+    models = {name: BertForPreTraining(config.replace(attn_implementation=name), rngs=nnx.Rngs(0))
+              for name in ("exact", "auto")}
     with jax.default_matmul_precision("highest"):
-        exact_loss, exact_grads = loss_and_grads("exact")
+        exact_loss, exact_grads = _loss_and_grads(models["exact"], batch)
         assert not calls
-        fused_loss, fused_grads = loss_and_grads("auto")
+        fused_loss, fused_grads = _loss_and_grads(models["auto"], batch)
     even = [n + n % 2 for n in (seq_len, predictions + 1)]  # every key; [CLS] + the predictions
     assert calls == [("cudnn", even[0], even[0]), ("cudnn", even[1], even[0])]
     assert abs(fused_loss - exact_loss) <= 1e-5

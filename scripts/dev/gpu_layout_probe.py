@@ -47,43 +47,17 @@ ORIGINAL_LAST_ROWS = model_module.BertModel._last_rows
 ORIGINAL_SUM = numerics._sum_of_copies
 
 
-@jax.custom_vjp
-def _add_rows(x: jax.Array, rows: jax.Array) -> jax.Array:
-    """x (B, S, H) + rows (S, H), whose gradient for `rows` is a ones-vector matmul over B."""
-    return x + rows[None]
-
-
-def _add_rows_fwd(x, rows):
-    return x + rows[None], x.shape[0]
-
-
-def _add_rows_bwd(batch, g):
-    flat = g.reshape(batch, -1)  # (B, S * H)
-    ones = jnp.ones((batch,), g.dtype)
-    return g, jnp.dot(ones, flat, preferred_element_type=jnp.float32).reshape(g.shape[1:])
-
-
-_add_rows.defvjp(_add_rows_fwd, _add_rows_bwd)
-
-
-def _embed(positions: str, types: str) -> Callable:
-    def call(self, input_ids, token_type_ids, position_ids=None, *, deterministic=True,
-             rngs=None):  # unpacked rows: position_ids is None
-        dtype = numerics.compute_dtype_of(self.word_embeddings)
-        S = input_ids.shape[1]
-        pos = self.position_embeddings.embedding[...][:S].astype(dtype)  # (S, H)
-        table = self.token_type_embeddings.embedding[...].astype(dtype)  # (T, H)
-        if types == "one-hot":
-            one_hot = jax.nn.one_hot(token_type_ids, table.shape[0], dtype=dtype)  # (B, S, T)
-            typed = jnp.einsum("bst,th->bsh", one_hot, table)
-        else:  # select: a sum of masked rows, gradients are reductions
-            typed = sum(jnp.where((token_type_ids == t)[..., None], table[t], 0).astype(dtype)
-                        for t in range(table.shape[0]))  # (B, S, H)
-        x = self.word_embeddings(input_ids) + typed
-        x = x + pos[None] if positions == "slice" else _add_rows(x, pos.astype(x.dtype))
-        return self.dropout(self.layer_norm(x), deterministic=deterministic, rngs=rngs)
-
-    return call
+def _types_select(self, input_ids, token_type_ids, position_ids=None, *, deterministic=True,
+                  rngs=None):
+    """`BertEmbeddings.__call__` (unpacked rows) with the token types as a sum of masked table
+    rows instead of a one-hot matmul: their gradients are reductions."""
+    dtype = numerics.compute_dtype_of(self.word_embeddings)
+    positions = self.position_embeddings.embedding[...][: input_ids.shape[1]]  # (S, H)
+    table = self.token_type_embeddings.embedding[...].astype(dtype)  # (T, H)
+    types = sum(jnp.where((token_type_ids == t)[..., None], table[t], 0).astype(dtype)
+                for t in range(table.shape[0]))  # (B, S, H)
+    x = numerics.add_broadcast(self.word_embeddings(input_ids), positions.astype(dtype)) + types
+    return self.dropout(self.layer_norm(x), deterministic=deterministic, rngs=rngs)
 
 
 def _sum_as(kind: str) -> Callable:
@@ -114,11 +88,9 @@ def _plain_decoder(h, embedding):
 
 
 VARIANTS: dict[str, dict[str, Any]] = {
-    "now (slice, one-hot, bf16 decoder bwd)": {"embed": ORIGINAL_EMBED},
+    "now (the model as it is)": {"embed": ORIGINAL_EMBED},
     "before: fp32 decoder backward": {"embed": ORIGINAL_EMBED, "decoder": _plain_decoder},
-    "positions ones-dot": {"embed": _embed("ones-dot", "one-hot")},
-    "types select": {"embed": _embed("slice", "select")},
-    "positions ones-dot + types select": {"embed": _embed("ones-dot", "select")},
+    "types select": {"embed": _types_select},
     "last layer at every row (no row gather)": {"embed": ORIGINAL_EMBED,
                                                 "last_rows": lambda *args: None},
     "no hidden dropout": {"embed": ORIGINAL_EMBED, "config": {"hidden_dropout_prob": 0.0}},
