@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = ("setup", "tests", "bench", "recipe", "baseline", "variant", "perleaf", "profile",
-          "pretrain", "probe")
+          "pretrain", "probe", "dropout")
 
 
 @pytest.mark.slow
@@ -45,13 +45,17 @@ def test_the_gpu_session_runs_every_stage_on_the_cpu(tmp_path: Path) -> None:
     assert {"bench_default.json", "bench_recipe.json", "profile_default.json",
             "profile_recipe.json"} <= names
     for name in ("bench_default.json", "bench_recipe.json", "bench_baseline.json",
-                 "bench_variant1.json", "bench_variant2.json", "bench_perleaf.json"):
+                 "bench_dropout.json", "bench_variant1.json", "bench_variant2.json",
+                 "bench_perleaf.json"):
         report = json.loads((tmp_path / "results" / name).read_text())
         assert report["settings"]["preset"] == "tiny" and report["rows"], name
         assert not report["failed"], report["failed"]
         assert report["provenance"]["kind"] == "train"
     recipe = json.loads((tmp_path / "results" / "bench_recipe.json").read_text())["settings"]
     assert recipe["prng_impl"] == "rbg"
+    dropout = json.loads((tmp_path / "results" / "bench_dropout.json").read_text())["settings"]
+    assert dropout["prng_impl"] == "rbg" and dropout["flat_optimizer"]
+    assert dropout["overrides"] == {} and recipe["overrides"] == {"attention_probs_dropout_prob": 0.0}
     perleaf = json.loads((tmp_path / "results" / "bench_perleaf.json").read_text())["settings"]
     assert recipe["flat_optimizer"] and not perleaf["flat_optimizer"]
     variant = json.loads((tmp_path / "results" / "bench_variant2.json").read_text())["rows"][0]
@@ -63,6 +67,8 @@ def test_the_gpu_session_runs_every_stage_on_the_cpu(tmp_path: Path) -> None:
     assert "bertjax bench train" in done.stdout  # the tables, printed last
     assert re.search(r"^pretrain job: [\d,]+ tokens/s .* of the bench's pipelined", done.stdout,
                      flags=re.M), done.stdout[-2000:]
+    assert re.search(r"^  after step 2: [\d,]+ tokens/s = \d+% of the bench's pipelined$",
+                     done.stdout, flags=re.M), done.stdout[-2000:]  # the job's speed records
     assert re.search(r"^recheck at 1 layers: the model as it is beside the fastest fix",
                      done.stdout, flags=re.M), done.stdout[-2000:]  # the layout probe's
     assert re.search(r"^  synced steps \(\d+, medians each\): dispatch [\d.]+ ms", done.stdout,

@@ -95,6 +95,15 @@ def test_reference_run_outputs(reference: Path) -> None:
     assert summary["steps"] == 40 and summary["first_step_s"] > 0
     # tokens/s is over steps 2..40 (the first step compiles), batch 8 x seq 32
     assert summary["tokens_per_s"] * summary["train_time_s"] == pytest.approx(39 * 8 * 32, rel=1e-9)
+    # the speed of each log interval after the first flush (step 1: compilation), which add up
+    # to the summary's training time
+    speed = read_jsonl(reference / "metrics.jsonl", "speed")
+    assert [r["step"] for r in speed] == list(range(4, 41, 4))
+    intervals = np.diff([1] + [r["step"] for r in speed])  # steps in each interval
+    assert sum(n / r["steps_per_s"] for n, r in zip(intervals, speed, strict=True)) == \
+        pytest.approx(summary["train_time_s"], rel=1e-9)
+    for r in speed:
+        assert r["tokens_per_s"] == pytest.approx(8 * 32 * r["steps_per_s"], rel=1e-12)
     assert (reference / "vocab.txt").is_file()
 
 

@@ -40,7 +40,7 @@ from bertjax.tasks.classification import ClassificationTask
 from bertjax.tasks.finetune_config import FinetuneConfig
 from bertjax.tasks.task import Task, TaskScores
 from bertjax.train.assembly import assemble
-from bertjax.train.loop import PendingMetrics, TrainClock
+from bertjax.train.loop import PendingMetrics, TrainClock, flush_and_tick
 from bertjax.train.metrics import MetricsWriter
 from bertjax.train.optim import OptimConfig
 from bertjax.train.parallel import SingleDevice
@@ -295,7 +295,7 @@ def _train_epoch(run: _Run, state: TrainState, epoch: int, rng: np.random.Genera
         step = (epoch - 1) * run.steps_per_epoch + b + 1
         pending.add(step, metrics)
         if step % LOG_EVERY == 0 or b == run.steps_per_epoch - 1:
-            clock.tick(step, pending.flush())  # metrics come to the host only here
+            flush_and_tick(pending, clock, step)  # metrics come to the host only here
     return state, step
 
 

@@ -130,16 +130,21 @@ class TrainClock:
             return 0.0
         return self.steps * self.tokens_per_step / self.seconds
 
-    def tick(self, step: int, metrics: dict[str, float]) -> None:
-        """The device has finished `step` (its metrics are on the host)."""
+    def tick(self, step: int, metrics: dict[str, float]) -> dict[str, float]:
+        """The device has finished `step` (its metrics are on the host). Returns the speed since
+        the last tick, for the metrics log: steps/s and (given a token count) tokens/s; {} at
+        the first tick (compilation) and when no step or no time passed."""
         now = time.perf_counter()
-        rate = 0.0
+        rate, speed = 0.0, {}
         if self.mark is None:
             self.first_step_s = now - self.started
-        else:
+        elif step > self.mark[1] and now > self.mark[0]:
             seconds, steps = now - self.mark[0], step - self.mark[1]
             self.seconds, self.steps = self.seconds + seconds, self.steps + steps
-            rate = steps * (self.tokens_per_step or 0) / max(seconds, 1e-9)
+            speed = {"steps_per_s": steps / seconds}
+            if self.tokens_per_step:
+                rate = steps * self.tokens_per_step / seconds
+                speed["tokens_per_s"] = rate
         self.mark = (now, step)
         if self.bar is not None and metrics:
             postfix = {"loss": f"{metrics['loss']:.3f}"}
@@ -149,6 +154,7 @@ class TrainClock:
                 postfix["lr"] = f"{metrics['learning_rate']:.2e}"
             self.bar.set_postfix(postfix, refresh=False)
             self.bar.update(step - self.bar.n)
+        return speed
 
     def resume(self) -> None:
         """Training starts again now (after an evaluation or a checkpoint)."""
@@ -158,3 +164,11 @@ class TrainClock:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def flush_and_tick(pending: PendingMetrics, clock: TrainClock, step: int) -> None:
+    """Bring the pending steps' metrics to the host (a device sync), log them, tick `clock` and
+    log the speed since its last tick as a "speed" record (TensorBoard's speed/*)."""
+    speed = clock.tick(step, pending.flush())
+    if speed:
+        pending.writer.log("speed", step, speed)

@@ -26,6 +26,7 @@
 #   bench      bertjax bench train, GPU defaults (base, seq 128, batch 256, bf16, dropout 0.1)
 #   recipe     the same with the README's GPU recipe (no attention-probability dropout, rbg,
 #              the optimizer over one vector)
+#   dropout    the recipe with dropout 0.1 everywhere (as transformers trains): rbg, one vector
 #   long       seq 512 batch 32, recipe          large   BERT-large batch 128, recipe
 #   baseline   `recipe`'s bertjax row from the older tree BASELINE_TREE (a change measured against
 #              the code before it, back to back):  git archive OLD bertjax | tar -x -C .old
@@ -164,14 +165,26 @@ compare_pretrain() {  # pretrain_summary.json (the stage's, or the GPU tests' 50
         echo "no bench_recipe.json to compare with: run the recipe stage first" >&2
         return 2
     fi
-    python3 - "$RESULTS/pretrain_summary.json" "$RESULTS/bench_recipe.json" <<'EOF'
-import json, sys
+    python3 - "$RESULTS/pretrain_summary.json" "$RESULTS/bench_recipe.json" \
+        "$RESULTS/pretrain_metrics.jsonl" <<'EOF'
+import json, os, sys
 job = json.load(open(sys.argv[1]))
 bench = next(r for r in json.load(open(sys.argv[2]))["rows"] if r["impl"] == "bertjax")
+pipelined = bench["pipelined_tokens_per_s"]
 print(f"pretrain job: {job['tokens_per_s']:,.0f} tokens/s (first step {job['first_step_s']:.1f} s)"
-      f" = {job['tokens_per_s'] / bench['pipelined_tokens_per_s']:.0%} of the bench's pipelined "
-      f"{bench['pipelined_tokens_per_s']:,.0f}, {job['tokens_per_s'] / bench['tokens_per_s']:.0%} "
-      f"of its synced {bench['tokens_per_s']:,.0f}")
+      f" = {job['tokens_per_s'] / pipelined:.0%} of the bench's pipelined {pipelined:,.0f}, "
+      f"{job['tokens_per_s'] / bench['tokens_per_s']:.0%} of its synced {bench['tokens_per_s']:,.0f}")
+speed = ([r for r in map(json.loads, open(sys.argv[3])) if r["kind"] == "speed"]
+         if os.path.exists(sys.argv[3]) else [])
+if speed:  # each log interval's rate: warm-up steps, or a shortfall all along
+    print("  by log interval (step: tokens/s): " + ", ".join(
+        f"{r['step']}: {r['tokens_per_s']:,.0f}" for r in speed))
+if len(speed) > 1:  # the bench leaves 10 warm-up steps out: leave the first interval out
+    steps = [b["step"] - a["step"] for a, b in zip(speed, speed[1:])]
+    seconds = sum(n / r["steps_per_s"] for n, r in zip(steps, speed[1:]))
+    rate = sum(steps) / seconds * speed[0]["tokens_per_s"] / speed[0]["steps_per_s"]
+    print(f"  after step {speed[0]['step']}: {rate:,.0f} tokens/s = {rate / pipelined:.0%} of the "
+          "bench's pipelined")
 EOF
 }
 
@@ -214,6 +227,8 @@ for name in "$@"; do
         recipe) stage recipe 240 bench train --dtype bfloat16 "${RECIPE[@]}" --impl "$RECIPE_IMPLS" "${SIZE[@]}" \
             --json "$RESULTS/bench_recipe.json" ;;
         probe) stage probe 240 python3 scripts/dev/gpu_layout_probe.py ${PROBE_ARGS:---layers 4 --recheck-layers 12} ;;
+        dropout) stage dropout 240 bench train --dtype bfloat16 --prng rbg --flat-optimizer true \
+            --impl "$RECIPE_IMPLS" "${SIZE[@]}" --json "$RESULTS/bench_dropout.json" ;;
         long) stage long 240 bench train --dtype bfloat16 --seq 512 --batch 32 "${RECIPE[@]}" \
             --impl bertjax,hf-compiled --json "$RESULTS/bench_seq512.json" ;;
         large) stage large 300 bench train --dtype bfloat16 --preset large --batch 128 \
@@ -245,7 +260,7 @@ grep -h -A14 "^layout probe" "$RESULTS/probe.log" 2>/dev/null || true
 if [ -f "$RESULTS/pretrain_summary.json" ] && [ ! -f "$RESULTS/pretrain.log" ]; then
     compare_pretrain 2>&1 | tee "$RESULTS/pretrain.log" >/dev/null  # the GPU tests' job
 fi
-grep -h "^pretrain job" "$RESULTS/pretrain.log" 2>/dev/null || true
+grep -h -A2 "^pretrain job" "$RESULTS/pretrain.log" 2>/dev/null || true
 grep -h -A30 "^  synced steps" "$RESULTS/profile.log" 2>/dev/null || true
 grep -h -E "passed|failed|skipped|error" "$RESULTS/tests.log" 2>/dev/null | tail -5 || true
 if [ ${#FAILED[@]} -gt 0 ]; then
