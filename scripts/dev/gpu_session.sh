@@ -39,6 +39,8 @@
 #   infer      bertjax bench infer
 #   pretrain   `bertjax pretrain` with the GPU recipe on the bundled plays (150 steps): its
 #              tokens/s against `recipe`'s bertjax row (run `recipe` first), pipelined and synced
+#   gap        scripts/dev/pretrain_gap.py on `pretrain`'s run: the job's step on the bench's batch
+#              and on the job's, fed as the job feeds them and not; again without CUDA graphs
 #   profile    device time by kernel of bertjax's step, default and recipe (PROFILES=recipe:
 #              the recipe's alone), and where a synced step's wall time goes
 #   probe      scripts/dev/gpu_layout_probe.py: what holds the residual stream in (S, H, B) order
@@ -47,6 +49,9 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/bertjax-gpu-out}
 RESULTS=${RESULTS:-/tmp/bertjax-gpu-results}
+# the pretrain stage's run (the gap stage reads it): not under $RESULTS, whose tarball its
+# checkpoint would fill
+PRETRAIN_RUN=${PRETRAIN_RUN:-/tmp/bertjax-pretrain-run}
 mkdir -p "$OUT" "$RESULTS"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false BERTJAX_GPU_OUT=$RESULTS
 LOG=$OUT/log.txt
@@ -147,8 +152,17 @@ profile() {  # XLA's optimised train step beside the trace, to look the kernels'
     return $code
 }
 
+gap() {  # the job's step fed several ways, with CUDA graphs and without (after `pretrain`)
+    local steps=30 code=0
+    [ "$MODE" = cpu ] && steps=2
+    python3 scripts/dev/pretrain_gap.py "$PRETRAIN_RUN" --steps $steps || code=$?
+    XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_command_buffer=" \
+        python3 scripts/dev/pretrain_gap.py "$PRETRAIN_RUN" --steps $steps || code=$?
+    return $code
+}
+
 pretrain_rate() {  # the real job's rate against the bench's (the input pipeline must keep up)
-    local run=/tmp/bertjax-pretrain-run  # not under $RESULTS: its checkpoint would fill the tarball
+    local run=$PRETRAIN_RUN
     rm -rf "$run"
     python3 -m bertjax.cli pretrain --model.dtype=bfloat16 --model.attention_probs_dropout_prob=0 \
         --model.hidden_dropout_prob=0.1 --train.prng_impl=rbg --optim.flatten=true --optim.learning_rate=1e-4 \
@@ -212,8 +226,8 @@ else  # the bench's shape (base, seq 128, batch 256, BERT's vocabulary size)
          --data.max_predictions=19 --train.steps=150 --train.log_every=25 --train.eval_every=150
          --train.checkpoint_every=150)
 fi
-export -f setup tests profile bench baseline pretrain_rate compare_pretrain
-export RESULTS MODE
+export -f setup tests profile bench baseline pretrain_rate compare_pretrain gap
+export RESULTS MODE PRETRAIN_RUN
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 RECIPE=(--set attention_probs_dropout_prob=0 --prng rbg --flat-optimizer true)
 IMPLS=${IMPLS:-bertjax,hf-eager,hf-compiled}  # the rows of `bench` (and of `recipe`: RECIPE_IMPLS)
@@ -247,6 +261,7 @@ for name in "$@"; do
         baseline) stage baseline 150 baseline --dtype bfloat16 "${RECIPE[@]}" --impl bertjax "${SIZE[@]}" \
             --json "$RESULTS/bench_baseline.json" ;;
         pretrain) stage pretrain 240 pretrain_rate "${JOB[@]}" ;;
+        gap) stage gap 240 gap ;;
         perleaf) stage perleaf 150 bench train --dtype bfloat16 "${RECIPE[@]}" --impl bertjax \
             --flat-optimizer false "${SIZE[@]}" --json "$RESULTS/bench_perleaf.json" ;;
         infer) stage infer 200 bench infer --dtype bfloat16 "${SIZE[@]}" --json "$RESULTS/bench_infer.json" ;;
@@ -261,6 +276,7 @@ if [ -f "$RESULTS/pretrain_summary.json" ] && [ ! -f "$RESULTS/pretrain.log" ]; 
     compare_pretrain 2>&1 | tee "$RESULTS/pretrain.log" >/dev/null  # the GPU tests' job
 fi
 grep -h -A2 "^pretrain job" "$RESULTS/pretrain.log" 2>/dev/null || true
+grep -h -A6 "^pretrain gap" "$RESULTS/gap.log" 2>/dev/null || true
 grep -h -A30 "^  synced steps" "$RESULTS/profile.log" 2>/dev/null || true
 grep -h -E "passed|failed|skipped|error" "$RESULTS/tests.log" 2>/dev/null | tail -5 || true
 if [ ${#FAILED[@]} -gt 0 ]; then
