@@ -139,7 +139,7 @@ profile() {  # XLA's optimised train step beside the trace, to look the kernels'
     for which in ${PROFILES:-default recipe}; do  # PROFILES=recipe: the recipe's alone
         case $which in
             default) args=() ;;
-            recipe) args=(--prng rbg --set attention_probs_dropout_prob=0) ;;
+            recipe) args=(--prng rbg --set attention_probs_dropout_prob=0 --flat-optimizer) ;;
             *) echo "PROFILES names $which; choose default, recipe or both" >&2; return 2 ;;
         esac
         XLA_FLAGS="--xla_dump_to=$RESULTS/hlo_$which --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*train_step.*" \

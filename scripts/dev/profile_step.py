@@ -131,7 +131,7 @@ def profile(settings: BenchSettings, steps: int, warmup: int, out_dir: Path) -> 
     from bertjax.heads import BertForPreTraining
 
     training = assemble(BertForPreTraining(config, rngs=nnx.Rngs(0)),
-                        OptimConfig(total_steps=1_000_000), strategy, seed=0,
+                        OptimConfig(total_steps=1_000_000, flatten=s.flat_optimizer), strategy, seed=0,
                         prng_impl=s.prng_impl)
     state = strategy.place_state(training.state)
     for _ in range(warmup):
@@ -167,7 +167,7 @@ def profile(settings: BenchSettings, steps: int, warmup: int, out_dir: Path) -> 
         "config": {"preset": s.preset, "batch": s.batch, "seq": s.seq, "dtype": config.dtype,
                    "dropout": [config.hidden_dropout_prob, config.attention_probs_dropout_prob],
                    "attn_implementation": config.attn_implementation, "prng": s.prng_impl,
-                   "overrides": dict(s.overrides)},
+                   "overrides": dict(s.overrides), "flat_optimizer": s.flat_optimizer},
         "device": str(jax.devices()[0].device_kind),
         "timelines": sorted(pids.values()),
         "traced_steps": steps,
@@ -245,6 +245,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--dropout", type=float, default=None)
     parser.add_argument("--prng", default="threefry2x32")
+    parser.add_argument("--flat-optimizer", action="store_true",
+                        help="the optimizer over one vector (the GPU recipe's)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], type=parse_override)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=3)
@@ -266,7 +268,7 @@ def main(argv: list[str]) -> int:
     keep_freed_memory()  # as the command line does, before JAX starts
     settings = BenchSettings(preset=args.preset, seq=args.seq, batch=args.batch,
                              dtypes=(args.dtype,), dropout=args.dropout, prng_impl=args.prng,
-                             overrides=tuple(args.overrides))
+                             overrides=tuple(args.overrides), flat_optimizer=args.flat_optimizer)
     if args.split:
         split = forward_backward_split(settings, args.steps, args.warmup)
         print(f"forward {split['forward_ms']:.0f} ms, forward + backward "
