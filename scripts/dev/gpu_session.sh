@@ -40,7 +40,9 @@
 #   pretrain   `bertjax pretrain` with the GPU recipe on the bundled plays (150 steps): its
 #              tokens/s against `recipe`'s bertjax row (run `recipe` first), pipelined and synced
 #   gap        scripts/dev/pretrain_gap.py on `pretrain`'s run: the job's step on the bench's batch
-#              and on the job's, fed as the job feeds them and not; again without CUDA graphs
+#              and on the job's, fed as the job feeds them and not, under each ';'-separated
+#              XLA_FLAGS of GAP_FLAGS (default: none; CUDA graphs off; fusions only in them; the
+#              temporary buffer at a fixed address)
 #   profile    device time by kernel of bertjax's step, default and recipe (PROFILES=recipe:
 #              the recipe's alone), and where a synced step's wall time goes
 #   probe      scripts/dev/gpu_layout_probe.py: what holds the residual stream in (S, H, B) order
@@ -152,12 +154,16 @@ profile() {  # XLA's optimised train step beside the trace, to look the kernels'
     return $code
 }
 
-gap() {  # the job's step fed several ways, with CUDA graphs and without (after `pretrain`)
-    local steps=30 code=0
+gap() {  # the job's step fed several ways, under each ';'-separated XLA_FLAGS of GAP_FLAGS
+    local steps=20 code=0 flags
     [ "$MODE" = cpu ] && steps=2
-    python3 scripts/dev/pretrain_gap.py "$PRETRAIN_RUN" --steps $steps || code=$?
-    XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_command_buffer=" \
-        python3 scripts/dev/pretrain_gap.py "$PRETRAIN_RUN" --steps $steps || code=$?
+    IFS=';' read -ra flags <<< "${GAP_FLAGS-;--xla_gpu_enable_command_buffer=;--xla_gpu_enable_command_buffer=FUSION;--xla_gpu_temp_buffer_use_separate_color=true}"
+    for set in "${flags[@]}"; do
+        echo "XLA_FLAGS: ${set:-(none)}"
+        # XLA reads a non-empty XLA_FLAGS that does not start with "--" as a file name
+        XLA_FLAGS=$(echo "${XLA_FLAGS:-} $set" | xargs) python3 scripts/dev/pretrain_gap.py \
+            "$PRETRAIN_RUN" --steps $steps || code=$?
+    done
     return $code
 }
 
@@ -276,7 +282,7 @@ if [ -f "$RESULTS/pretrain_summary.json" ] && [ ! -f "$RESULTS/pretrain.log" ]; 
     compare_pretrain 2>&1 | tee "$RESULTS/pretrain.log" >/dev/null  # the GPU tests' job
 fi
 grep -h -A2 "^pretrain job" "$RESULTS/pretrain.log" 2>/dev/null || true
-grep -h -A6 "^pretrain gap" "$RESULTS/gap.log" 2>/dev/null || true
+grep -h -B1 -A9 "^pretrain gap" "$RESULTS/gap.log" 2>/dev/null || true
 grep -h -A30 "^  synced steps" "$RESULTS/profile.log" 2>/dev/null || true
 grep -h -E "passed|failed|skipped|error" "$RESULTS/tests.log" 2>/dev/null | tail -5 || true
 if [ ${#FAILED[@]} -gt 0 ]; then

@@ -8,17 +8,22 @@ GPU session's `pretrain` stage leaves one). The model, optimizer and step are th
 (`initialise_model`, `assemble` with the run's optimizer and strategy). Each row runs `--steps`
 steps back to back with one sync at the end (the job syncs once per log interval):
 
-    bench batch, fixed            the bench's random batch at the job's vocabulary, one device copy
-    job batch, fixed              the job's first batch, one device copy: the data's values
-    job batches, placed, cycled   16 of the job's batches put on the device first, one per step:
-                                  a new argument address each step, no transfer
-    job batches, put each step    `device_put` in the loop, as a loop with no prefetching would
-    job batches, prefetched       `Prefetch` in a background thread, as the job (and its rate)
+    bench batch, fixed                    the bench's random batch at the job's vocabulary
+    job batch, fixed                      the job's first batch: the data's values
+    job batches, 2 placed, alternating    a new argument address each step, two in all, no
+                                          transfer
+    job batches, 32 placed, cycled        more addresses than XLA keeps traced cuBLAS/cuDNN
+                                          graphs for (16)
+    job batches, put before each step     `device_put` in the loop, no thread
+    job batches, put after each dispatch  made ahead in a thread, put once the step is queued
+    job batches, prefetched (the job)     `Prefetch` puts them from its thread, as the job does
 
 On an H200 (1ddfbab) the job ran at 55% of the bench's rate in every log interval of 150 steps
 (a steady shortfall, not warm-up), while on a CPU it ran at the bench's rate: the rows tell the
-data's values from the feeding. Run it again under XLA_FLAGS=--xla_gpu_enable_command_buffer= to
-see whether CUDA graphs' updates for new argument addresses are what costs.
+data's values from the feeding. The GPU session runs it under several XLA_FLAGS (GAP_FLAGS): a
+CUDA graph (XLA's command buffer) is updated where an address it holds changed (the arguments',
+and the step's temporary buffer's, which a batch put between steps may move), and its cuBLAS and
+cuDNN commands are traced again where their addresses are new to it.
 """
 
 from __future__ import annotations
@@ -45,36 +50,56 @@ from bertjax.train.pretrain import initialise_model
 from bertjax.train.pretrain_data import training_batches
 from bertjax.train.rundir import RunDir
 
-PLACED = 16  # distinct device batches the "placed, cycled" row goes round
+TRACE_CACHE = 16  # XLA's default xla_cmd_buffer_trace_cache_size: cuBLAS/cuDNN graphs by address
 
 
-def _rows(strategy: Any, bench: dict, batches: Callable[[], Iterator[dict]],
-          opened: list[Prefetch]) -> dict[str, Callable[[], Callable[[], Any]]]:
-    """Each row's feeder: called once before the row, it returns the per-step batch source
-    (a prefetching one is added to `opened`, to be closed)."""
-    def fixed(batch: dict) -> Callable[[], Callable[[], Any]]:
-        def feeder() -> Callable[[], Any]:
-            placed = strategy.shard_batch(batch)
-            return lambda: placed
-        return feeder
+class Feed:
+    """One row's batches: `next()` gives the step's (on the device), `after()` runs once the
+    step has been dispatched; `close()` ends any thread."""
 
-    def cycled() -> Callable[[], Any]:
-        placed = [strategy.shard_batch(b) for b in itertools.islice(batches(), PLACED)]
-        return itertools.cycle(placed).__next__
+    def __init__(self, next_batch: Callable[[], Any], after: Callable[[], None] = lambda: None,
+                 close: Callable[[], None] = lambda: None):
+        self.next, self.after, self.close = next_batch, after, close
 
-    def put_each() -> Callable[[], Any]:
+
+def _feeds(strategy: Any, bench: dict, batches: Callable[[], Iterator[dict]]
+           ) -> dict[str, Callable[[], Feed]]:
+    """Each row's feed, made just before the row runs."""
+    put = strategy.shard_batch
+
+    def fixed(batch: dict) -> Callable[[], Feed]:
+        def feed() -> Feed:
+            placed = put(batch)
+            return Feed(lambda: placed)
+        return feed
+
+    def cycled(n: int) -> Callable[[], Feed]:
+        def feed() -> Feed:
+            placed = [put(b) for b in itertools.islice(batches(), n)]
+            return Feed(itertools.cycle(placed).__next__)
+        return feed
+
+    def put_before() -> Feed:
         source = batches()
-        return lambda: strategy.shard_batch(next(source))
+        return Feed(lambda: put(next(source)))
 
-    def prefetched() -> Callable[[], Any]:
-        opened.append(Prefetch(batches(), strategy.shard_batch))
-        return opened[-1].__next__
+    def put_after() -> Feed:  # made ahead in a thread, put right after the step's dispatch
+        made = Prefetch(batches(), lambda b: b)
+        slot = [put(next(made))]
+        return Feed(lambda: slot[0], after=lambda: slot.__setitem__(0, put(next(made))),
+                    close=made.close)
+
+    def prefetched() -> Feed:  # the job's own
+        ahead = Prefetch(batches(), put)
+        return Feed(ahead.__next__, close=ahead.close)
 
     return {"bench batch, fixed": fixed(bench),
             "job batch, fixed": fixed(next(batches())),
-            "job batches, placed, cycled": cycled,
-            "job batches, put each step": put_each,
-            "job batches, prefetched": prefetched}
+            "job batches, 2 placed, alternating": cycled(2),
+            f"job batches, {2 * TRACE_CACHE} placed, cycled": cycled(2 * TRACE_CACHE),
+            "job batches, put before each step": put_before,
+            "job batches, put after each dispatch": put_after,
+            "job batches, prefetched (the job)": prefetched}
 
 
 def main(argv: list[str]) -> int:
@@ -103,21 +128,21 @@ def main(argv: list[str]) -> int:
     jax.block_until_ready(metrics)
     print(f"pretrain gap: {config.model.preset}, vocab {tok.vocab_size}, batch {d.batch_size} x "
           f"seq {d.seq_len}, {args.steps} steps a row, one sync; {jax.devices()[0].device_kind}")
-    print(f"{'row':32s} {'ms/step':>8s} {'tokens/s':>10s}")
-    opened: list[Prefetch] = []
-    for name, feeder in _rows(strategy, bench, batches, opened).items():
-        feed = feeder()
+    print(f"{'row':38s} {'ms/step':>8s} {'tokens/s':>10s}")
+    for name, make in _feeds(strategy, bench, batches).items():
+        feed = make()
         for _ in range(3):  # warm-up: the row's first argument addresses
-            state, metrics = training.train_step(state, feed())
+            state, metrics = training.train_step(state, feed.next())
+            feed.after()
         jax.block_until_ready(metrics)
         start = time.perf_counter()
         for _ in range(args.steps):
-            state, metrics = training.train_step(state, feed())
+            state, metrics = training.train_step(state, feed.next())
+            feed.after()
         jax.block_until_ready(metrics)
         seconds = (time.perf_counter() - start) / args.steps
-        print(f"{name:32s} {1e3 * seconds:8.1f} {tokens / seconds:10,.0f}", flush=True)
-    for prefetch in opened:
-        prefetch.close()
+        feed.close()
+        print(f"{name:38s} {1e3 * seconds:8.1f} {tokens / seconds:10,.0f}", flush=True)
     return 0
 
 
