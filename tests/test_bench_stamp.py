@@ -23,5 +23,7 @@ def test_a_named_commit_is_shortened_as_git_shortens_one(monkeypatch: pytest.Mon
     """BERTJAX_COMMIT (a copy without git, on a lent GPU) reads as the tables' other commits."""
     monkeypatch.setenv("BERTJAX_COMMIT", "ad8d7c52eee3676de5bc37e9e717ad4d5180efb8")
     assert provenance("train")["commit"] == "ad8d7c52eee3"
+    monkeypatch.setenv("BERTJAX_COMMIT", "AD8D7C52EEE3676DE5BC37E9E717AD4D5180EFB8-dirty")
+    assert provenance("train")["commit"] == "ad8d7c52eee3-dirty"
     monkeypatch.setenv("BERTJAX_COMMIT", "baseline tree")  # a name, not a hash: kept as it is
     assert provenance("train")["commit"] == "baseline tree"

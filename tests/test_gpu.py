@@ -17,6 +17,7 @@ import functools
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -278,9 +279,11 @@ def test_pretraining_base_with_the_gpu_recipe(tmp_path):
     assert summary["tokens_per_s"] > 0 and np.isfinite(losses).all()
     assert losses[-1] < losses[0], losses
     if os.environ.get("BERTJAX_GPU_OUT"):  # the device script compares it with the bench
+        out = Path(os.environ["BERTJAX_GPU_OUT"])
         vocab = len((run / "vocab.txt").read_text().splitlines())
-        (Path(os.environ["BERTJAX_GPU_OUT"]) / "pretrain_summary.json").write_text(
+        (out / "pretrain_summary.json").write_text(
             json.dumps({**summary, "vocab_size": vocab}, indent=1))
+        shutil.copyfile(run / "metrics.jsonl", out / "pretrain_metrics.jsonl")  # its intervals
 
 
 @pytest.fixture(scope="module")

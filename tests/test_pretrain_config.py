@@ -11,6 +11,7 @@ import pytest
 
 from bertjax.cli.main import main
 from bertjax.train import run_config as rc
+from bertjax.train.loop import PendingMetrics, TrainClock, flush_and_tick
 from bertjax.train.metrics import MetricsWriter, read_jsonl, truncate_jsonl
 from bertjax.train.rundir import CONTENTS
 from bertjax.train.schedule import OptimConfig
@@ -166,3 +167,31 @@ def test_held_out_batches_are_masked_at_bert_rate_whatever_the_run_trains_with(
         assert all(np.array_equal(a[k], b[k]) for k in a)
     assert (at_40.baseline_token, at_40.baseline_accuracy) == (
         at_15.baseline_token, at_15.baseline_accuracy)
+
+
+def test_speed_records_count_each_interval_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                 ) -> None:
+    """Each flush after the first logs the interval's steps/s (and tokens/s given a token count);
+    a flush with no new step logs nothing (the time before it trained nothing); `resume` leaves
+    out what the loop did between steps."""
+    now = [100.0]
+    monkeypatch.setattr("bertjax.train.loop.time.perf_counter", lambda: now[0])
+    writer = MetricsWriter(tmp_path / "metrics.jsonl")
+    pending = PendingMetrics(lambda m: dict(m), writer, advice=lambda: "")
+    clock = TrainClock(total=10, start=0, tokens_per_step=None, progress=False)
+    for step, seconds in ((1, 5.0), (3, 1.0), (3, 0.5), (7, 1.5), (9, 1.0)):  # 1: compilation
+        now[0] += seconds
+        pending.add(step, {"loss": 1.0})
+        flush_and_tick(pending, clock, writer, step)
+        if step == 7:
+            now[0] += 10.0  # an evaluation, say
+            clock.resume()
+    writer.close()
+    speed = read_jsonl(tmp_path / "metrics.jsonl", "speed")
+    assert [(r["step"], r["steps_per_s"]) for r in speed] == [(3, 2.0), (7, 4 / 1.5), (9, 2.0)]
+    assert "tokens_per_s" not in speed[0]  # no token count (fine-tuning's batches vary)
+    assert clock.first_step_s == 5.0 and clock.steps == 8 and clock.seconds == 3.5
+    tokens = TrainClock(total=10, start=0, tokens_per_step=64, progress=False)
+    assert tokens.tick(1, {}) == {}
+    now[0] += 0.5
+    assert tokens.tick(2, {}) == {"steps_per_s": 2.0, "tokens_per_s": 128.0}

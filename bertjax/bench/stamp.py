@@ -37,10 +37,11 @@ def cpu_name() -> str:
 def commit() -> str | None:
     """The bertjax checkout's commit (`-dirty` if it has changes), None outside a git checkout.
     `BERTJAX_COMMIT` names it where the code runs from a copy without git (a lent GPU machine);
-    a full hexadecimal hash is shortened as git's own is here (12 digits)."""
+    a full hexadecimal hash is shortened as git's own is here (12 digits, `-dirty` kept)."""
     named = os.environ.get("BERTJAX_COMMIT")
     if named:
-        return named[:12] if re.fullmatch(r"[0-9a-f]{40}", named) else named
+        full = re.fullmatch(r"([0-9a-fA-F]{40})(-dirty)?", named)
+        return full[1][:12].lower() + (full[2] or "") if full else named
     root = Path(__file__).resolve().parents[2]
     try:
         head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root,

@@ -154,7 +154,7 @@ def _train(run: _Run, state: TrainState, validation: Sequence[Any], progress: bo
     try:
         for epoch in range(1, config.epochs + 1):
             started = time.perf_counter()
-            state, step = _train_epoch(run, state, epoch, rng, pending, clock)
+            state, step = _train_epoch(run, state, epoch, rng, pending, clock, writer)
             run.train_seconds += time.perf_counter() - started  # the last step synced its metrics
             current = nnx.merge(run.graphdef, state.params)
             scores = run.task.evaluate(current, run.tokenizer, validation, config.max_length,
@@ -287,7 +287,8 @@ def _set_up(task: Task, model: Any, tokenizer: WordPieceTokenizer, train: Sequen
 
 
 def _train_epoch(run: _Run, state: TrainState, epoch: int, rng: np.random.Generator,
-                 pending: PendingMetrics, clock: TrainClock) -> tuple[TrainState, int]:
+                 pending: PendingMetrics, clock: TrainClock, writer: MetricsWriter
+                 ) -> tuple[TrainState, int]:
     """One pass over the training batches; returns the state and the last step's number."""
     step = 0
     for b, batch in enumerate(_epoch_batches(run, rng)):
@@ -295,7 +296,7 @@ def _train_epoch(run: _Run, state: TrainState, epoch: int, rng: np.random.Genera
         step = (epoch - 1) * run.steps_per_epoch + b + 1
         pending.add(step, metrics)
         if step % LOG_EVERY == 0 or b == run.steps_per_epoch - 1:
-            flush_and_tick(pending, clock, step)  # metrics come to the host only here
+            flush_and_tick(pending, clock, writer, step)  # metrics come to the host only here
     return state, step
 
 

@@ -133,13 +133,13 @@ class TrainClock:
     def tick(self, step: int, metrics: dict[str, float]) -> dict[str, float]:
         """The device has finished `step` (its metrics are on the host). Returns the speed since
         the last tick, for the metrics log: steps/s and (given a token count) tokens/s; {} at
-        the first tick (compilation) and when no step or no time passed."""
+        the first tick (compilation) and when no step passed."""
         now = time.perf_counter()
         rate, speed = 0.0, {}
         if self.mark is None:
             self.first_step_s = now - self.started
-        elif step > self.mark[1] and now > self.mark[0]:
-            seconds, steps = now - self.mark[0], step - self.mark[1]
+        elif step > self.mark[1]:
+            seconds, steps = max(now - self.mark[0], 1e-9), step - self.mark[1]
             self.seconds, self.steps = self.seconds + seconds, self.steps + steps
             speed = {"steps_per_s": steps / seconds}
             if self.tokens_per_step:
@@ -166,9 +166,10 @@ class TrainClock:
             self.bar.close()
 
 
-def flush_and_tick(pending: PendingMetrics, clock: TrainClock, step: int) -> None:
+def flush_and_tick(pending: PendingMetrics, clock: TrainClock, writer: MetricsWriter,
+                   step: int) -> None:
     """Bring the pending steps' metrics to the host (a device sync), log them, tick `clock` and
     log the speed since its last tick as a "speed" record (TensorBoard's speed/*)."""
     speed = clock.tick(step, pending.flush())
     if speed:
-        pending.writer.log("speed", step, speed)
+        writer.log("speed", step, speed)

@@ -39,13 +39,7 @@ from bertjax.train.checkpoint import Checkpointer
 from bertjax.train.distributed import allgather_json, barrier
 from bertjax.train.interrupt import Abandoned, CtrlC, PretrainInterrupted, abandonable
 from bertjax.train.local_init import local_attention_init
-from bertjax.train.loop import (
-    NonFiniteLossError,
-    PendingMetrics,
-    StepSchedule,
-    TrainClock,
-    flush_and_tick,
-)
+from bertjax.train.loop import NonFiniteLossError, PendingMetrics, StepSchedule, TrainClock, flush_and_tick
 from bertjax.train.metrics import MetricsWriter
 from bertjax.train.parallel import make_strategy
 from bertjax.train.prefetch import Prefetch
@@ -344,7 +338,7 @@ def _train(job: _Job, state: TrainState, batches: Prefetch, schedule: StepSchedu
         pending.add(step, metrics)
         due = schedule.due(step, ctrl_c.requested)
         if due.log:
-            flush_and_tick(pending, clock, step)  # metrics come to the host only here
+            flush_and_tick(pending, clock, writer, step)  # metrics come to the host only here
         if due.eval:
             last_eval = _evaluate(job, state.params, step, writer)
         if due.checkpoint:

@@ -41,8 +41,8 @@
 #              tokens/s against `recipe`'s bertjax row (run `recipe` first), pipelined and synced
 #   gap        scripts/dev/pretrain_gap.py on `pretrain`'s run: the job's step on the bench's batch
 #              and on the job's, fed as the job feeds them and not, under each ';'-separated
-#              XLA_FLAGS of GAP_FLAGS (default: none; CUDA graphs off; fusions only in them; the
-#              temporary buffer at a fixed address)
+#              XLA_FLAGS of GAP_FLAGS (default: none; CUDA graphs off; the temporary buffer in
+#              a pool of its own)
 #   profile    device time by kernel of bertjax's step, default and recipe (PROFILES=recipe:
 #              the recipe's alone), and where a synced step's wall time goes
 #   probe      scripts/dev/gpu_layout_probe.py: what holds the residual stream in (S, H, B) order
@@ -120,18 +120,24 @@ tests() {
     local opts=(-m gpu -v -p no:cacheprovider -rfE --tb=short -p pytest_live_report)
     # one hung test (remat did on an H100) must not eat the others' time: past its limit the
     # thread method dumps every thread's stack and ends the process (xdist starts another)
+    # (150 s: four processes compile side by side; the slowest test took 55 s so on an H200)
     python3 -c "import pytest_timeout" 2>/dev/null \
-        && opts+=(--timeout "${TEST_TIMEOUT:-90}" --timeout-method=thread)
+        && opts+=(--timeout "${TEST_TIMEOUT:-150}" --timeout-method=thread)
     # compiling is most of a test's time: several processes side by side, the GPU's memory
     # taken as needed (nothing is timed meanwhile; the benches run in their own stages)
     local workers=()
-    python3 -c "import xdist" 2>/dev/null && workers=(-n "${TEST_WORKERS:-4}")
-    # the job's rate is compared with the bench's: alone on the GPU, after the others
+    if python3 -c "import xdist" 2>/dev/null; then
+        workers=(-n "${TEST_WORKERS:-4}")
+    else  # about 450 s one after another on an H100: raise TESTS_LIMIT
+        echo "pytest-xdist is missing: the GPU tests run one at a time" >&2
+    fi
+    # the job's rate is compared with the bench's: alone on the GPU, after the others, and
+    # with the GPU's memory taken as the bench takes it (all of it at the start)
     local alone=tests/test_gpu.py::test_pretraining_base_with_the_gpu_recipe
-    export PYTHONPATH=$PWD/scripts/dev:$PYTHONPATH XLA_PYTHON_CLIENT_PREALLOCATE=false
+    export PYTHONPATH=$PWD/scripts/dev:$PYTHONPATH
     local code=0
-    JAX_PLATFORMS=$platforms python3 -m pytest "${opts[@]}" "${workers[@]}" --durations=0 \
-        tests/test_gpu.py --deselect="$alone" || code=$?
+    XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_PLATFORMS=$platforms python3 -m pytest "${opts[@]}" \
+        "${workers[@]}" --durations=0 tests/test_gpu.py --deselect="$alone" || code=$?
     JAX_PLATFORMS=$platforms python3 -m pytest "${opts[@]}" "$alone" || code=$?
     return $code
 }
@@ -155,14 +161,20 @@ profile() {  # XLA's optimised train step beside the trace, to look the kernels'
 }
 
 gap() {  # the job's step fed several ways, under each ';'-separated XLA_FLAGS of GAP_FLAGS
-    local steps=20 code=0 flags
+    local steps=25 code=0 flags extra  # 25: the job's loop row brings metrics over once
     [ "$MODE" = cpu ] && steps=2
-    IFS=';' read -ra flags <<< "${GAP_FLAGS-;--xla_gpu_enable_command_buffer=;--xla_gpu_enable_command_buffer=FUSION;--xla_gpu_temp_buffer_use_separate_color=true}"
-    for set in "${flags[@]}"; do
-        echo "XLA_FLAGS: ${set:-(none)}"
-        # XLA reads a non-empty XLA_FLAGS that does not start with "--" as a file name
-        XLA_FLAGS=$(echo "${XLA_FLAGS:-} $set" | xargs) python3 scripts/dev/pretrain_gap.py \
-            "$PRETRAIN_RUN" --steps $steps || code=$?
+    if [ ! -f "$PRETRAIN_RUN/run_config.json" ]; then
+        echo "no run in $PRETRAIN_RUN: run the pretrain stage first" >&2
+        return 2
+    fi
+    # default: XLA's own; CUDA graphs off; the temporary buffer in its own pool (a batch put
+    # between steps cannot move it)
+    IFS=';' read -ra flags <<< "${GAP_FLAGS-;--xla_gpu_enable_command_buffer=;--xla_gpu_temp_buffer_use_separate_color=true}"
+    [ ${#flags[@]} -gt 0 ] || { echo "GAP_FLAGS names no set of XLA options" >&2; return 2; }
+    for extra in "${flags[@]}"; do
+        echo "XLA_FLAGS: ${extra:-(none)}"
+        XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS${extra:+ }}$extra" \
+            python3 scripts/dev/pretrain_gap.py "$PRETRAIN_RUN" --steps $steps || code=$?
     done
     return $code
 }
@@ -282,7 +294,7 @@ if [ -f "$RESULTS/pretrain_summary.json" ] && [ ! -f "$RESULTS/pretrain.log" ]; 
     compare_pretrain 2>&1 | tee "$RESULTS/pretrain.log" >/dev/null  # the GPU tests' job
 fi
 grep -h -A2 "^pretrain job" "$RESULTS/pretrain.log" 2>/dev/null || true
-grep -h -B1 -A9 "^pretrain gap" "$RESULTS/gap.log" 2>/dev/null || true
+grep -h -B1 -A10 "^pretrain gap" "$RESULTS/gap.log" 2>/dev/null || true
 grep -h -A30 "^  synced steps" "$RESULTS/profile.log" 2>/dev/null || true
 grep -h -E "passed|failed|skipped|error" "$RESULTS/tests.log" 2>/dev/null | tail -5 || true
 if [ ${#FAILED[@]} -gt 0 ]; then

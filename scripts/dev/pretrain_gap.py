@@ -13,10 +13,12 @@ steps back to back with one sync at the end (the job syncs once per log interval
     job batches, 2 placed, alternating    a new argument address each step, two in all, no
                                           transfer
     job batches, 32 placed, cycled        more addresses than XLA keeps traced cuBLAS/cuDNN
-                                          graphs for (16)
+                                          graphs for (16); each seen once before timing
     job batches, put before each step     `device_put` in the loop, no thread
     job batches, put after each dispatch  made ahead in a thread, put once the step is queued
-    job batches, prefetched (the job)     `Prefetch` puts them from its thread, as the job does
+    job batches, prefetched               `Prefetch` puts them from its thread, as the job does
+    the job's loop                        the same with the iterator's state taken after each
+                                          batch and the metrics on the host every log interval
 
 On an H200 (1ddfbab) the job ran at 55% of the bench's rate in every log interval of 150 steps
 (a steady shortfall, not warm-up), while on a CPU it ran at the bench's rate: the rows tell the
@@ -54,16 +56,18 @@ TRACE_CACHE = 16  # XLA's default xla_cmd_buffer_trace_cache_size: cuBLAS/cuDNN 
 
 
 class Feed:
-    """One row's batches: `next()` gives the step's (on the device), `after()` runs once the
-    step has been dispatched; `close()` ends any thread."""
+    """One row's batches: `next()` gives the step's (on the device), `after(metrics)` runs once
+    the step has been dispatched; `close()` ends any thread. `warmup` steps run before timing
+    (every address of a cycled row once)."""
 
-    def __init__(self, next_batch: Callable[[], Any], after: Callable[[], None] = lambda: None,
-                 close: Callable[[], None] = lambda: None):
-        self.next, self.after, self.close = next_batch, after, close
+    def __init__(self, next_batch: Callable[[], Any],
+                 after: Callable[[Any], None] = lambda metrics: None,
+                 close: Callable[[], None] = lambda: None, warmup: int = 3):
+        self.next, self.after, self.close, self.warmup = next_batch, after, close, warmup
 
 
-def _feeds(strategy: Any, bench: dict, batches: Callable[[], Iterator[dict]]
-           ) -> dict[str, Callable[[], Feed]]:
+def _feeds(strategy: Any, bench: dict, batches: Callable[[], Iterator[dict]],
+           job_loop: Callable[[], Feed]) -> dict[str, Callable[[], Feed]]:
     """Each row's feed, made just before the row runs."""
     put = strategy.shard_batch
 
@@ -76,7 +80,7 @@ def _feeds(strategy: Any, bench: dict, batches: Callable[[], Iterator[dict]]
     def cycled(n: int) -> Callable[[], Feed]:
         def feed() -> Feed:
             placed = [put(b) for b in itertools.islice(batches(), n)]
-            return Feed(itertools.cycle(placed).__next__)
+            return Feed(itertools.cycle(placed).__next__, warmup=max(3, n))
         return feed
 
     def put_before() -> Feed:
@@ -86,10 +90,10 @@ def _feeds(strategy: Any, bench: dict, batches: Callable[[], Iterator[dict]]
     def put_after() -> Feed:  # made ahead in a thread, put right after the step's dispatch
         made = Prefetch(batches(), lambda b: b)
         slot = [put(next(made))]
-        return Feed(lambda: slot[0], after=lambda: slot.__setitem__(0, put(next(made))),
+        return Feed(lambda: slot[0], after=lambda _: slot.__setitem__(0, put(next(made))),
                     close=made.close)
 
-    def prefetched() -> Feed:  # the job's own
+    def prefetched() -> Feed:  # the job's prefetching alone
         ahead = Prefetch(batches(), put)
         return Feed(ahead.__next__, close=ahead.close)
 
@@ -99,7 +103,25 @@ def _feeds(strategy: Any, bench: dict, batches: Callable[[], Iterator[dict]]
             f"job batches, {2 * TRACE_CACHE} placed, cycled": cycled(2 * TRACE_CACHE),
             "job batches, put before each step": put_before,
             "job batches, put after each dispatch": put_after,
-            "job batches, prefetched (the job)": prefetched}
+            "job batches, prefetched": prefetched,
+            "the job's loop": job_loop}
+
+
+def _job_loop(strategy: Any, train: Any, log_every: int) -> Feed:
+    """As `bertjax pretrain` feeds and logs: the iterator's state taken after each batch in the
+    prefetching thread, metrics brought to the host every `log_every` steps."""
+    ahead = Prefetch(((b, train.get_state()) for b in train),
+                     lambda item: (strategy.shard_batch(item[0]), item[1]))
+    pending: list[Any] = []
+
+    def after(metrics: Any) -> None:
+        pending.append(metrics)
+        if len(pending) == log_every:
+            for m in pending:
+                strategy.host_metrics(m)
+            pending.clear()
+
+    return Feed(lambda: next(ahead)[0], after=after, close=ahead.close)
 
 
 def main(argv: list[str]) -> int:
@@ -129,19 +151,23 @@ def main(argv: list[str]) -> int:
     print(f"pretrain gap: {config.model.preset}, vocab {tok.vocab_size}, batch {d.batch_size} x "
           f"seq {d.seq_len}, {args.steps} steps a row, one sync; {jax.devices()[0].device_kind}")
     print(f"{'row':38s} {'ms/step':>8s} {'tokens/s':>10s}")
-    for name, make in _feeds(strategy, bench, batches).items():
+    rows = _feeds(strategy, bench, batches, lambda: _job_loop(
+        strategy, training_batches(run, config, tok), config.train.log_every))
+    for name, make in rows.items():
         feed = make()
-        for _ in range(3):  # warm-up: the row's first argument addresses
-            state, metrics = training.train_step(state, feed.next())
-            feed.after()
-        jax.block_until_ready(metrics)
-        start = time.perf_counter()
-        for _ in range(args.steps):
-            state, metrics = training.train_step(state, feed.next())
-            feed.after()
-        jax.block_until_ready(metrics)
-        seconds = (time.perf_counter() - start) / args.steps
-        feed.close()
+        try:
+            for _ in range(feed.warmup):
+                state, metrics = training.train_step(state, feed.next())
+                feed.after(metrics)
+            jax.block_until_ready(metrics)
+            start = time.perf_counter()
+            for _ in range(args.steps):
+                state, metrics = training.train_step(state, feed.next())
+                feed.after(metrics)
+            jax.block_until_ready(metrics)
+            seconds = (time.perf_counter() - start) / args.steps
+        finally:
+            feed.close()
         print(f"{name:38s} {1e3 * seconds:8.1f} {tokens / seconds:10,.0f}", flush=True)
     return 0
 
