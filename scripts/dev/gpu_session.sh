@@ -247,7 +247,8 @@ fi
 export -f setup tests profile bench baseline pretrain_rate compare_pretrain gap
 export RESULTS MODE PRETRAIN_RUN
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
-RECIPE=(--set attention_probs_dropout_prob=0 --prng rbg --flat-optimizer true)
+EVERYWHERE=(--prng rbg --flat-optimizer true)  # the recipe at dropout 0.1 everywhere
+RECIPE=(--set attention_probs_dropout_prob=0 "${EVERYWHERE[@]}")
 IMPLS=${IMPLS:-bertjax,hf-eager,hf-compiled}  # the rows of `bench` (and of `recipe`: RECIPE_IMPLS)
 RECIPE_IMPLS=${RECIPE_IMPLS:-$IMPLS}
 for name in "$@"; do
@@ -259,7 +260,7 @@ for name in "$@"; do
         recipe) stage recipe 240 bench train --dtype bfloat16 "${RECIPE[@]}" --impl "$RECIPE_IMPLS" "${SIZE[@]}" \
             --json "$RESULTS/bench_recipe.json" ;;
         probe) stage probe 240 python3 scripts/dev/gpu_layout_probe.py ${PROBE_ARGS:---layers 4 --recheck-layers 12} ;;
-        dropout) stage dropout 240 bench train --dtype bfloat16 --prng rbg --flat-optimizer true \
+        dropout) stage dropout 240 bench train --dtype bfloat16 "${EVERYWHERE[@]}" \
             --impl "$RECIPE_IMPLS" "${SIZE[@]}" --json "$RESULTS/bench_dropout.json" ;;
         long) stage long 240 bench train --dtype bfloat16 --seq 512 --batch 32 "${RECIPE[@]}" \
             --impl bertjax,hf-compiled --json "$RESULTS/bench_seq512.json" ;;
