@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -12,6 +15,16 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # the command line's glibc setting (bertjax.host_memory) stays out of the test processes, where a
 # test calling `main` before any JAX use would otherwise apply it to the rest of its worker
 os.environ.setdefault("BERTJAX_KEEP_FREED_MEMORY", "0")
+# XLA's compiled programs are kept on disk for the run and shared by its processes (the xdist
+# workers, which inherit this variable, and every command a test starts): most tests compile the
+# same small steps again. A hit skips XLA's compilation only: bertjax's tracing and lowering still
+# run, and the key is the lowered program with its compile options. Set JAX_COMPILATION_CACHE_DIR
+# to keep a cache of your own, or to nothing to compile everything.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _XLA_CACHE = tempfile.mkdtemp(prefix="bertjax-tests-xla-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _XLA_CACHE
+    atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)  # by the process that made it
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 
 @pytest.fixture

@@ -326,7 +326,9 @@ def reference(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Path:
 
 def _interrupt(args: list[str], run_dir: Path, moment: str) -> tuple[int, str]:
     """Start the run, send SIGINT at `moment`; (exit status, stderr)."""
-    proc = subprocess.Popen([sys.executable, "-m", "bertjax.cli", "pretrain", *args], env=_env(),
+    # the first step's compilation must take its time: not XLA's cached program (conftest.py)
+    env = dict(_env(), JAX_COMPILATION_CACHE_DIR="") if moment == "compilation" else _env()
+    proc = subprocess.Popen([sys.executable, "-m", "bertjax.cli", "pretrain", *args], env=env,
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seen = ""
     try:
