@@ -18,6 +18,7 @@ first use.
 from __future__ import annotations
 
 from bertjax.config import PRESETS, BertConfig
+from bertjax.errors import InputError
 from bertjax.lazy import lazy_names
 
 # The model classes, by where they live: every `BertFor*` class of Hugging Face transformers.
@@ -45,7 +46,7 @@ _NAMES = {
 }
 _MOVED = {"save_hf": ("bertjax.pretrained", "save_pretrained")}
 
-__all__ = ["HEAD_CLASSES", "PRESETS", "BertConfig", *sorted(_NAMES)]
+__all__ = ["HEAD_CLASSES", "PRESETS", "BertConfig", "InputError", *sorted(_NAMES)]
 __version__ = "0.1.0"
 
 __getattr__, __dir__ = lazy_names(__name__, _NAMES, moved=_MOVED)
