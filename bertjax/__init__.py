@@ -17,9 +17,9 @@ first use.
 
 from __future__ import annotations
 
+from bertjax.common.lazy import lazy_names
 from bertjax.config import PRESETS, BertConfig
 from bertjax.errors import InputError
-from bertjax.lazy import lazy_names
 
 # The model classes, by where they live: every `BertFor*` class of Hugging Face transformers.
 HEAD_CLASSES = ("BertForPreTraining", "BertForMaskedLM", "BertForNextSentencePrediction",
@@ -36,13 +36,12 @@ _NAMES = {
     "embed": "bertjax.use.embed", "nearest": "bertjax.use.embed",
     "attention_maps": "bertjax.use.attention", "tag": "bertjax.use.tag",
     "answer": "bertjax.use.answer",
-    "finetune": "bertjax.tasks.finetune", "FinetuneResult": "bertjax.tasks.finetune",
-    "FinetuneConfig": "bertjax.tasks.finetune_config",
+    "finetune": "bertjax.jobs.finetune.job", "FinetuneResult": "bertjax.jobs.finetune.job",
+    "FinetuneConfig": "bertjax.jobs.finetune.config",
     "ClassificationTask": "bertjax.tasks.classification",
     "TokenClassificationTask": "bertjax.tasks.token_classification",
     "QuestionAnsweringTask": "bertjax.tasks.question_answering",
     "MultipleChoiceTask": "bertjax.tasks.multiple_choice",
-    "keep_freed_memory": "bertjax.host_memory",
 }
 _MOVED = {"save_hf": ("bertjax.pretrained", "save_pretrained")}
 

@@ -24,7 +24,7 @@ from bertjax.io.hub import resolve_model
 from bertjax.io.models import load_model, save_model
 from bertjax.io.report import LoadReport
 from bertjax.io.runs import load_run_model
-from bertjax.train.rundir import RunDir
+from bertjax.runs.layout import RunDir
 
 __all__ = ["DEFAULT_MODEL_CLASS", "LoadReport", "checkpoint_class", "from_pretrained", "load_hf",
            "model_directory", "save_hf", "save_pretrained"]

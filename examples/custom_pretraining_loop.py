@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--eval-every", type=int, default=100)
     args = p.parse_args(argv)
-    bertjax.keep_freed_memory()  # before JAX starts: on a CPU, steps reuse their memory
+    train.keep_freed_memory()  # before JAX starts: on a CPU, steps reuse their memory
 
     # data: a WordPiece vocabulary and memory-mapped shards of each split (made once)
     tok_dir, shards = args.out / "tokenizer", {s: args.out / "data" / s for s in ("train", "eval")}

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import bertjax
 from bertjax import data
+from bertjax.train import keep_freed_memory
 
 
 def main(argv: list[str] | None = None) -> bertjax.FinetuneResult:
@@ -22,7 +23,7 @@ def main(argv: list[str] | None = None) -> bertjax.FinetuneResult:
     p.add_argument("--learning-rate", type=float, default=5e-5)
     p.add_argument("--max-length", type=int, default=128)
     args = p.parse_args(argv)
-    bertjax.keep_freed_memory()
+    keep_freed_memory()  # on a CPU, before the first JAX computation: steps reuse memory
 
     examples = data.read_examples(args.train)
     if args.validation:

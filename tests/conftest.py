@@ -12,7 +12,7 @@ import pytest
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-# the command line's glibc setting (bertjax.host_memory) stays out of the test processes, where a
+# the command line's glibc setting (bertjax.train.host_memory) stays out of the test processes, where a
 # test calling `main` before any JAX use would otherwise apply it to the rest of its worker
 os.environ.setdefault("BERTJAX_KEEP_FREED_MEMORY", "0")
 # XLA's compiled programs are kept on disk for the run and shared by its processes (the xdist

@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("bertjax", "bert_torch", "parity")
 CORE = {"bertjax", "bertjax.config", "bertjax.model", "bertjax.heads", "bertjax.numerics",
-        "bertjax.inputs", "bertjax.losses", "bertjax.lazy", "bertjax.attention"}
+        "bertjax.inputs", "bertjax.losses", "bertjax.common.lazy", "bertjax.attention"}
 
 
 
@@ -141,7 +141,7 @@ def test_importing_the_formats_loads_neither_the_model_nor_a_framework_they_do_n
     weight tables use Flax but never load `bertjax.model`."""
     code = (
         "import sys\n"
-        "import bertjax.io.hf, bertjax.io.names, bertjax.files\n"
+        "import bertjax.io.hf, bertjax.io.names, bertjax.common.files\n"
         "print(sorted(m for m in ('jax', 'flax', 'torch', 'bertjax.model') if m in sys.modules))\n"
         "import bertjax.io.weights\n"
         "print(sorted(m for m in ('torch', 'bertjax.model') if m in sys.modules))\n"

@@ -13,10 +13,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bertjax.io.manifest import MANIFEST, verify_manifest
-from bertjax.io.orbax_reads import StepReadError, quiet_orbax
-from bertjax.io.runs import CheckpointCorruptWarning, best_saved_step, read_params, saved_steps
+from bertjax.io.runs import read_params
 from bertjax.train.checkpoint import Checkpointer, state_digest
+from bertjax.train.manifest import MANIFEST, verify_manifest
+from bertjax.train.saved import CheckpointCorruptWarning, StepReadError, best_step, finished_steps
 
 
 def _state(shift: float) -> dict:
@@ -69,14 +69,6 @@ def test_any_loop_saves_any_extra_and_restores_a_chosen_step(tmp_path: Path) -> 
     assert _equal(restored.state, _state(1)) and ck.restore(_state(0)).step == 2
     with pytest.raises(ValueError, match=r"extra may not use the keys \['digest'\]"):
         ck.save(3, _state(3), extra={"digest": "x"})
-
-
-def test_the_old_positional_save_still_works_with_a_warning(tmp_path: Path) -> None:
-    ck = Checkpointer(tmp_path / "ck")
-    with pytest.warns(DeprecationWarning, match=r"pass extra=\{'data_states': ...\}"):
-        ck.save(1, _state(1), [{"cursor": 1}], {"train": {}})
-    restored = ck.restore(_state(0))
-    assert restored.data_states == [{"cursor": 1}] and restored.config == {"train": {}}
 
 
 def test_keeps_newest_n_plus_best_by_eval_loss(tmp_path: Path) -> None:
@@ -171,53 +163,42 @@ def test_read_only_helpers_agree_with_the_manager_and_touch_nothing(tmp_path: Pa
         ck.save(step, _state(step), eval_loss=loss)
     shutil.copytree(tmp_path / "ck" / "3", tmp_path / "ck" / "4.orbax-checkpoint-tmp-9")  # a save
     before = sorted(str(p) for p in tmp_path.rglob("*"))  # in progress, by a run still training
-    assert saved_steps(tmp_path / "ck") == ck.steps() == [1, 2, 3]
-    assert best_saved_step(tmp_path / "ck") == ck.best_step() == 2
+    assert finished_steps(tmp_path / "ck") == ck.steps() == [1, 2, 3]
+    assert best_step(tmp_path / "ck") == ck.best_step() == 2
     assert _equal(read_params(tmp_path / "ck", 2), _state(2)["params"])
     _damage(tmp_path / "ck" / "3", "truncate")
     with pytest.raises(StepReadError, match=r"checkpoint step 3 is damaged \(.+\)"):
         read_params(tmp_path / "ck", 3)
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before  # nothing moved, made, removed
-    assert saved_steps(tmp_path / "none") == [] and not (tmp_path / "none").exists()
+    assert finished_steps(tmp_path / "none") == [] and not (tmp_path / "none").exists()
 
 
-def test_quiet_orbax_holds_back_orbax_output_and_leaves_nothing_behind(capsys) -> None:
-    """While a step is read: absl's records, stderr and unraisable reports are held back; after
-    it (failed or not) the absl logger, sys.unraisablehook and the asyncio logger are as before."""
-    import logging
-    import sys
-    import threading
-    from types import SimpleNamespace
-
-    absl, asyncio_logger = logging.getLogger("absl"), logging.getLogger("asyncio")
-    before = (absl.disabled, list(absl.filters), sys.unraisablehook, list(asyncio_logger.filters))
-    with pytest.raises(ValueError, match="damaged"), quiet_orbax():
-        absl.error("Orbax: failed to read")
-        worker = threading.Thread(target=lambda: print("Traceback (...)", file=sys.stderr))
-        worker.start()
-        worker.join()
-        sys.unraisablehook(SimpleNamespace(exc_value=RuntimeError("Event loop is closed")))
-        raise ValueError("damaged")
-    assert capsys.readouterr().err == ""
-    assert (absl.disabled, list(absl.filters), sys.unraisablehook,
-            list(asyncio_logger.filters)) == before
-
-
-def test_importing_and_saving_install_no_logging_filter_or_hook(tmp_path: Path) -> None:
-    """Nothing global is changed at import, and a save's filter on Orbax's "no metrics" warning
-    is gone once it returns."""
+def test_saving_and_reading_change_no_process_wide_state(tmp_path: Path) -> None:
+    """The library installs no logging filter, hook or stream of its own: not at import, not while
+    it saves or reads a step (damaged or not)."""
     import logging
     import subprocess
     import sys
+
+    def global_state() -> tuple:
+        return (list(logging.getLogger("absl").filters), logging.getLogger("absl").disabled,
+                sys.unraisablehook, sys.stderr, sys.stdout)
 
     code = ("import logging, sys; hook = sys.unraisablehook\n"
             "import bertjax.train.checkpoint, bertjax.io.runs\n"
             "print(logging.getLogger('absl').filters, sys.unraisablehook is hook)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[] True"
-    before = list(logging.getLogger("absl").filters)
-    Checkpointer(tmp_path / "ck").save(1, _state(1))
-    assert logging.getLogger("absl").filters == before
+    before = global_state()
+    ck = Checkpointer(tmp_path / "ck")
+    ck.save(1, _state(1))
+    ck.save(2, _state(2))
+    assert global_state() == before
+    read_params(tmp_path / "ck", 2)
+    _damage(tmp_path / "ck" / "2", "truncate")
+    with pytest.raises(StepReadError):
+        read_params(tmp_path / "ck", 2)
+    assert global_state() == before
 
 
 def test_a_flipped_byte_is_found_by_the_manifest_before_orbax_reads(tmp_path: Path) -> None:

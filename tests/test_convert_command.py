@@ -35,7 +35,7 @@ from bertjax.io import verify
 from bertjax.io.hf import hf_name
 from bertjax.io.names import HF_OUTPUT_FIELDS
 from bertjax.io.weights import model_to_numpy
-from bertjax.train.checkpoint import best_saved_step
+from bertjax.train.saved import best_step
 
 HF_TOL = 1e-4  # transformers vs bertjax, float32 (the command's own tolerance is checked too)
 WORDS = "bert.embeddings.word_embeddings.weight"
@@ -175,7 +175,7 @@ def test_convert_as_each_kind_of_output_is_checked_by_transformers(qa, tmp_path,
 def test_convert_of_a_run_names_the_step_it_wrote(tmp_path, capsys):
     run = tiny_run(tmp_path / "run")
     capsys.readouterr()
-    best = best_saved_step(run / "checkpoints")
+    best = best_step(run / "checkpoints")
     other = ({3, 6} - {best}).pop()
     for argv, step in (([], best), (["--step", str(other)], other)):
         out = tmp_path / f"out-{step}"

@@ -15,7 +15,7 @@ import pytest
 from use_helpers import tiny_run
 
 from bertjax.cli.main import main
-from bertjax.train.checkpoint import best_saved_step, saved_steps
+from bertjax.train.saved import best_step, finished_steps
 
 TEXT = "to be or not to be : that is the [MASK] ."
 READABLE = 3  # the step loaded once the best one (6) is damaged
@@ -24,8 +24,8 @@ READABLE = 3  # the step loaded once the best one (6) is damaged
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     run = tiny_run(tmp_path_factory.mktemp("run") / "run")
-    assert saved_steps(run / "checkpoints") == [3, 6]
-    assert best_saved_step(run / "checkpoints") == 6
+    assert finished_steps(run / "checkpoints") == [3, 6]
+    assert best_step(run / "checkpoints") == 6
     return run
 
 

@@ -17,7 +17,7 @@ from use_helpers import tiny_checkpoint
 
 import bertjax
 from bertjax.cli.main import main
-from bertjax.files import umask
+from bertjax.common.files import umask
 
 
 @pytest.fixture(params=[0o022, 0o077], ids=["umask 022", "umask 077"])

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from bertjax.data import WordPieceTokenizer
-from bertjax.files import (
+from bertjax.common.files import (
     atomic_directory,
     check_creatable,
     check_output_directory,
     write_text_atomic,
 )
+from bertjax.data import WordPieceTokenizer
 
 
 def test_write_text_atomic_replaces_or_keeps(tmp_path, monkeypatch):

@@ -18,9 +18,9 @@ from bertjax.cli.main import main
 from bertjax.data.corpus import shakespeare_genres
 from bertjax.data.labelled import GENRE_HELD_OUT, GENRE_MIN_WORDS, genre_examples, read_examples
 from bertjax.heads import BertForSequenceClassification
+from bertjax.jobs.finetune.config import FinetuneConfig
+from bertjax.jobs.finetune.job import check_inputs
 from bertjax.tasks.classification import ClassificationTask, predict, score
-from bertjax.tasks.finetune import check_inputs
-from bertjax.tasks.finetune_config import FinetuneConfig
 
 
 def _write(path, rows):
@@ -165,7 +165,7 @@ def test_genre_task_holds_out_whole_plays():
 
 
 def test_length_grouped_batches_cover_the_epoch_with_little_padding():
-    from bertjax.tasks.finetune import length_grouped_batches
+    from bertjax.jobs.finetune.job import length_grouped_batches
 
     rng = np.random.default_rng(0)
     lengths = rng.integers(5, 200, size=1000)

@@ -69,10 +69,10 @@ def test_lamb_refuses_it() -> None:
 def test_a_flat_run_resumes_bitwise_and_only_flat(tmp_path) -> None:
     """The one-vector optimizer state goes through a checkpoint and back; a resume that asks
     for the per-parameter optimizer is refused by name."""
-    from bertjax.train import run_config as rc
-    from bertjax.train.checkpoint import read_state
-    from bertjax.train.pretrain import pretrain
-    from bertjax.train.run_state import PretrainError
+    from bertjax.jobs.pretrain.job import pretrain
+    from bertjax.jobs.pretrain.start import PretrainError
+    from bertjax.runs import config as rc
+    from bertjax.train.saved import read_state
 
     def config(flatten: bool) -> rc.RunConfig:
         return rc.load(overrides={

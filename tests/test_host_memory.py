@@ -1,4 +1,4 @@
-"""`bertjax.host_memory.keep_freed_memory`: a jitted step stops page-faulting its temporaries.
+"""`bertjax.train.host_memory.keep_freed_memory`: a jitted step stops page-faulting its temporaries.
 
 The faults are counted by the kernel (`getrusage`), not timed: in a fresh process a jitted function
 with a 64 MiB temporary runs 5 times, then 20 more with the minor page faults of each counted
@@ -18,11 +18,11 @@ import sys
 
 import pytest
 
-from bertjax import host_memory
+from bertjax.train import host_memory
 
 PROBE = r"""
 import json, resource, sys
-from bertjax.host_memory import keep_freed_memory
+from bertjax.train.host_memory import keep_freed_memory
 done = keep_freed_memory()
 import jax, jax.numpy as jnp
 x = jnp.linspace(0.0, 1.0, 8192 * 2048, dtype=jnp.float32).reshape(8192, 2048)  # 64 MiB
@@ -71,7 +71,6 @@ def test_without_it_every_call_faults_its_temporaries_again():
 
 def test_left_alone_where_an_accelerator_plugin_is_installed(monkeypatch):
     monkeypatch.setattr(host_memory, "_accelerator_plugin", lambda: "jax-cuda12-plugin")
-    monkeypatch.setattr(host_memory, "_jax_started", lambda: False)  # other tests may have
     monkeypatch.delenv(host_memory.DISABLE_ENV, raising=False)
     called = []
     monkeypatch.setattr(host_memory.ctypes, "CDLL", lambda *a: called.append(a))
@@ -82,19 +81,6 @@ def test_left_alone_where_an_accelerator_plugin_is_installed(monkeypatch):
 def test_jax_platforms_cpu_first_counts_as_no_accelerator(monkeypatch):
     monkeypatch.setenv("JAX_PLATFORMS", "cpu,cuda")
     assert host_memory._accelerator_plugin() is None
-
-
-def test_left_alone_once_jax_has_started(monkeypatch):
-    """Half a setting (its threads in their own arenas) would keep memory without the speed."""
-    import jax.numpy as jnp
-
-    jnp.ones(1).block_until_ready()  # JAX's backend is up in this test process
-    monkeypatch.delenv(host_memory.DISABLE_ENV, raising=False)
-    monkeypatch.setattr(host_memory, "_accelerator_plugin", lambda: None)
-    called = []
-    monkeypatch.setattr(host_memory.ctypes, "CDLL", lambda *a: called.append(a))
-    assert host_memory.keep_freed_memory().startswith("JAX has started already")
-    assert not called
 
 
 @pytest.mark.parametrize(("argv", "runs_jax"), [

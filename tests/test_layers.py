@@ -8,8 +8,8 @@ the same layer or one below it; `bertjax.data` imports no framework. The layers,
     train, tasks, bench      jobs: pre-training, fine-tuning, benchmarks
     io, use, viz             checkpoint formats; using a loaded model; pictures
     core                     config, model, heads, numerics, inputs, losses
-    data, plumbing           corpora to batches (no framework); bertjax/files.py, bertjax/config.py,
-                             bertjax/host_memory.py, settings.py, lazy.py, console.py
+    data, plumbing           corpora to batches (no framework); bertjax/common/files.py, bertjax/config.py,
+                             bertjax/train/host_memory.py, settings.py, lazy.py, console.py
 
 One exception, named: the run directory's schema (`RUN_SCHEMA`: what a `bertjax pretrain` run
 holds and how it is configured, no framework) lives with the training job, and reading a run's
@@ -78,7 +78,7 @@ def _graph() -> dict[str, set[str]]:
 
 
 GRAPH = _graph()
-RUN_SCHEMA = {"bertjax.train.rundir", "bertjax.train.run_config", "bertjax.train.schedule",
+RUN_SCHEMA = {"bertjax.runs.layout", "bertjax.runs.config", "bertjax.train.schedule",
               "bertjax.train.choices"}
 
 

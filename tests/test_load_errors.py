@@ -24,7 +24,7 @@ from bertjax import BertConfig
 from bertjax.cli.main import main
 from bertjax.io.weights import model_to_numpy
 from bertjax.model import BertModel
-from bertjax.train.checkpoint import CheckpointCorruptWarning, best_saved_step, saved_steps
+from bertjax.train.saved import CheckpointCorruptWarning, best_step, finished_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = "to be or not to be : that is the [MASK] ."
@@ -34,7 +34,7 @@ TEXT = "to be or not to be : that is the [MASK] ."
 def run_dir(tmp_path_factory) -> Path:
     """A `bertjax pretrain` run of 6 steps with checkpoints at 3 and 6 (evaluated at both)."""
     run = tiny_run(tmp_path_factory.mktemp("run") / "run")
-    assert saved_steps(run / "checkpoints") == [3, 6]
+    assert finished_steps(run / "checkpoints") == [3, 6]
     return run
 
 
@@ -59,7 +59,7 @@ def _damaged_copy(run_dir: Path, tmp_path: Path, *steps: int, how: str = "trunca
 
 
 def _best_and_other(run: Path) -> tuple[int, int]:
-    best = best_saved_step(run / "checkpoints")
+    best = best_step(run / "checkpoints")
     return best, ({3, 6} - {best}).pop()
 
 
@@ -83,7 +83,7 @@ def _one_line(err: str, command: str, kind: str = "error") -> str:
 
 @pytest.mark.parametrize("command", ["fill-mask", "embed", "convert"])
 def test_damaged_best_checkpoint_falls_back_with_one_warning(run_dir, tmp_path, capsys, command):
-    run = _damaged_copy(run_dir, tmp_path, best_saved_step(run_dir / "checkpoints"))
+    run = _damaged_copy(run_dir, tmp_path, best_step(run_dir / "checkpoints"))
     best, other = _best_and_other(run)
     before = _snapshot(run)
     lines = tmp_path / "lines.txt"
@@ -103,7 +103,7 @@ def test_damaged_best_checkpoint_falls_back_with_one_warning(run_dir, tmp_path, 
 
 
 def test_from_pretrained_warns_with_the_class_resume_uses(run_dir, tmp_path):
-    run = _damaged_copy(run_dir, tmp_path, best_saved_step(run_dir / "checkpoints"))
+    run = _damaged_copy(run_dir, tmp_path, best_step(run_dir / "checkpoints"))
     best, other = _best_and_other(run)
     with pytest.warns(CheckpointCorruptWarning, match=rf"step {best} is damaged .* step {other}"):
         bertjax.from_pretrained(run)
@@ -112,7 +112,7 @@ def test_from_pretrained_warns_with_the_class_resume_uses(run_dir, tmp_path):
 @pytest.mark.parametrize("how", ["truncate", "garbage"])
 def test_console_shows_only_our_lines(run_dir, tmp_path, how):
     """In a fresh process, as a user runs it: Orbax, absl and TensorStore print nothing."""
-    run = _damaged_copy(run_dir, tmp_path, best_saved_step(run_dir / "checkpoints"), how=how)
+    run = _damaged_copy(run_dir, tmp_path, best_step(run_dir / "checkpoints"), how=how)
     best, other = _best_and_other(run)
     command = [sys.executable, "-m", "bertjax.cli", "fill-mask", str(run), TEXT]
     fallback = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)

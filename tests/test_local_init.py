@@ -13,10 +13,10 @@ import pytest
 from flax import nnx
 
 from bertjax import BertConfig, BertForPreTraining
-from bertjax.train import run_config as rc
+from bertjax.runs import config as rc
+from bertjax.runs.layout import RunDir
 from bertjax.train.local_init import OFFSETS, frequencies, local_attention_init
 from bertjax.train.optim import OptimConfig, learning_rate_schedule, make_optimizer
-from bertjax.train.rundir import RunDir
 from bertjax.train.step import create_train_state, make_train_step
 
 VOCAB, SEQ = 64, 32
@@ -150,7 +150,7 @@ def test_presets_other_than_mini_get_berts_init_unless_asked(preset: str) -> Non
 
 def test_the_pretraining_job_initialises_as_its_configuration_resolves(monkeypatch) -> None:
     """`_set_up` calls the local init exactly when the resolved option asks for it."""
-    from bertjax.train import pretrain as job
+    from bertjax.jobs.pretrain import job
 
     calls = []
     monkeypatch.setattr(job, "local_attention_init", lambda model, layers: calls.append(layers))

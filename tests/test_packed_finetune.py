@@ -27,9 +27,9 @@ from bertjax.data.packing import pack_layout
 from bertjax.data.squad import QAExample
 from bertjax.data.tagging import TaggedSentence
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.jobs.finetune.config import FinetuneConfig
+from bertjax.jobs.finetune.job import _Packed
 from bertjax.tasks.classification import ClassificationTask, predict
-from bertjax.tasks.finetune import _Packed
-from bertjax.tasks.finetune_config import FinetuneConfig
 from bertjax.tasks.multiple_choice import MultipleChoiceTask, predict_choices
 from bertjax.tasks.question_answering import QuestionAnsweringTask
 from bertjax.tasks.token_classification import TokenClassificationTask, predict_tags

@@ -296,7 +296,7 @@ def _state_diffs(dir_a: Path, dir_b: Path) -> dict[str, float]:
     """Max abs difference per leaf of the newest saved states (step 6 in both)."""
     import jax
 
-    from bertjax.train.checkpoint import read_state
+    from bertjax.train.saved import read_state
 
     (step_a, state_a), (step_b, state_b) = (read_state(d / "checkpoints") for d in (dir_a, dir_b))
     assert step_a == step_b == 6

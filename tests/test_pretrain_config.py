@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from bertjax.cli.main import main
-from bertjax.train import run_config as rc
+from bertjax.runs import config as rc
+from bertjax.runs.layout import CONTENTS
 from bertjax.train.loop import PendingMetrics, TrainClock, flush_and_tick
 from bertjax.train.metrics import MetricsWriter, read_jsonl, truncate_jsonl
-from bertjax.train.rundir import CONTENTS
 from bertjax.train.schedule import OptimConfig
 from bertjax.viz.curves import plot_curves
 
@@ -148,8 +148,8 @@ def test_held_out_batches_are_masked_at_bert_rate_whatever_the_run_trains_with(
     at its own rate on the same pairs."""
     import numpy as np
 
-    from bertjax.train.pretrain_data import open_data
-    from bertjax.train.rundir import RunDir
+    from bertjax.jobs.pretrain.data import open_data
+    from bertjax.runs.layout import RunDir
 
     def rate(batches: list[dict]) -> float:  # masked / maskable ([CLS] and two [SEP] are not)
         masked = sum(float(b["masked_weights"].sum()) for b in batches)

@@ -27,15 +27,15 @@ from bertjax.data import PretrainingBatches, WordPieceTokenizer, write_shards
 from bertjax.data.corpus import shakespeare_speeches, split_sentences
 from bertjax.data.pair_packing import PACKINGS, real_token_share
 from bertjax.heads import BertForPreTraining
+from bertjax.jobs.pretrain.data import held_out_batches
+from bertjax.jobs.pretrain.job import TRAIN_METRIC_KEYS, pretrain
 from bertjax.losses import metrics_from_sums, pretraining_loss
-from bertjax.train import run_config as rc
+from bertjax.runs import config as rc
+from bertjax.runs.layout import RunDir
 from bertjax.train.assembly import assemble
-from bertjax.train.checkpoint import read_state
 from bertjax.train.metrics import read_jsonl
 from bertjax.train.objectives import PRETRAINING
-from bertjax.train.pretrain import TRAIN_METRIC_KEYS, pretrain
-from bertjax.train.pretrain_data import held_out_batches
-from bertjax.train.rundir import RunDir
+from bertjax.train.saved import read_state
 from bertjax.train.step import make_eval_step
 
 PLAYS = ("macbeth", "othello", "the-tempest", "king-lear")  # training plays, a quick corpus

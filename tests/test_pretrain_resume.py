@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from use_helpers import state_leaves
 
-from bertjax.train.checkpoint import read_state
+from bertjax.jobs.pretrain.job import TRAIN_METRIC_KEYS
 from bertjax.train.metrics import read_jsonl
-from bertjax.train.pretrain import TRAIN_METRIC_KEYS
+from bertjax.train.saved import read_state
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "pretrain.py"

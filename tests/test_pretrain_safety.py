@@ -27,13 +27,13 @@ import pytest
 from use_helpers import state_leaves
 
 from bertjax.cli.main import main
-from bertjax.train import run_config as rc
-from bertjax.train.checkpoint import read_state
-from bertjax.train.interrupt import Abandoned, CtrlC, abandonable
+from bertjax.jobs.interrupt import Abandoned, CtrlC, abandonable
+from bertjax.jobs.pretrain.job import TRAIN_METRIC_KEYS
+from bertjax.jobs.pretrain.start import check_run_dir
+from bertjax.runs import config as rc
+from bertjax.runs.layout import RunDir
 from bertjax.train.metrics import read_jsonl
-from bertjax.train.pretrain import TRAIN_METRIC_KEYS
-from bertjax.train.run_state import check_run_dir
-from bertjax.train.rundir import RunDir
+from bertjax.train.saved import read_state
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = ("the king queen lord lady sword crown night day love hate fear hope time death life "
@@ -115,8 +115,8 @@ def test_a_parquet_corpus_without_a_text_column_is_named(tmp_path: Path, capsys)
                            "body)")
     assert "--data.text_field" in line, line
     assert not (tmp_path / "run").exists()
-    from bertjax.train import run_config as rc
-    from bertjax.train.pretrain_data import check_corpus
+    from bertjax.jobs.pretrain.data import check_corpus
+    from bertjax.runs import config as rc
 
     check_corpus(rc.load(None, {"data.corpus": str(path), "data.text_field": "body"}))
 
@@ -175,7 +175,8 @@ def test_a_damaged_run_config_is_one_line(tmp_path: Path, capsys, content: bytes
     for resume in (["--resume"], []):
         assert main(["pretrain", *resume, f"--output-dir={run_dir}"]) == 2
         _one_line_error(capsys.readouterr().err, str(run_dir / "run_config.json"),
-                        "checkpoints/4/config/metadata")
+                        f"delete it: `bertjax pretrain --resume --output-dir {run_dir}` writes it "
+                        "again from the newest checkpoint's copy")
     assert _listing(run_dir) == before
 
 

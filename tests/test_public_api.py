@@ -46,7 +46,7 @@ def test_every_public_name_resolves_and_is_listed(package) -> None:
 def test_one_object_per_name_across_the_layers() -> None:
     """The flat names are the objects of their modules, not copies."""
     from bertjax.io.report import LoadReport
-    from bertjax.tasks.finetune import finetune
+    from bertjax.jobs.finetune.job import finetune
     from bertjax.train.checkpoint import Checkpointer
     from bertjax.use.fill_mask import fill_mask
 
@@ -59,25 +59,11 @@ def test_one_object_per_name_across_the_layers() -> None:
 
 def test_a_custom_loop_needs_three_modules() -> None:
     """What a training script needs is in bertjax, bertjax.train and bertjax.data."""
-    for name in ("BertForPreTraining", "BertConfig", "keep_freed_memory", "save_pretrained",
-                 "from_pretrained"):
+    for name in ("BertForPreTraining", "BertConfig", "save_pretrained", "from_pretrained"):
         assert hasattr(bertjax, name), name
     for name in ("assemble", "OptimConfig", "make_strategy", "PRETRAINING", "Checkpointer",
-                 "metrics_from_sums", "make_optimizer"):
+                 "metrics_from_sums", "make_optimizer", "keep_freed_memory"):
         assert hasattr(bertjax.train, name), name
     for name in ("corpus_documents", "write_shards", "pretraining_batches", "WordPieceTokenizer",
                  "read_examples", "read_tagged", "read_squad", "read_choices"):
         assert hasattr(bertjax.data, name), name
-
-
-@pytest.mark.parametrize(("owner", "old", "new"), [
-    ("bertjax", "save_hf", "bertjax.save_pretrained"),
-    ("bertjax.train.checkpoint", "load_run_model", "bertjax.io.runs.load_run_model"),
-    ("bertjax.train.checkpoint", "quiet_orbax_logs", "bertjax.io.orbax_reads.quiet_orbax"),
-])
-def test_old_names_still_work_and_warn_with_the_new_name(owner: str, old: str, new: str) -> None:
-    import importlib
-
-    module = importlib.import_module(owner)
-    with pytest.warns(DeprecationWarning, match=rf"{owner}.{old} is deprecated: use {new}"):
-        assert callable(getattr(module, old))

@@ -13,11 +13,12 @@ import pytest
 from use_helpers import tiny_run
 
 from bertjax.cli.main import main
-from bertjax.train import run_config as rc
-from bertjax.train.interrupt import CtrlC, PretrainInterrupted
-from bertjax.train.pretrain import pretrain
-from bertjax.train.run_summary import read_summary
-from bertjax.train.rundir import RunDir
+from bertjax.jobs.interrupt import CtrlC, PretrainInterrupted
+from bertjax.jobs.pretrain.job import pretrain
+from bertjax.jobs.pretrain.summary import read_summary
+from bertjax.runs import config as rc
+from bertjax.runs.layout import RunDir
+from bertjax.train.saved import finished_steps
 
 TEXT = "to be or not to [MASK] ."
 
@@ -82,7 +83,7 @@ def test_resume_states_a_damaged_step_once(run_dir, tmp_path, capsys):
     assert about[0] == (f"warning: checkpoint step 6 is damaged ({data.relative_to(step)} does "
                         f"not match its digest (its bytes changed)) at {step}: skipped, restored "
                         f"step 3 instead; moved it to {moved}")
-    assert RunDir(run).checkpoint_steps() == [3, 6]  # step 6 trained again
+    assert finished_steps(run / "checkpoints") == [3, 6]  # step 6 trained again
 
 
 def test_a_run_stopped_before_any_evaluation_writes_strict_json(tmp_path, capsys):

@@ -31,11 +31,11 @@ from bertjax.io.weights import (
     saved_params_to_numpy,
     state_to_numpy,
 )
+from bertjax.jobs.pretrain.job import pretrain
 from bertjax.losses import pretraining_loss
-from bertjax.train import run_config as rc
-from bertjax.train.checkpoint import read_state
+from bertjax.runs import config as rc
 from bertjax.train.optim import OptimConfig, make_optimizer
-from bertjax.train.pretrain import pretrain
+from bertjax.train.saved import read_state
 from parity.tensors import random_batch
 
 L = 4

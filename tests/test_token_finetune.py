@@ -146,7 +146,7 @@ def test_label_all_pieces_labels_later_pieces_inside(finetuned):
 
 
 def test_a_model_of_another_head_is_refused(tmp_path):
-    from bertjax.tasks.finetune import finetune
+    from bertjax.jobs.finetune.job import finetune
 
     model, tokenizer = bertjax.from_pretrained(tiny_checkpoint())  # BertForPreTraining
     sentence = TaggedSentence(("a",), ("O",), "x:1")

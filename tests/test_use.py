@@ -210,11 +210,11 @@ def test_rows_with_and_without_a_second_segment_are_each_built_alone(peaked):
 def test_a_loaded_run_scores_what_the_run_recorded(run_dir):
     """from_pretrained(run) is the trained model itself: on the run's held-out batches it scores
     exactly the evaluation the run logged at that checkpoint."""
+    from bertjax.jobs.pretrain.data import open_data
     from bertjax.losses import metrics_from_sums, pretraining_sums
-    from bertjax.train import run_config as rc
+    from bertjax.runs import config as rc
+    from bertjax.runs.layout import RunDir
     from bertjax.train.metrics import read_jsonl
-    from bertjax.train.pretrain_data import open_data
-    from bertjax.train.rundir import RunDir
 
     run = RunDir(run_dir)
     data = open_data(rc.RunConfig.from_dict(run.saved_config()), run)

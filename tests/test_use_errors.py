@@ -187,7 +187,7 @@ def test_finetune_refuses_bad_labels_naming_file_and_line(rows, message, tmp_pat
 
 
 def test_finetune_interrupted_leaves_nothing_and_a_retry_works(tmp_path, capsys, monkeypatch):
-    import bertjax.tasks.finetune as job
+    import bertjax.jobs.finetune.job as job
 
     train = write_jsonl(tmp_path / "train.jsonl", two_labels(24))
     out = tmp_path / "out"

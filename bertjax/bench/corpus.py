@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from bertjax.bench.stamp import write_result
-from bertjax.files import check_output_file
+from bertjax.common.files import check_output_file
 
 ROW_GROUP_ROWS = 4096  # rows per Parquet row group (scenes: about 20 MB of text)
 FORMATS = ("parquet", "jsonl", "jsonl.zst")

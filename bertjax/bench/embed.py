@@ -36,13 +36,13 @@ from typing import Any
 import jax
 import numpy as np
 
-from bertjax.console import say_unless
+from bertjax.common.console import say_unless
 from bertjax.data import corpus_documents
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.io.models import load_model, save_model
 from bertjax.io.runs import load_run_model
 from bertjax.model import BertModel
-from bertjax.train.rundir import RunDir
+from bertjax.runs.layout import RunDir
 from bertjax.use.embed import check_lines, embed, sentence_transformers_settings, sorted_batches
 from bertjax.use.encode import Encoded, TruncationWarning, encode, model_max_length
 from bertjax.use.packed import packed_layouts

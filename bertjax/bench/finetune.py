@@ -25,12 +25,12 @@ from typing import Any
 import jax
 
 from bertjax.bench.embed import default_model_dir
+from bertjax.common.console import say_unless
 from bertjax.config import BertConfig
-from bertjax.console import say_unless
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.io.models import load_model
-from bertjax.tasks.finetune import finetune
-from bertjax.tasks.finetune_config import FinetuneConfig
+from bertjax.jobs.finetune.config import FinetuneConfig
+from bertjax.jobs.finetune.job import finetune
 from bertjax.tasks.registry import BUNDLED, bundled_examples, make_task
 from bertjax.use.packed import row_limit, token_budget
 

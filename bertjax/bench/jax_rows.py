@@ -28,8 +28,8 @@ from bertjax.bench.batch import MODEL_KEYS, pretraining_batch
 from bertjax.bench.stamp import cpu_name
 from bertjax.bench.timing import Gemm, Job, Probe, RowSpec, child_main, peak_rss_bytes, time_steps
 from bertjax.heads import BertForPreTraining
-from bertjax.host_memory import keep_freed_memory
 from bertjax.train.assembly import assemble
+from bertjax.train.host_memory import keep_freed_memory
 from bertjax.train.parallel import SingleDevice, platform_of
 
 GEMM_REPEATS = 5
@@ -136,7 +136,7 @@ def bertjax_row(spec: RowSpec) -> dict[str, Any]:
         "xla_options": {"XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),  # the forward: a plain jit
                         "compiler_options": (strategy.compiler_options or {})
                         if spec.mode == "train" else {}},
-        "host_memory": HOST_MEMORY,  # bertjax.host_memory.keep_freed_memory()
+        "host_memory": HOST_MEMORY,  # bertjax.train.host_memory.keep_freed_memory()
         "device": " ".join(dict.fromkeys(["jax", strategy.device.platform,
                                           strategy.device.device_kind])),  # "jax cpu", "jax gpu H100"
         "versions": {"jax": jax.__version__, "flax": version("flax"), "optax": version("optax")},

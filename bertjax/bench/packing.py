@@ -24,13 +24,13 @@ from typing import Any
 import jax
 import numpy as np
 
-from bertjax.console import say_unless
+from bertjax.common.console import say_unless
 from bertjax.data import PretrainingBatches, WordPieceTokenizer, write_shards
 from bertjax.data.corpus import corpus_documents, shakespeare_speech_documents
 from bertjax.data.pair_packing import real_token_share
-from bertjax.train import run_config as rc
+from bertjax.jobs.pretrain.job import initialise_model
+from bertjax.runs import config as rc
 from bertjax.train.assembly import assemble
-from bertjax.train.pretrain import initialise_model
 
 MODES = ("none", "best-fit")
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from bertjax.bench.options import Row
-from bertjax.files import write_text_atomic
+from bertjax.common.files import write_text_atomic
 
 # The reference rows of the ratio columns: (implementation, field).
 RATIO_REFERENCES = (("hf-eager", "vs_hf_eager"), ("hf-compiled", "vs_hf_compiled"))
@@ -60,7 +60,7 @@ def summarize_row(
         "parameters": raw["parameters"],
         "matmul_precision": raw["matmul_precision"],  # float32 matmuls: JAX's / torch's setting
         "xla_options": raw.get("xla_options"),  # bertjax rows: XLA_FLAGS and the step's options
-        # bertjax rows: what bertjax.host_memory.keep_freed_memory did; PyTorch rows run as shipped
+        # bertjax rows: what bertjax.train.host_memory.keep_freed_memory did; PyTorch rows run as shipped
         "host_memory": raw.get("host_memory", "glibc's defaults"),
         "device": raw["device"],
         "versions": raw["versions"],

@@ -37,7 +37,7 @@ from bertjax.bench.options import (
 from bertjax.bench.report import add_ratios, format_table, summarize_row
 from bertjax.bench.stamp import write_result
 from bertjax.bench.timing import THREAD_ENV, Gemm, Job, Pinning, Probe, RowSpec, write_job
-from bertjax.console import to_stderr
+from bertjax.common.console import to_stderr
 from bertjax.train.schedule import OptimConfig
 
 # AdamW as in BERT (OptimConfig's defaults), no warm-up, and a horizon far beyond the run so the

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bertjax.files import write_json_atomic
+from bertjax.common.files import write_json_atomic
 
 KINDS = ("train", "infer", "embed", "data", "corpus", "finetune", "pack")
 

@@ -46,7 +46,7 @@ def _boolean(text: str) -> bool:
 
 
 def _answer(args: argparse.Namespace) -> int:
-    from bertjax.files import read_text
+    from bertjax.common.files import read_text
     from bertjax.use.answer import answer
 
     if (args.context is None) == (args.context_file is None):

@@ -22,7 +22,7 @@ from pathlib import Path
 from bertjax.cli.errors import CommandError, writing
 from bertjax.cli.model_options import add_model_argument, load_model, run_command
 from bertjax.cli.outputs import add_force_argument
-from bertjax.files import atomic_directory, check_output_directory
+from bertjax.common.files import atomic_directory, check_output_directory
 
 DEFAULT_OUT = "attention"
 # what `bertjax attention` writes in --out: nothing else is there in a directory it wrote
@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _sentences(args: argparse.Namespace) -> tuple[str, str | None, str | None]:
     """(sentence A, sentence B or None, how messages name the text or None for the default)."""
-    from bertjax.files import read_text
+    from bertjax.common.files import read_text
 
     if args.file is None:
         if args.sentence_a is None:

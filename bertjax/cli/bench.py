@@ -25,8 +25,8 @@ from bertjax.cli.corpus_options import add_corpus_arguments
 from bertjax.cli.errors import writing
 from bertjax.cli.fields import add_field_arguments, device_defaults_table, settings_from_args
 from bertjax.cli.outputs import check_output_path
+from bertjax.common.settings import field_options, parse_value
 from bertjax.config import BertConfig
-from bertjax.settings import field_options, parse_value
 
 # Options a mode does not have (inference runs without dropout).
 EXCLUDED = {"train": (), "infer": ("dropout",)}

@@ -65,8 +65,8 @@ def _read(args: argparse.Namespace) -> list:
 
 
 def _classify(args: argparse.Namespace) -> int:
+    from bertjax.common.files import write_text_atomic
     from bertjax.data.labelled import check_labels
-    from bertjax.files import write_text_atomic
     from bertjax.heads import BertForSequenceClassification
     from bertjax.tasks.classification import label_ids, predict, score
     from bertjax.use.encode import check_max_length

@@ -58,7 +58,7 @@ def describe_source(report: Any) -> str:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from bertjax.files import atomic_directory
+    from bertjax.common.files import atomic_directory
     from bertjax.heads import MODEL_CLASSES
     from bertjax.io.hf import check_export_directory
     from bertjax.io.verify import ExportCheckError, tensors_written, verify_export

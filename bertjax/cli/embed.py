@@ -134,7 +134,7 @@ def _clip(text: str, width: int = 100) -> str:
 
 
 def _embed(args: argparse.Namespace) -> int:
-    from bertjax.files import write_npy_atomic
+    from bertjax.common.files import write_npy_atomic
     from bertjax.use.embed import embed, read_lines
 
     check_output_path(args.out, "--out", force=args.force, inputs={"--file": args.file},

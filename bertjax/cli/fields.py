@@ -1,5 +1,5 @@
 """Command-line options derived from a settings dataclass, so each option is written once: its name,
-type, default, help and choices are the field's (read by `bertjax.settings.field_options`).
+type, default, help and choices are the field's (read by `bertjax.common.settings.field_options`).
 
 A field with a `help` in its metadata is an option `--field-name` (dest: the field's name); other
 metadata it may carry:
@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from bertjax.cli.argtypes import non_negative_int, positive_int, probability, subset_of
-from bertjax.settings import Option, field_options, parse_value
+from bertjax.common.settings import Option, field_options, parse_value
 
 CHECKS: dict[str, Callable[[str], Any]] = {
     "positive": positive_int, "non_negative": non_negative_int, "probability": probability,

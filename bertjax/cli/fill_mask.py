@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _fill(args: argparse.Namespace) -> int:
-    from bertjax.files import read_text
+    from bertjax.common.files import read_text
     from bertjax.use.fill_mask import fill_in, fill_mask
 
     texts, names = list(args.texts), [f"text {i + 1}" for i in range(len(args.texts))]

@@ -23,7 +23,7 @@ from bertjax.cli.argtypes import (
 from bertjax.cli.errors import CommandError
 from bertjax.cli.model_options import add_model_argument, load_model, run_command
 from bertjax.data.labelled import GENRE_TASK
-from bertjax.tasks.finetune_config import FinetuneConfig
+from bertjax.jobs.finetune.config import FinetuneConfig
 from bertjax.tasks.registry import BUNDLED, KINDS, Fields, TaskOptions, kind_of
 
 EPILOG = """\
@@ -233,7 +233,7 @@ def _finetune(args: argparse.Namespace) -> int:
     from flax import nnx
 
     from bertjax.io.report import FreshHeadsWarning
-    from bertjax.tasks.finetune import check_output_dir, finetune
+    from bertjax.jobs.finetune.job import check_output_dir, finetune
 
     check_task_options(args)
     check_output_dir(Path(args.output_dir), "--output-dir")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 import traceback
 
@@ -24,7 +25,7 @@ from bertjax.cli.errors import (
     print_error,
     show_traceback,
 )
-from bertjax.host_memory import keep_freed_memory
+from bertjax.train.host_memory import keep_freed_memory
 
 # command name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -102,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     name = " ".join(argv[:1]) or "bertjax"
     if _runs_jax(argv):
         keep_freed_memory()  # before JAX starts its threads: a CPU step reuses its memory
+    # Orbax logs its own bookkeeping (a read-only manager, a step saved without metrics) as
+    # absl warnings: not the user's business at a command line; errors still show
+    logging.getLogger("absl").setLevel(logging.ERROR)
     try:
         args, unknown, parser = _parse(argv)
         module = importlib.import_module(COMMANDS[args.command][0])

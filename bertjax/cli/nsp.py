@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _pairs(args: argparse.Namespace) -> tuple[list[str], list[str], list[str]]:
     """(first sentences, second sentences, their names for messages)."""
-    from bertjax.files import read_text
+    from bertjax.common.files import read_text
 
     if args.first is not None and args.second is None:
         raise CommandError("give sentence B too (A and B), or a --file of pairs")

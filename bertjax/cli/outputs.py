@@ -1,4 +1,4 @@
-"""What the commands write, checked before any work by one rule (`bertjax.files`):
+"""What the commands write, checked before any work by one rule (`bertjax.common.files`):
 
 - a file (`embed --out`, `classify --out`, `bench ... --json`) is new, or an existing file that
   `--force` replaces; never one of the command's inputs (its `--file`), even with `--force`, and
@@ -15,7 +15,7 @@ import argparse
 import os
 from collections.abc import Mapping
 
-from bertjax.files import check_output_file
+from bertjax.common.files import check_output_file
 
 
 def add_force_argument(parser: argparse.ArgumentParser, what: str = "--out",

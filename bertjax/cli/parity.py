@@ -51,7 +51,7 @@ def _load(args: argparse.Namespace) -> tuple[Any, str]:
     """(model, what it is) for --hf: any class, as the checkpoint says (a run: BertForPreTraining)."""
     from bertjax.cli.model_options import one_line
     from bertjax.pretrained import checkpoint_class, from_pretrained, load_hf, model_directory
-    from bertjax.train.rundir import RunDir
+    from bertjax.runs.layout import RunDir
 
     try:
         directory = model_directory(args.hf, args.revision)

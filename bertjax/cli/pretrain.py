@@ -14,9 +14,9 @@ from typing import Any
 
 from bertjax.cli.argtypes import non_negative_int, positive_float, positive_int
 from bertjax.cli.errors import EXIT_INTERRUPTED, CommandError
-from bertjax.train import run_config as rc
-from bertjax.train.interrupt import CtrlC, PretrainInterrupted, exit_now
-from bertjax.train.rundir import RunDir, describe
+from bertjax.jobs.interrupt import CtrlC, PretrainInterrupted, exit_now
+from bertjax.runs import config as rc
+from bertjax.runs.layout import RunDir, describe
 
 DEFAULT_OUTPUT_DIR = "runs/pretrain"
 
@@ -128,9 +128,16 @@ def resolve_config(args: argparse.Namespace) -> rc.RunConfig:
     overrides = overrides_from_args(args)
     if args.resume and args.config is None and not overrides:
         run = RunDir(args.output_dir)
-        saved = run.saved_config()
+        saved, source = run.saved_config(), str(run.config)
+        if saved is None and run.checkpoints.is_dir():  # deleted: the newest checkpoint's copy
+            from bertjax.jobs.pretrain.start import checkpoint_config
+            from bertjax.train.saved import finished_steps
+
+            steps = finished_steps(run.checkpoints)
+            saved = checkpoint_config(run, steps) if steps else None
+            source = f"{run.checkpoints} step {steps[-1]}" if steps else source
         if saved is not None:
-            return rc.RunConfig.from_dict(saved, source=str(run.config))
+            return rc.RunConfig.from_dict(saved, source=source)
     return rc.load(args.config, overrides)
 
 
@@ -150,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:  # before the job began: nothing was written
             run = RunDir(args.output_dir)
             again = (f"resume with: bertjax pretrain --resume --output-dir {shlex.quote(str(run))}"
-                     if run.config.is_file() or run.checkpoint_steps() else
+                     if run.config.is_file() or run.checkpoints.is_dir() else
                      "start it again with the same command")
             print(f"bertjax pretrain: interrupted (Ctrl-C) before the run began; nothing was "
                   f"written; {again}", file=sys.stderr)
@@ -159,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _pretrain(args: argparse.Namespace, config: rc.RunConfig, ctrl_c: CtrlC) -> int:
     _start_processes(args)
-    from bertjax.train.pretrain import NonFiniteLossError, PretrainError, pretrain
+    from bertjax.jobs.pretrain.job import NonFiniteLossError, PretrainError, pretrain
 
     ctrl_c.poll()  # a Ctrl-C during the imports that was not raised
     try:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from bertjax.cli.argtypes import int_range, non_negative_int
 from bertjax.cli.corpus_options import add_corpus_arguments
+from bertjax.common.files import atomic_directory, check_output_directory, temporary_name
 from bertjax.config import MAX_VOCAB_SIZE
 from bertjax.data.tokenizer import MIN_VOCAB_SIZE, SAVED_FILES
-from bertjax.files import atomic_directory, check_output_directory, temporary_name
 
 # what `bertjax vocab` writes, and the temporary files of an interrupted write
 VOCAB_FILES = (*SAVED_FILES, *map(temporary_name, SAVED_FILES))

@@ -18,8 +18,8 @@ from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from bertjax.common.files import read_text
 from bertjax.data.corpus import shakespeare_genres, shakespeare_speeches
-from bertjax.files import read_text
 
 T = TypeVar("T")
 

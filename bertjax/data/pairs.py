@@ -35,8 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bertjax.common.files import write_npy_atomic
 from bertjax.data.shards import Shards
-from bertjax.files import write_npy_atomic
 
 COLUMNS = ("a_start", "a_end", "b_start", "b_end", "label", "boundary")
 IS_NEXT, NOT_NEXT = 0, 1

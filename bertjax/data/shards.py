@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from bertjax.common.files import atomic_directory, check_output_directory, temporary_name
 from bertjax.data.corpus import Document
 from bertjax.data.tokenizer import SAVED_FILES, SpecialTokens, WordPieceTokenizer
-from bertjax.files import atomic_directory, check_output_directory, temporary_name
 
 FORMAT = "bertjax-shards-1"
 META = "meta.json"

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bertjax.common.files import read_text
 from bertjax.data.tokenizer import WordPieceTokenizer
-from bertjax.files import read_text
 
 NO_OFFSET = -1  # the offsets of a piece that is not context ([CLS], question, [SEP], padding)
 

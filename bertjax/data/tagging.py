@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
+from bertjax.common.files import read_text
 from bertjax.data.labelled import json_records
 from bertjax.data.tokenizer import WordPieceTokenizer
-from bertjax.files import read_text
 
 IGNORE = -100  # the label of a position the loss skips (special tokens, padding, later pieces)
 _BIO = re.compile(r"^[BI]-\S+$")

@@ -18,8 +18,8 @@ import numpy as np
 from tokenizers import BertWordPieceTokenizer, Tokenizer
 from tokenizers.processors import BertProcessing
 
+from bertjax.common.files import read_text, write_text_atomic
 from bertjax.config import MAX_VOCAB_SIZE
-from bertjax.files import read_text, write_text_atomic
 
 SPECIAL_TOKENS: dict[str, str] = {
     "pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]",

@@ -11,15 +11,17 @@ and `bertjax pretrain` run directories is `bertjax.pretrained`, one layer up.
     models.py      whole models of any class in and out of Hugging Face directories
     report.py      LoadReport: what a load read and built (no framework)
     hub.py         Hugging Face Hub ids as local directories (huggingface_hub, optional)
-    manifest.py    a checksum of every file of a checkpoint step, checked before it is read
-    orbax_reads.py reading an Orbax step quietly, nothing left behind
     runs.py        the model of a `bertjax pretrain` run directory, read-only
     verify.py      checking an exported directory: bertjax reloads it, transformers agrees
+
+It may import the run-directory schema (`bertjax.runs`), the training library's checkpoint
+reading (`bertjax.train.saved`), `bertjax.data`, the model core's config and `bertjax.common`;
+never `bertjax.model`/`heads` (a class comes in as an argument), the jobs or the command line.
 """
 
 from __future__ import annotations
 
-from bertjax.lazy import lazy_names
+from bertjax.common.lazy import lazy_names
 
 _NAMES = {
     **dict.fromkeys(("read_hf", "write_hf", "read_hf_tensors", "weights_format",
@@ -27,8 +29,7 @@ _NAMES = {
     **dict.fromkeys(("load_model", "save_model"), "bertjax.io.models"),
     **dict.fromkeys(("LoadReport", "FreshHeadsWarning"), "bertjax.io.report"),
     "resolve_model": "bertjax.io.hub",
-    **dict.fromkeys(("load_run_model", "read_run_checkpoint", "read_state", "saved_steps",
-                     "best_saved_step", "CheckpointCorruptWarning"), "bertjax.io.runs"),
+    **dict.fromkeys(("load_run_model", "read_run_checkpoint"), "bertjax.io.runs"),
     **dict.fromkeys(("verify_export", "ExportCheckError"), "bertjax.io.verify"),
     **dict.fromkeys(("build_model", "model_to_numpy", "state_to_numpy"), "bertjax.io.weights"),
 }

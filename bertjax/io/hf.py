@@ -24,9 +24,9 @@ import numpy as np
 import safetensors.numpy  # called through the module: tests replace save_file to crash a write
 from safetensors import SafetensorError
 
+from bertjax.common.files import atomic_directory, check_output_directory, follow_umask
 from bertjax.config import BertConfig
 from bertjax.data.tokenizer import SPECIAL_TOKENS
-from bertjax.files import atomic_directory, check_output_directory, follow_umask
 from bertjax.io.flax_msgpack import FLAX_WEIGHTS, FLAX_WEIGHTS_INDEX, read_flax_tensors
 from bertjax.io.names import (
     BASE_PREFIX,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
 
 # Flax leaf -> (PyTorch leaf, transposed?). Flax kernels are (in, out); torch weights (out, in).
 LEAF_RENAMES: dict[str, tuple[str, bool]] = {
@@ -183,33 +182,3 @@ def normalise_hf_key(key: str) -> str:
     elif key.endswith(".beta"):
         key = key[: -len("beta")] + "bias"
     return key
-
-
-# The encoder's layer stack: `layers.{i}.…` in a loop model; under `config.scan_layers` one module
-# `layers.…` whose parameters are stacked (L, ...). Both have the same per-layer PyTorch names.
-LAYERS = "layers"
-
-
-def _part(key: Any) -> str:
-    """A path element as text: a plain key or index, or a JAX key-path entry (`DictKey`,
-    `GetAttrKey`, `SequenceKey`)."""
-    for attr in ("key", "name", "idx"):
-        if hasattr(key, attr):
-            return str(getattr(key, attr))
-    return str(key)
-
-
-def stacked_at(path: Iterable[Any]) -> int | None:
-    """Where the layer index belongs in the path of a scan model's stacked (L, ...) parameter
-    (right after `layers`); None for every other parameter, `layers.{i}.…` of a loop model
-    included. Takes Flax paths, checkpoint paths (indices as strings) and JAX key paths."""
-    parts = [_part(p) for p in path]
-    for i in range(len(parts) - 1):
-        if parts[i] == LAYERS and not parts[i + 1].isdigit():
-            return i + 1
-    return None
-
-
-def per_layer_shape(path: Iterable[Any], shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The shape of one layer's parameter: a scan model's stacked leaf without its (L,) axis."""
-    return tuple(shape[1:]) if stacked_at(path) is not None else tuple(shape)

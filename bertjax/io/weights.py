@@ -23,14 +23,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from bertjax.config import BertConfig
+from bertjax.config import BertConfig, stacked_at
 from bertjax.io.names import (
     HEAD_PREFIXES,
     MADE_BY,
     MADE_BY_DEFAULT,
     POOLER,
     checkpoint_name,
-    stacked_at,
     torch_name,
 )
 from bertjax.io.report import FreshHeadsWarning, LoadReport

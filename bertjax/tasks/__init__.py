@@ -13,7 +13,7 @@ The examples themselves are read by `bertjax.data` (no framework). `bertjax.fine
 
 from __future__ import annotations
 
-from bertjax.lazy import lazy_names
+from bertjax.common.lazy import lazy_names
 
 _NAMES = {
     **dict.fromkeys(("Task", "TaskScores"), "bertjax.tasks.task"),
@@ -22,8 +22,8 @@ _NAMES = {
                     "bertjax.tasks.token_classification"),
     **dict.fromkeys(("QuestionAnsweringTask", "Decoding"), "bertjax.tasks.question_answering"),
     **dict.fromkeys(("MultipleChoiceTask", "predict_choices"), "bertjax.tasks.multiple_choice"),
-    "FinetuneConfig": "bertjax.tasks.finetune_config",
-    "FinetuneResult": "bertjax.tasks.finetune",
+    "FinetuneConfig": "bertjax.jobs.finetune.config",
+    "FinetuneResult": "bertjax.jobs.finetune.job",
     **dict.fromkeys(("KINDS", "BUNDLED", "Fields", "TaskOptions", "make_task",
                      "read_task_examples", "bundled_examples", "hold_out", "kind_of"),
                     "bertjax.tasks.registry"),

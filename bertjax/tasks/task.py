@@ -1,7 +1,7 @@
 """What the fine-tuning job needs from a task: how its examples become batches, the objective its
 train step minimises, how a model is scored on examples, a non-neural baseline and a report.
 
-`bertjax.tasks.finetune.finetune` runs any `Task`; each task module (classification.py,
+`bertjax.jobs.finetune.job.finetune` runs any `Task`; each task module (classification.py,
 token_classification.py, question_answering.py, multiple_choice.py) holds one.
 """
 

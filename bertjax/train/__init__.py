@@ -1,40 +1,39 @@
-"""Training: the pieces every job shares and the pre-training job itself.
-
-For your own loop, the names below are here, flat (each loads its module on first use):
+"""The training library: what a user's own loop takes (the jobs in `bertjax.jobs` are built from
+it and never imported by it). The names below are here, flat, each loading its module on first
+use:
 
     from bertjax import train
     training = train.assemble(model, optax.adamw(1e-4), seed=0)   # any Optax transformation
     state, metrics = training.train_step(state, batch)
     train.Checkpointer("ckpt/").save(step, state)
 
-    choices.py       the names of optimizers, parallel strategies and PRNGs (no framework)
-    schedule.py      OptimConfig, the weight-decay rule and the LR schedule (no framework;
-                     shared with bert_torch)
-    optim.py         OptimConfig -> an Optax transformation (AdamW, Adam, LAMB, SGD) with clipping
-                     and decay masks; the learning rate a transformation's state holds
-    objectives.py    what a step optimises: pre-training (MLM + NSP) or a task's loss
-    step.py          TrainState, the pure train and eval steps (accumulation, dropout keys)
-    assembly.py      model + optimizer + step + strategy, built one way for every job
-    parallel.py      strategies none / pmap / mesh (data x fsdp) behind one interface
-    distributed.py   multi-host start-up and helpers through jax.distributed
-    prefetch.py      a background thread that keeps the next batches ready
-    checkpoint.py    Checkpointer: Orbax checkpoints of any state, for any loop (atomic, checked)
-    loop.py          pending metrics, the clock and progress bar, the step schedule (shared)
-    metrics.py       the JSON-lines log and TensorBoard events
-    run_config.py    a pre-training run's configuration (no framework)
-    rundir.py        every path inside a run directory (no framework)
-    pretrain_data.py corpus -> vocabulary -> shards -> batches for a run
-    run_state.py     whether a run may start, restart or resume in its directory
-    pretrain.py      the pre-training job: train, evaluate, checkpoint, resume
-    interrupt.py     Ctrl-C during a job: stop at the end of a step with a checkpoint (no framework)
+    choices.py      the names of optimizers, parallel strategies and PRNGs (no framework)
+    schedule.py     OptimConfig, the weight-decay rule and the LR schedule (no framework;
+                    shared with bert_torch)
+    optim.py        OptimConfig -> an Optax transformation (AdamW, Adam, LAMB, SGD) with clipping
+                    and decay masks; the learning rate a transformation's state holds
+    objectives.py   what a step optimises: pre-training (MLM + NSP) or a task's loss
+    step.py         TrainState, the pure train and eval steps (accumulation, dropout keys)
+    assembly.py     model + optimizer + step + strategy, built one way for every job
+    parallel.py     strategies none / pmap / mesh (data x fsdp) behind one interface
+    distributed.py  multi-host start-up and helpers through jax.distributed
+    prefetch.py     a background thread that keeps the next batches ready
+    manifest.py     a checksum of every file of a checkpoint step (no framework)
+    saved.py        checkpoint questions through Orbax's public API: finished steps, the best,
+                    a step's metrics, state and configuration (read-only)
+    checkpoint.py   Checkpointer: Orbax checkpoints of any state, for any loop (atomic, checked)
+    loop.py         pending metrics, the clock and progress bar, the step schedule
+    metrics.py      the JSON-lines log and TensorBoard events
+    local_init.py   attention heads that start out reading their neighbours
+    host_memory.py  keep_freed_memory(): glibc keeps freed blocks (a process setting, opt-in)
 
-Importing this package imports nothing; `choices`, `schedule`, `run_config`, `rundir` and
-`interrupt` import no framework, so the command line reads its options without loading JAX.
+It may import the model core, `bertjax.data` and `bertjax.common`; never `io`, `runs`, the jobs or
+the command line. Importing this package imports nothing.
 """
 
 from __future__ import annotations
 
-from bertjax.lazy import lazy_names
+from bertjax.common.lazy import lazy_names
 
 _NAMES = {
     **dict.fromkeys(("assemble", "Training", "needs_dropout_keys"), "bertjax.train.assembly"),
@@ -47,6 +46,8 @@ _NAMES = {
                      "QUESTION_ANSWERING", "MULTIPLE_CHOICE"), "bertjax.train.objectives"),
     **dict.fromkeys(("Checkpointer", "Restored", "abstract_like", "state_digest"),
                     "bertjax.train.checkpoint"),
+    **dict.fromkeys(("finished_steps", "best_step", "read_state", "CheckpointCorruptWarning",
+                     "StepReadError"), "bertjax.train.saved"),
     "metrics_from_sums": "bertjax.losses",
     **dict.fromkeys(("TrainState", "create_train_state", "make_train_step", "make_eval_step"),
                     "bertjax.train.step"),
@@ -54,8 +55,8 @@ _NAMES = {
                     "bertjax.train.loop"),
     "MetricsWriter": "bertjax.train.metrics",
     "Prefetch": "bertjax.train.prefetch",
-    "RunConfig": "bertjax.train.run_config",
     "local_attention_init": "bertjax.train.local_init",
+    "keep_freed_memory": "bertjax.train.host_memory",
 }
 
 __all__ = sorted(_NAMES)

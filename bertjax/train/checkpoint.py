@@ -9,7 +9,7 @@ A step `s` holds the `state` pytree (params, optimizer state, step, RNG key... a
 `data` item (`extra`, the step and a digest of `state`) and, if given, a JSON `config` item (the
 pre-training job keeps its run configuration there). Orbax writes each step aside and renames it
 when complete, so a killed writer leaves no half step; then a manifest of every file's checksum is
-added (`bertjax.io.manifest`). Retention keeps the newest `keep_last` steps plus the `keep_best`
+added (`bertjax.train.manifest`). Retention keeps the newest `keep_last` steps plus the `keep_best`
 with the lowest held-out loss (steps saved with an `eval_loss`).
 
 `restore` walks back from the newest step and skips, with one warning naming it, any step whose
@@ -34,18 +34,18 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from bertjax.io.manifest import write_manifest
-from bertjax.io.orbax_reads import StepReadError, check_step_files, quiet_orbax, quiet_saves, reason
-from bertjax.io.runs import (  # noqa: F401 - re-exported: where these were before bertjax.io.runs
-    EVAL_LOSS_KEY,
-    CheckpointCorruptWarning,
-    CheckpointReadError,
-    best_saved_step,
-    read_params,
-    read_state,
-    saved_steps,
-)
 from bertjax.train.distributed import barrier
+from bertjax.train.manifest import write_manifest
+from bertjax.train.saved import (
+    EVAL_LOSS_KEY,
+    ITEMS,
+    CheckpointCorruptWarning,
+    StepReadError,
+    best_step,
+    check_step_files,
+    manager_options,
+    reason,
+)
 
 log = logging.getLogger(__name__)
 
@@ -102,33 +102,23 @@ class Checkpointer:
                 get_metric_fn=lambda metrics: float(metrics[EVAL_LOSS_KEY]),
                 reverse=True,  # BestN keeps the tail of the sorted list: sort losses descending
                 n=keep_best, keep_checkpoints_without_metrics=False))
-        options = ocp.CheckpointManagerOptions(
+        options = manager_options(
             preservation_policy=ocp.checkpoint_managers.AnyPreservationPolicy(policies),
-            # best_fn also makes Orbax persist each step's metrics, so "best" survives restarts.
-            best_fn=lambda metrics: float(metrics[EVAL_LOSS_KEY]), best_mode="min",
             keep_checkpoints_without_metrics=False,
             # Synchronous: a save has finished (and been renamed into place) when save() returns.
             enable_async_checkpointing=False,
             cleanup_tmp_directories=True,  # tmp dirs left by a killed writer
             create=True,
         )
-        self.manager = ocp.CheckpointManager(
-            self.directory, item_names=("state", "data", "config"), options=options)
+        self.manager = ocp.CheckpointManager(self.directory, item_names=ITEMS, options=options)
 
     # --- writing ---------------------------------------------------------------------------
 
-    def save(self, step: int, state: Any, *legacy: Any, extra: Mapping[str, Any] | None = None,
+    def save(self, step: int, state: Any, *, extra: Mapping[str, Any] | None = None,
              config: Mapping[str, Any] | None = None, eval_loss: float | None = None) -> bool:
         """Write step `step`: `state` (a pytree of arrays), `extra` (JSON) and `config` (JSON, a
         copy of the run's settings); `eval_loss` ranks it for keep-best. Returns whether it was
-        saved (False: that step is on disk already). (`save(step, state, data_states, config)`,
-        the pre-training job's old form, still works, with a DeprecationWarning.)"""
-        if legacy:
-            warnings.warn("Checkpointer.save(step, state, data_states, config) is deprecated: "
-                          "pass extra={'data_states': ...} and config=... by name",
-                          DeprecationWarning, stacklevel=2)
-            extra = {"data_states": legacy[0]}
-            config = legacy[1] if len(legacy) > 1 else config
+        saved (False: that step is on disk already)."""
         if step in self.manager.all_steps():
             return False
         extra = dict(extra or {})
@@ -140,10 +130,9 @@ class Checkpointer:
         if config is not None:
             items["config"] = ocp.args.JsonSave(dict(config))
         metrics = None if eval_loss is None else {EVAL_LOSS_KEY: float(eval_loss)}
-        with quiet_saves():
-            saved = self.manager.save(step, args=ocp.args.Composite(**items), metrics=metrics,
-                                      force=True)
-            self.manager.wait_until_finished()
+        saved = self.manager.save(step, args=ocp.args.Composite(**items), metrics=metrics,
+                                  force=True)
+        self.manager.wait_until_finished()
         if saved and jax.process_index() == 0:
             write_manifest(self.directory / str(step))
         barrier("bertjax_checkpoint_manifest")
@@ -158,12 +147,7 @@ class Checkpointer:
 
     def best_step(self) -> int | None:
         """The kept step with the lowest held-out loss, if any step was saved with one."""
-        best = None
-        for step in self.steps():
-            metrics = self.manager.metrics(step) or {}
-            if EVAL_LOSS_KEY in metrics and (best is None or metrics[EVAL_LOSS_KEY] < best[1]):
-                best = (step, float(metrics[EVAL_LOSS_KEY]))
-        return None if best is None else best[0]
+        return best_step(self.directory)
 
     def restore(self, target: Any, step: int | None = None) -> Restored | None:
         """The newest step that restores cleanly into the structure of `target` (an example
@@ -192,22 +176,17 @@ class Checkpointer:
                                f"{[err.step for err in damaged]} are all damaged ({damaged[0]})")
         return None
 
-    def restore_latest(self, abstract_state: Any) -> Restored | None:
-        """The newest step that restores cleanly (`restore` without a step)."""
-        return self.restore(abstract_state)
-
     def _restore_step(self, step: int, abstract: Any) -> Restored:
         """One step, its files and its digest checked; any damage is a StepReadError."""
         step_dir = self.directory / str(step)
         check_step_files(step_dir, step)
         items = {"state": ocp.args.StandardRestore(abstract), "data": ocp.args.JsonRestore()}
-        if (step_dir / "config").is_dir():
-            items["config"] = ocp.args.JsonRestore()
         try:
-            with quiet_orbax():
-                restored = self.manager.restore(step, args=ocp.args.Composite(**items))
+            if "config" in self.manager.item_metadata(step).keys():
+                items["config"] = ocp.args.JsonRestore()
+            restored = self.manager.restore(step, args=ocp.args.Composite(**items))
         except Exception as err:  # noqa: BLE001 - any read error means this step is bad
-            raise StepReadError(step, f"{type(err).__name__}: {reason(err)}") from err
+            raise StepReadError(step, reason(err)) from err
         data = restored["data"]
         if not isinstance(data, dict) or "digest" not in data:
             raise StepReadError(step, "the data item is missing or incomplete")
@@ -242,26 +221,3 @@ class Checkpointer:
 
     def close(self) -> None:
         self.manager.close()
-
-
-def _load_run_model_pair(root: str | Path, **kwargs: Any) -> tuple[Any, Any]:
-    """The old `load_run_model`: (model, tokenizer), without the report."""
-    from bertjax.io.runs import load_run_model
-
-    model, tokenizer, _ = load_run_model(root, **kwargs)
-    return model, tokenizer
-
-
-_MOVED = {"load_run_model": ("bertjax.io.runs.load_run_model, which returns a LoadReport too",
-                             _load_run_model_pair),
-          "quiet_orbax_logs": ("bertjax.io.orbax_reads.quiet_orbax", quiet_orbax)}
-
-
-def __getattr__(name: str) -> Any:
-    """Names that moved out of this module: still here, with a warning naming the new place."""
-    if name in _MOVED:
-        where, value = _MOVED[name]
-        warnings.warn(f"bertjax.train.checkpoint.{name} is deprecated: use {where}",
-                      DeprecationWarning, stacklevel=2)
-        return value
-    raise AttributeError(f"module 'bertjax.train.checkpoint' has no attribute {name!r}")

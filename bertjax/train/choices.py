@@ -1,5 +1,5 @@
 """The names a run's options accept, in one framework-free place: the configuration
-(`bertjax.train.run_config`) validates against them without importing JAX, Flax or Optax, and
+(`bertjax.runs.config`) validates against them without importing JAX, Flax or Optax, and
 the modules that implement each choice check their tables against the same tuples."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bertjax.files import write_text_atomic
+from bertjax.common.files import write_text_atomic
 
 
 def _plain(value: Any) -> Any:

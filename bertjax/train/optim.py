@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bertjax.io.names import per_layer_shape, stacked_at
+from bertjax.config import per_layer_shape, stacked_at
 from bertjax.train.choices import OPTIMIZERS
 from bertjax.train.schedule import OptimConfig, applies_weight_decay
 

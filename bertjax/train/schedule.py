@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from bertjax.settings import option_field
+from bertjax.common.settings import option_field
 from bertjax.train.choices import OPTIMIZERS
 
 
@@ -22,7 +22,7 @@ class OptimConfig:
     """The optimizer and its schedule; in a run, the schedule's length is train.steps.
 
     What `bertjax.train.optim.make_optimizer` (and, for AdamW, `bert_torch.train`) builds, and the
-    `[optim]` section of a pre-training run (`bertjax.train.run_config`): each field's help is its
+    `[optim]` section of a pre-training run (`bertjax.runs.config`): each field's help is its
     `--optim.FIELD` option's, and a run sets `total_steps` from `train.steps`.
     """
 

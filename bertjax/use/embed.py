@@ -27,8 +27,8 @@ import numpy as np
 from flax import nnx
 from tqdm.auto import tqdm
 
+from bertjax.common.files import read_text
 from bertjax.data.tokenizer import WordPieceTokenizer
-from bertjax.files import read_text
 from bertjax.use.encode import Encoded, encode, model_max_length
 from bertjax.use.packed import packed_batches, packing_options, sequence_mask
 from bertjax.use.truncation import warn_cut

@@ -28,7 +28,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from bertjax.files import atomic_file, write_text_atomic
+from bertjax.common.files import atomic_file, write_text_atomic
 from bertjax.use.attention import AttentionMaps
 
 GENERATOR = "bertjax attention"  # in every PNG and page written here: a later --force may replace it

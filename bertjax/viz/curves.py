@@ -14,7 +14,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from bertjax.files import atomic_file
+from bertjax.common.files import atomic_file
 
 
 def _series(records: Iterable[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:

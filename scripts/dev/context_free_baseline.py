@@ -17,8 +17,8 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from bertjax.train.pretrain_data import held_out_batches, training_batches
-from bertjax.train.rundir import RunDir
+from bertjax.jobs.pretrain.data import held_out_batches, training_batches
+from bertjax.runs.layout import RunDir
 
 
 def inputs_and_targets(batches: Iterable[dict]) -> Iterator[tuple[np.ndarray, np.ndarray]]:

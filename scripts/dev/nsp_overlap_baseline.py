@@ -19,8 +19,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from bertjax.train.pretrain_data import held_out_batches, training_batches
-from bertjax.train.rundir import RunDir
+from bertjax.jobs.pretrain.data import held_out_batches, training_batches
+from bertjax.runs.layout import RunDir
 
 
 def overlaps(batches: Iterable[dict], special: set[int]) -> tuple[np.ndarray, np.ndarray]:

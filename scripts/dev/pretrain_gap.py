@@ -43,14 +43,14 @@ import jax
 
 from bertjax.bench.batch import MODEL_KEYS, pretraining_batch
 from bertjax.data.tokenizer import WordPieceTokenizer
-from bertjax.host_memory import keep_freed_memory
-from bertjax.train import run_config as rc
+from bertjax.jobs.pretrain.data import training_batches
+from bertjax.jobs.pretrain.job import initialise_model
+from bertjax.runs import config as rc
+from bertjax.runs.layout import RunDir
 from bertjax.train.assembly import assemble
+from bertjax.train.host_memory import keep_freed_memory
 from bertjax.train.parallel import make_strategy
 from bertjax.train.prefetch import Prefetch
-from bertjax.train.pretrain import initialise_model
-from bertjax.train.pretrain_data import training_batches
-from bertjax.train.rundir import RunDir
 
 TRACE_CACHE = 16  # XLA's default xla_cmd_buffer_trace_cache_size: cuBLAS/cuDNN graphs by address
 

@@ -47,8 +47,8 @@ from bertjax.bench.batch import MODEL_KEYS, pretraining_batch
 from bertjax.bench.options import BenchSettings, available_cores
 from bertjax.bench.timing import pin_cores
 from bertjax.cli.bench import parse_override
-from bertjax.host_memory import keep_freed_memory
 from bertjax.train.assembly import assemble
+from bertjax.train.host_memory import keep_freed_memory
 from bertjax.train.parallel import SingleDevice
 from bertjax.train.schedule import OptimConfig
 

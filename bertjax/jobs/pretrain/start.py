@@ -1,7 +1,7 @@
 """The run directory's states for `bertjax pretrain`: whether a job may start, start afresh or
 resume in a directory (`check_run_dir`, which only reads), what a run that never reached a
 checkpoint leaves to remove, and what an interrupted run says. The job itself is
-`bertjax.train.pretrain`.
+`bertjax.jobs.pretrain.job`.
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ import shutil
 
 import jax
 
-from bertjax.files import check_creatable, listing, write_json_atomic
-from bertjax.train import run_config as rc
-from bertjax.train.interrupt import CtrlC, PretrainInterrupted
-from bertjax.train.pretrain_data import CACHE_OPTIONS
-from bertjax.train.rundir import RunDir, Survey
+from bertjax.common.files import check_creatable, listing, write_json_atomic
+from bertjax.jobs.interrupt import CtrlC, PretrainInterrupted
+from bertjax.jobs.pretrain.data import CACHE_OPTIONS
+from bertjax.runs import config as rc
+from bertjax.runs.layout import RunDir, Survey
+from bertjax.train.saved import finished_steps, read_config
 
 
 class PretrainError(RuntimeError):
@@ -46,7 +47,9 @@ def check_run_dir(run: RunDir, config: rc.RunConfig, resume: bool) -> RunStart:
     if run.root.exists() and not run.root.is_dir():
         raise PretrainError(f"--output-dir {run} is a file, not a directory; choose another "
                             "--output-dir")
-    survey = run.survey()
+    survey = run.survey(finished_steps(run.checkpoints))
+    if survey.saved is None and survey.steps:  # run_config.json deleted: the checkpoint's copy
+        survey = dataclasses.replace(survey, saved=checkpoint_config(run, survey.steps))
     if resume:
         return _check_resume(run, config, survey)
     if survey.started:
@@ -99,6 +102,13 @@ def _check_resume(run: RunDir, config: rc.RunConfig, survey: Survey) -> RunStart
                     write_config=survey.saved is None)
 
 
+def checkpoint_config(run: RunDir, steps: list[int]) -> dict | None:
+    """The run configuration the newest of `steps` keeps a copy of (completed for options added
+    since), or None if it keeps none: what a run whose run_config.json was deleted resumes with."""
+    saved = read_config(run.checkpoints, steps[-1])
+    return None if saved is None else rc.complete_saved(saved)
+
+
 def discard_unstarted(run: RunDir) -> None:
     """Remove what a run that never reached a checkpoint wrote (its configuration, data and
     logs): the run starts afresh, or the set-up that made them failed."""
@@ -116,7 +126,7 @@ def interrupted_error(run: RunDir, config: rc.RunConfig, ctrl_c: CtrlC, *,
     configuration (so --resume works) and its checkpoints; the error says so."""
     if jax.process_index() == 0 and not run.config.exists():
         write_json_atomic(run.config, config.to_dict())  # options checked: --resume can use them
-    steps = run.checkpoint_steps()
+    steps = finished_steps(run.checkpoints)
     where = ("during set-up" if ctrl_c.step is None else
              "before the first step" if ctrl_c.step == 0 else f"at step {ctrl_c.step}")
     if not steps:

@@ -17,7 +17,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from bertjax.files import write_json_atomic
+from bertjax.common.files import write_json_atomic
 
 MANIFEST = "bertjax_files.json"
 _CHUNK = 1 << 22  # bytes hashed at a time: memory stays flat for any file size

@@ -27,6 +27,10 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from bertjax.common.files import read_text
+from bertjax.common.settings import Option, field_options, parse_value
+from bertjax.common.settings import option_field as _f
+from bertjax.common.settings import unknown_option as settings_unknown_option
 from bertjax.config import (
     ATTENTION_IMPLEMENTATIONS,
     COMPUTE_DTYPES,
@@ -34,10 +38,6 @@ from bertjax.config import (
     PRESETS,
     BertConfig,
 )
-from bertjax.files import read_text
-from bertjax.settings import Option, field_options, parse_value
-from bertjax.settings import option_field as _f
-from bertjax.settings import unknown_option as settings_unknown_option
 from bertjax.train.choices import PARALLEL_CHOICES, PRNG_IMPLS
 from bertjax.train.schedule import OptimConfig
 

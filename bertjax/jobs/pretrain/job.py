@@ -1,7 +1,7 @@
 """The pre-training job: `pretrain(config, run_dir)` is what `bertjax pretrain` runs.
 
 Data, model, optimizer, the loop, evaluation, checkpoints, metrics; the files it writes are listed
-in `bertjax.train.rundir`. Resume is exact: the state (params, optimizer, step, RNG key), the batch
+in `bertjax.runs.layout`. Resume is exact: the state (params, optimizer, step, RNG key), the batch
 iterator's position and RNG are restored from the newest good checkpoint, dropout keys are derived
 from (seed, step), and the metrics log is cut back to that step, so a killed and resumed run ends
 bitwise equal to an uninterrupted one on the CPU.
@@ -29,22 +29,12 @@ import jax
 import numpy as np
 from flax import nnx
 
-from bertjax.console import quiet, to_stderr
-from bertjax.files import write_json_atomic
+from bertjax.common.console import quiet, to_stderr
+from bertjax.common.files import write_json_atomic
 from bertjax.heads import BertForPreTraining
-from bertjax.losses import metrics_from_sums
-from bertjax.train import run_config as rc
-from bertjax.train.assembly import Strategy, assemble
-from bertjax.train.checkpoint import Checkpointer
-from bertjax.train.distributed import allgather_json, barrier
-from bertjax.train.interrupt import Abandoned, CtrlC, PretrainInterrupted, abandonable
-from bertjax.train.local_init import local_attention_init
-from bertjax.train.loop import NonFiniteLossError, PendingMetrics, StepSchedule, TrainClock, flush_and_tick
-from bertjax.train.metrics import MetricsWriter
-from bertjax.train.parallel import make_strategy
-from bertjax.train.prefetch import Prefetch
-from bertjax.train.pretrain_data import PretrainData, accuracy_ratio, check_corpus, open_data
-from bertjax.train.run_state import (
+from bertjax.jobs.interrupt import Abandoned, CtrlC, PretrainInterrupted, abandonable
+from bertjax.jobs.pretrain.data import PretrainData, accuracy_ratio, check_corpus, open_data
+from bertjax.jobs.pretrain.start import (
     PretrainError,
     RunStart,
     check_run_dir,
@@ -52,13 +42,23 @@ from bertjax.train.run_state import (
     interrupted_error,
     resume_command,
 )
-from bertjax.train.run_summary import (
+from bertjax.jobs.pretrain.summary import (
     PretrainResult,
     last_eval_record,
     read_summary,
     write_summary,
 )
-from bertjax.train.rundir import RunDir
+from bertjax.losses import metrics_from_sums
+from bertjax.runs import config as rc
+from bertjax.runs.layout import RunDir
+from bertjax.train.assembly import Strategy, assemble
+from bertjax.train.checkpoint import Checkpointer
+from bertjax.train.distributed import allgather_json, barrier
+from bertjax.train.local_init import local_attention_init
+from bertjax.train.loop import NonFiniteLossError, PendingMetrics, StepSchedule, TrainClock, flush_and_tick
+from bertjax.train.metrics import MetricsWriter
+from bertjax.train.parallel import make_strategy
+from bertjax.train.prefetch import Prefetch
 from bertjax.train.step import Batch, Metrics, TrainState
 
 __all__ = ["TRAIN_METRIC_KEYS", "NonFiniteLossError", "PretrainError", "PretrainResult",

@@ -11,9 +11,9 @@ import json
 import math
 from typing import Any
 
-from bertjax.files import write_json_atomic
+from bertjax.common.files import write_json_atomic
+from bertjax.runs.layout import RunDir
 from bertjax.train.metrics import read_jsonl
-from bertjax.train.rundir import RunDir
 from bertjax.viz.curves import plot_curves
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from bertjax.data.tokenizer import WordPieceTokenizer
-from bertjax.train.run_config import RunConfig, complete_saved
+from bertjax.errors import InputError
+from bertjax.runs.config import RunConfig, complete_saved
 
 # What a run directory holds, in the order a run makes it (also printed by `bertjax pretrain
 # --help`).
@@ -40,7 +41,7 @@ DATA_ENTRIES = frozenset({"train", "eval"})
 
 def _is_temporary(name: str, of: frozenset[str]) -> bool:
     """Whether `name` is what an interrupted atomic write of one of `of` leaves beside it
-    (`.metrics.tmp-123.jsonl`, `.data.tmp-123`, `.data.old-123`; see bertjax.files)."""
+    (`.metrics.tmp-123.jsonl`, `.data.tmp-123`, `.data.old-123`; see bertjax.common.files)."""
     match = re.fullmatch(r"\.(.+?)\.(?:tmp|old)-[0-9]+(\.[A-Za-z0-9]+)?", name)
     return match is not None and (match[1] + (match[2] or "") in of or match[1] in of)
 
@@ -96,10 +97,10 @@ class RunDir:
             saved = json.loads(self.config.read_bytes())
         except (OSError, ValueError) as err:  # JSONDecodeError, UnicodeDecodeError
             reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-            raise ValueError(f"{self.config} cannot be read as JSON ({reason}); "
+            raise InputError(f"{self.config} cannot be read as JSON ({reason}); "
                              f"{self._config_fix()}") from None
         if not isinstance(saved, dict) or not all(isinstance(v, dict) for v in saved.values()):
-            raise ValueError(f"{self.config} is not a JSON object of option sections; "
+            raise InputError(f"{self.config} is not a JSON object of option sections; "
                              f"{self._config_fix()}")
         return complete_saved(saved)
 
@@ -108,10 +109,10 @@ class RunDir:
         (its model, its batches) needs. A ValueError if the directory holds no run."""
         saved = self.saved_config()  # damaged: a ValueError naming the file and how to restore it
         if not isinstance(saved, dict):
-            raise ValueError(f"{self.config} is missing or not a JSON object; pass a `bertjax "
+            raise InputError(f"{self.config} is missing or not a JSON object; pass a `bertjax "
                              "pretrain` run directory or a Hugging Face model")
         if not self.tokenizer.is_file():
-            raise FileNotFoundError(f"{self.root} is a run without its tokenizer: "
+            raise InputError(f"{self.root} is a run without its tokenizer: "
                                     f"{self.tokenizer} is missing; {self._tokenizer_fix()}")
         return (RunConfig.from_dict(saved, source=str(self.config)),
                 WordPieceTokenizer.load(self.tokenizer))
@@ -125,28 +126,18 @@ class RunDir:
         return "copy it back from where the run was made (the run cannot be read without it)"
 
     def _config_fix(self) -> str:
-        steps = self.checkpoint_steps()
-        if steps:
-            return (f"restore it from the copy every checkpoint keeps (cp {self.checkpoints}/"
-                    f"{steps[-1]}/config/metadata {self.config}), or choose another --output-dir")
-        return ("the run has no checkpoint yet, so delete the file to start it afresh, or choose "
-                "another --output-dir")
+        return (f"delete it: `bertjax pretrain --resume --output-dir {self.root}` writes it again "
+                "from the newest checkpoint's copy (a run without a checkpoint starts afresh), or "
+                "choose another --output-dir")
 
-    def checkpoint_steps(self) -> list[int]:
-        """The finished checkpoint steps, oldest first (Orbax renames a step's temporary
-        directory to its number only once it is complete)."""
-        if not self.checkpoints.is_dir():
-            return []
-        return sorted(int(p.name) for p in self.checkpoints.iterdir()
-                      if p.name.isdigit() and p.is_dir())
-
-    def survey(self) -> Survey:
-        """What the directory holds now (see `Survey`)."""
+    def survey(self, steps: list[int]) -> Survey:
+        """What the directory holds now (see `Survey`), given its finished checkpoint `steps`
+        (`bertjax.train.saved.finished_steps`: the checkpoint format is not this layer's)."""
         present = sorted(name for name in ENTRIES - {self.config.name}
                          if _has_content(self.root / name))
         return Survey(exists=self.root.exists(), is_dir=self.root.is_dir(),
                       saved=self.saved_config() if self.root.is_dir() else None,
-                      steps=self.checkpoint_steps(), run_files=present,
+                      steps=list(steps), run_files=present,
                       foreign=foreign_entries(self.root))
 
     def __str__(self) -> str:

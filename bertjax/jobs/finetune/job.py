@@ -31,13 +31,13 @@ import jax
 import numpy as np
 from flax import nnx
 
-from bertjax.console import to_stderr
+from bertjax.common.console import to_stderr
+from bertjax.common.files import atomic_directory, check_output_directory, write_json_atomic
 from bertjax.data.packing import RowLayout, pack_layout
 from bertjax.data.tokenizer import WordPieceTokenizer
-from bertjax.files import atomic_directory, check_output_directory, write_json_atomic
 from bertjax.io.models import save_model
+from bertjax.jobs.finetune.config import FinetuneConfig
 from bertjax.tasks.classification import ClassificationTask
-from bertjax.tasks.finetune_config import FinetuneConfig
 from bertjax.tasks.task import Task, TaskScores
 from bertjax.train.assembly import assemble
 from bertjax.train.loop import PendingMetrics, TrainClock, flush_and_tick

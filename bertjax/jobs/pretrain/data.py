@@ -11,15 +11,15 @@ from typing import Any
 import jax
 import numpy as np
 
+from bertjax.common.files import atomic_directory
 from bertjax.data.batches import PretrainingBatches
 from bertjax.data.corpus import Document, corpus_documents
 from bertjax.data.pair_packing import real_token_share
 from bertjax.data.shards import write_shards
 from bertjax.data.tokenizer import WordPieceTokenizer
-from bertjax.files import atomic_directory
-from bertjax.train import run_config as rc
+from bertjax.runs import config as rc
+from bertjax.runs.layout import RunDir
 from bertjax.train.distributed import barrier, gather_rows
-from bertjax.train.rundir import RunDir
 
 SPLITS = ("train", "eval")
 # the options the vocabulary and the shards are made from: a run's cached data is made anew
