@@ -1,5 +1,7 @@
-"""Import structure as tests: no import circle among bertjax, bert_torch and parity; checkpoint
-formats that never import the model; a model that imports no file format.
+"""Import structure as tests: no import circle among bertjax, bert_torch and parity, module by
+module and package by package; the layers of bertjax in one order (each imports only those below
+it); checkpoint formats that never import the model; a model that imports no file format;
+framework-free layers that load no framework.
 
 Imports are read from the source (AST) at any depth: an import inside a function closes a circle
 as surely as one at the top, only later. `from a import b` imports the module `a.b` if there is
@@ -14,10 +16,39 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("bertjax", "bert_torch", "parity")
+# The model core: the top-level modules of bertjax (and what they may lean on).
 CORE = {"bertjax", "bertjax.config", "bertjax.model", "bertjax.heads", "bertjax.numerics",
-        "bertjax.inputs", "bertjax.losses", "bertjax.common.lazy", "bertjax.attention"}
+        "bertjax.inputs", "bertjax.losses", "bertjax.attention", "bertjax.errors"}
+# bertjax's layers from the top down (docs/design.md draws them): a unit (a sub-package, or a
+# module at the top of bertjax) imports only units of later layers, never of its own or an earlier
+# one. The package's own __init__ (the flat, lazy public names) imports only the model core's
+# config and the errors; its names point anywhere, loaded on first use.
+LAYERS: list[set[str]] = [
+    {"bertjax.cli"},
+    {"bertjax.bench"},
+    {"bertjax.jobs"},
+    {"bertjax.tasks"},
+    {"bertjax.viz"},
+    {"bertjax.use"},
+    {"bertjax.pretrained"},
+    {"bertjax.io"},
+    {"bertjax.runs"},
+    {"bertjax.train"},
+    {"bertjax.data"},
+    {"bertjax.heads"},
+    {"bertjax.model"},
+    {"bertjax.attention", "bertjax.losses"},
+    {"bertjax.inputs"},
+    {"bertjax.numerics"},
+    {"bertjax"},  # the flat names: only config and errors at import, the rest when first used
+    {"bertjax.config"},
+    {"bertjax.errors", "bertjax.common"},
+]
+MAX_TOP_MODULES = 10  # modules at the top of bertjax/, __init__.py included
 
 
 
@@ -91,10 +122,64 @@ def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
 GRAPH = import_graph(ROOT, PACKAGES)
 
 
+def unit_of(module: str) -> str:
+    """The unit a module belongs to: `bertjax.io.hf` -> `bertjax.io`, `bertjax.model` itself."""
+    return ".".join(module.split(".")[:2])
+
+
+def unit_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """unit -> the other units its modules import (the package-level graph)."""
+    units: dict[str, set[str]] = {}
+    for module, imported in graph.items():
+        unit = unit_of(module)
+        units.setdefault(unit, set()).update(
+            u for u in map(unit_of, imported) if u != unit and u != "bertjax")
+    return units
+
+
+UNITS = unit_graph({m: {d for d in deps if d.startswith("bertjax")}
+                    for m, deps in GRAPH.items() if m.startswith("bertjax")})
+
+
 def test_no_import_circle_anywhere():
     circles = import_circles(GRAPH)
     assert not circles, "import circles (each group imports itself round):\n" + "\n".join(
         "  " + " <-> ".join(group) for group in circles)
+
+
+def test_no_import_circle_between_packages():
+    """A file-level search misses a loop between packages whose files never loop: io.runs ->
+    train.saved while train.optim -> io.names is one."""
+    circles = import_circles(UNITS)
+    assert not circles, "package circles:\n" + "\n".join("  " + " <-> ".join(c) for c in circles)
+
+
+def test_the_package_circle_search_finds_one_made_of_files_that_do_not_loop():
+    graph = {"pkg.io.runs": {"pkg.train.saved"}, "pkg.train.saved": set(),
+             "pkg.train.optim": {"pkg.io.names"}, "pkg.io.names": set()}
+    assert import_circles(graph) == []
+    assert import_circles(unit_graph(graph)) == [["pkg.io", "pkg.train"]]
+
+
+def test_every_unit_has_its_layer_and_imports_only_layers_below_it():
+    layer = {unit: i for i, units in enumerate(LAYERS) for unit in units}
+    assert set(UNITS) <= set(layer), f"no layer for {set(UNITS) - set(layer)}"
+    upward = sorted(f"{unit} ({layer[unit]}) imports {other} ({layer[other]})"
+                    for unit, imported in UNITS.items() for other in imported
+                    if layer[other] <= layer[unit])
+    assert not upward, "imports that do not run downward:\n  " + "\n  ".join(upward)
+
+
+def test_the_top_of_the_package_holds_at_most_ten_modules():
+    top = sorted(p.name for p in (ROOT / "bertjax").glob("*.py"))
+    assert len(top) <= MAX_TOP_MODULES, top
+
+
+def test_each_package_says_what_lives_there_and_what_it_may_import():
+    for init in sorted((ROOT / "bertjax").glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        assert len(doc.split()) >= 12, f"{init.parent.name}/__init__.py: no docstring"
+        assert "import" in doc, f"{init.parent.name}/__init__.py does not say what it may import"
 
 
 def test_the_circle_search_finds_the_circle_this_tree_once_had(tmp_path):
@@ -132,8 +217,21 @@ def test_checkpoint_formats_never_import_the_model():
 
 def test_the_model_core_imports_no_file_format():
     for module in sorted(CORE & set(GRAPH)):
-        outside = sorted(GRAPH[module] - CORE)
+        outside = sorted(m for m in GRAPH[module] - CORE if not m.startswith("bertjax.common"))
         assert not outside, f"{module} imports {outside}, outside the model core"
+
+
+@pytest.mark.parametrize("package", ["bertjax.data", "bertjax.runs", "bertjax.common",
+                                     "bertjax.errors", "bertjax.config"])
+def test_framework_free_layers_load_no_framework(package):
+    """Their whole tree imported in a fresh process: no JAX, Flax, Optax, Orbax or PyTorch."""
+    modules = sorted(m for m in GRAPH if m == package or m.startswith(package + "."))
+    code = ("import importlib, sys\n"
+            f"for m in {modules!r}: importlib.import_module(m)\n"
+            "print(sorted(m for m in ('jax', 'flax', 'optax', 'orbax', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=ROOT)
+    assert out.stdout.strip() == "[]", (package, out.stdout, out.stderr[-2000:])
 
 
 def test_importing_the_formats_loads_neither_the_model_nor_a_framework_they_do_not_need():

@@ -45,6 +45,7 @@ def test_every_public_name_resolves_and_is_listed(package) -> None:
 
 def test_one_object_per_name_across_the_layers() -> None:
     """The flat names are the objects of their modules, not copies."""
+    import bertjax.jobs.finetune.config
     from bertjax.io.report import LoadReport
     from bertjax.jobs.finetune.job import finetune
     from bertjax.train.checkpoint import Checkpointer
@@ -53,7 +54,7 @@ def test_one_object_per_name_across_the_layers() -> None:
     assert bertjax.fill_mask is fill_mask and bertjax.finetune is finetune
     assert bertjax.LoadReport is bertjax.io.LoadReport is LoadReport
     assert bertjax.train.Checkpointer is Checkpointer
-    assert bertjax.FinetuneConfig is bertjax.tasks.FinetuneConfig
+    assert bertjax.FinetuneConfig is bertjax.jobs.finetune.config.FinetuneConfig
     assert bertjax.WordPieceTokenizer is bertjax.data.WordPieceTokenizer
 
 

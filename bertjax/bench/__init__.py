@@ -19,5 +19,6 @@ other, so thread pools, compile caches and peak memory never mix; the parent col
     run.py        orchestration: probe the device, run each row's subprocess, report
 
 The parent imports neither JAX nor torch: initialising JAX's GPU backend there would take the
-memory the children need.
+memory the children need. The package may import the jobs (`bench finetune`, `bench pack` run
+them) and every layer below; only the command line imports it.
 """

@@ -6,4 +6,7 @@
     fill_mask.py, nsp.py, embed.py, similarity.py, attention.py  using a BERT
     convert.py, parity.py                                        checkpoints and the PyTorch mirror
     model_options.py, corpus_options.py, argtypes.py, requirements.py   shared option helpers
+
+It may import every other layer; nothing imports it. It is the one place that installs signal
+handlers, prints one-line errors and sets process-wide options (glibc's allocator, log levels).
 """

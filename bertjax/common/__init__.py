@@ -1,0 +1,10 @@
+"""Framework-free building blocks every layer may use (the bottom layer beside `bertjax.errors`):
+
+    files.py     files written aside and renamed (atomic), reading text with clear errors, and
+                 the one rule for what a command may write where
+    console.py   progress lines on standard error
+    lazy.py      flat public names that import their module on first use (PEP 562)
+    settings.py  settings dataclasses as options: one field, one option
+
+It imports nothing of bertjax but `bertjax.errors`, and no framework (no JAX, no PyTorch).
+"""

@@ -31,7 +31,8 @@ examples (`genre_examples`, `character_tagging`, `speaker_questions`, `next_line
     for batch in PretrainingBatches("data/train", seq_len=128, global_batch_size=256):
         ...
 
-Only numpy and `tokenizers` are imported (no JAX): data loading stays light.
+Only numpy and `tokenizers` are imported (no JAX): data loading stays light. Of bertjax it may
+import the model core's config (no framework), `bertjax.errors` and `bertjax.common`.
 """
 
 from __future__ import annotations

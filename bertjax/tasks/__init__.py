@@ -3,12 +3,12 @@
     classification.py  sequence classification: prediction, accuracy, macro-F1, confusion matrices
     entities.py        token classification's metric: entity-level precision/recall/F1 as
                        seqeval computes them (tested against seqeval's own outputs), accuracy
-    finetune.py        the fine-tuning job: train, validate each epoch, export the best epoch
-    finetune_config.py its recipe, `FinetuneConfig` (no framework: the command line reads it)
     registry.py        the tasks by name: kinds, bundled tasks, readers, `make_task` (no framework)
     token_classification.py, question_answering.py, multiple_choice.py   the other tasks
 
-The examples themselves are read by `bertjax.data` (no framework). `bertjax.finetune` is the job.
+The examples themselves are read by `bertjax.data` (no framework). The fine-tuning job that
+runs a task is `bertjax.jobs.finetune`. The tasks may import the training library, `bertjax.use`
+(prediction), `bertjax.viz` (confusion matrices), data and the model core; never io or the jobs.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ _NAMES = {
                     "bertjax.tasks.token_classification"),
     **dict.fromkeys(("QuestionAnsweringTask", "Decoding"), "bertjax.tasks.question_answering"),
     **dict.fromkeys(("MultipleChoiceTask", "predict_choices"), "bertjax.tasks.multiple_choice"),
-    "FinetuneConfig": "bertjax.jobs.finetune.config",
-    "FinetuneResult": "bertjax.jobs.finetune.job",
     **dict.fromkeys(("KINDS", "BUNDLED", "Fields", "TaskOptions", "make_task",
                      "read_task_examples", "bundled_examples", "hold_out", "kind_of"),
                     "bertjax.tasks.registry"),

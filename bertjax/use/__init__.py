@@ -7,4 +7,7 @@
     attention.py      attention maps of one input (drawn by `bertjax.viz.attention`)
     tag.py            named entities per token, as transformers' token-classification pipeline
     answer.py         answer spans over a context's windows, as transformers' question-answering pipeline
+
+It may import `bertjax.data` (tokenizers) and the model core; the tasks, the jobs and the
+command line use it.
 """
