@@ -123,15 +123,15 @@ BAD_INPUT = [
     # or do nothing refused
     (["finetune", "{model}", "--train", "{good}", "--validation", "{good}",
       "--validation-fraction", "0.2", "--output-dir", "{tmp}/ft"],
-     "--validation-fraction holds out a share of --train, but --validation {good} is the "
+     "validation_fraction holds out a share of train, but validation {good} is the "
      "validation data: leave out one of them"),
     (["finetune", "{model}", "--task", "shakespeare-genres", "--validation-fraction", "0.2",
-      "--output-dir", "{tmp}/ft"], "--task shakespeare-genres's own validation split"),
+      "--output-dir", "{tmp}/ft"], "task shakespeare-genres's own validation split"),
     (["finetune", "{model}", "--train", "{good}", "--per-genre", "5", "--output-dir", "{tmp}/ft"],
-     "--per-genre is read by --task shakespeare-genres only, not by --task classification: "
+     "per_genre is read by task shakespeare-genres only, not by task classification: "
      "leave it out"),
     (["finetune", "{model}", "--train", "{good}", "--null-threshold", "1", "--output-dir",
-      "{tmp}/ft"], "--null-threshold is read by --task question-answering only"),
+      "{tmp}/ft"], "null_threshold is read by task question-answering only"),
     (["finetune", "{model}", "--task", "question-answering", "--train", "{squad}",
       "--null-threshold", "nan", "--output-dir", "{tmp}/ft"],
      "--null-threshold: expected a finite number, got 'nan'"),
@@ -143,14 +143,14 @@ BAD_INPUT = [
     (["pretrain", "--train.fsdp=2", "--train.parallel=pmap", "--output-dir", "{tmp}/run"],
      "train.fsdp=2 shards parameters over a mesh, which train.parallel='pmap' does not use; "
      "pass --train.parallel mesh or leave out --train.fsdp"),
-    (["pretrain", "--train.parallel=mesh", "--train.fsdp=2", "--optim.flatten=true",
+    (["pretrain", "--train.parallel=mesh", "--train.fsdp=2", "--optim.flatten",
       "--output-dir", "{tmp}/run"],
      "optim.flatten puts every gradient in one vector, which train.fsdp=2 would gather from its "
      "shards on each step; leave one of them out"),
-    (["pretrain", "--optim.optimizer=lamb", "--optim.flatten=true", "--output-dir", "{tmp}/run"],
+    (["pretrain", "--optim.optimizer=lamb", "--optim.flatten", "--output-dir", "{tmp}/run"],
      "flatten takes adam, adamw or sgd"),
-    (["pretrain", "--data.vocab_size=10000000", "--output-dir", "{tmp}/run"],
-     "data.vocab_size must be from 32 to 1,000,000"),
+    (["pretrain", "--data.vocab-size=10000000", "--output-dir", "{tmp}/run"],
+     "argument --data.vocab-size: expected an integer from 32 to 1,000,000"),
     (["vocab", "--corpus", "{text}", "--vocab-size", "10000000", "--out", "{tmp}/vocab"],
      "--vocab-size: expected an integer from 6 to 1000000"),
     (["vocab", "--corpus", "{corpus}", "--out", "{tmp}/vocab"],

@@ -57,9 +57,9 @@ NO_TORCH = ("import sys; sys.modules['torch'] = None; sys.modules['transformers'
 
 def test_pretrain_needs_no_torch(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-c", NO_TORCH, "pretrain", "--model.preset=tiny", "--data.vocab_size=200",
-         "--data.seq_len=32", "--data.max_predictions=5", "--data.batch_size=4",
-         "--data.eval_batches=1", "--train.steps=2", "--train.eval_every=2", "--no-progress",
+        [sys.executable, "-c", NO_TORCH, "pretrain", "--model.preset=tiny", "--data.vocab-size=200",
+         "--data.seq-len=32", "--data.max-predictions=5", "--data.batch-size=4",
+         "--data.eval-batches=1", "--train.steps=2", "--train.eval-every=2", "--no-progress",
          f"--output-dir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "done: 2 steps" in proc.stdout

@@ -36,9 +36,9 @@ FENCE = re.compile(r"(?:<!-- illustration: (?P<why>[^\n]*?) -->\n)?```(?P<lang>[
 CODE = ("python", "bash")
 # The placeholders a test fills: what each command gets appended to train on tiny settings.
 TINY = {
-    "pretrain": ["--model.preset=tiny", "--data.vocab_size=200", "--data.seq_len=32",
-                 "--data.max_predictions=5", "--data.batch_size=4", "--data.eval_batches=1",
-                 "--train.steps=4", "--train.eval_every=2", "--no-progress"],
+    "pretrain": ["--model.preset=tiny", "--data.vocab-size=200", "--data.seq-len=32",
+                 "--data.max-predictions=5", "--data.batch-size=4", "--data.eval-batches=1",
+                 "--train.steps=4", "--train.eval-every=2", "--no-progress"],
     "finetune": ["--epochs", "1", "--batch-size", "8", "--max-length", "32", "--no-progress"],
 }
 GENRES = ["--per-genre", "8"]  # finetune --task shakespeare-genres: a few speeches per genre
@@ -112,8 +112,8 @@ def template(tmp_path_factory) -> Path:
     root.mkdir()
     with contextlib.chdir(root):
         assert main(["pretrain", "--output-dir", "runs/pretrain", *TINY["pretrain"][:-3],
-                     "--train.steps=6", "--train.eval_every=3", "--train.checkpoint_every=3",
-                     "--train.keep_checkpoints=3", "--no-progress"]) == 0
+                     "--train.steps=6", "--train.eval-every=3", "--train.checkpoint-every=3",
+                     "--train.keep-checkpoints=3", "--no-progress"]) == 0
         for directory, cls in (("hf-model", "BertForPreTraining"),
                                ("tagger/model", "BertForTokenClassification"),
                                ("reader/model", "BertForQuestionAnswering"),

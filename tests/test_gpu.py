@@ -265,12 +265,12 @@ def test_parity_of_base_on_the_gpu():
 def test_pretraining_base_with_the_gpu_recipe(tmp_path):
     run = tmp_path / "base"
     proc = _cli("pretrain", "--model.preset=base", "--model.dtype=bfloat16",
-                "--model.attention_probs_dropout_prob=0", "--model.hidden_dropout_prob=0.1",
-                "--train.prng_impl=rbg", "--optim.flatten=true", "--data.batch_size=256",
-                "--data.seq_len=128", "--data.vocab_size=30522", "--data.max_predictions=19",
-                "--optim.learning_rate=1e-4", "--optim.warmup_steps=10", "--train.steps=50",
-                "--train.log_every=10",
-                "--train.eval_every=50", "--train.checkpoint_every=50", "--data.eval_batches=2",
+                "--model.attention-probs-dropout-prob=0", "--model.hidden-dropout-prob=0.1",
+                "--train.prng-impl=rbg", "--optim.flatten", "--data.batch-size=256",
+                "--data.seq-len=128", "--data.vocab-size=30522", "--data.max-predictions=19",
+                "--optim.learning-rate=1e-4", "--optim.warmup-steps=10", "--train.steps=50",
+                "--train.log-every=10",
+                "--train.eval-every=50", "--train.checkpoint-every=50", "--data.eval-batches=2",
                 "--no-progress", f"--output-dir={run}")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((run / "summary.json").read_text())

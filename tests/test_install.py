@@ -54,9 +54,9 @@ def test_clean_venv_with_pip_install_dot_pretrains_and_helps(tmp_path: Path) -> 
     assert "every help ok" in _run([python, "-c", EVERY_HELP], timeout=300).stdout
 
     run = tmp_path / "run"
-    out = _run([bertjax, "pretrain", "--model.preset=tiny", "--data.vocab_size=200",
-                "--data.seq_len=32", "--data.max_predictions=5", "--data.batch_size=4",
-                "--data.eval_batches=1", "--train.steps=2", "--train.eval_every=2",
+    out = _run([bertjax, "pretrain", "--model.preset=tiny", "--data.vocab-size=200",
+                "--data.seq-len=32", "--data.max-predictions=5", "--data.batch-size=4",
+                "--data.eval-batches=1", "--train.steps=2", "--train.eval-every=2",
                 "--no-progress", f"--output-dir={run}"], timeout=600, cwd=tmp_path).stdout
     assert "done: 2 steps" in out
     filled = _run([bertjax, "fill-mask", run, "to be or not to [MASK]", "--top-k", "3"],

@@ -13,6 +13,7 @@ import pytest
 from flax import nnx
 
 from bertjax import BertConfig, BertForPreTraining
+from bertjax.common.options import build
 from bertjax.runs import config as rc
 from bertjax.runs.layout import RunDir
 from bertjax.train.local_init import OFFSETS, frequencies, local_attention_init
@@ -79,8 +80,9 @@ def test_frequencies_single_out_one_offset() -> None:
 def test_bad_layer_counts_name_the_option() -> None:
     with pytest.raises(ValueError, match=r"in \[1, 4\]"):
         local_attention_init(_model(layers=None), layers=5)
-    with pytest.raises(ValueError, match=r"model.local_attention_layers must be >= 0, got -1"):
-        rc.apply_overrides(rc.RunConfig(), {"model": {"local_attention_layers": -1}})
+    with pytest.raises(ValueError, match=r"model.local_attention_layers must be an integer >= 0, "
+                                         r"got -1"):
+        rc.RunConfig.from_dict({"model": {"local_attention_layers": -1}})
 
 
 def _copy_task_batch(rng: np.random.Generator, batch: int = 16) -> dict[str, np.ndarray]:
@@ -138,13 +140,13 @@ def test_presets_other_than_mini_get_berts_init_unless_asked(preset: str) -> Non
     """The local-attention init is the mini recipe's: another preset, whether set on a default
     configuration or in a file, starts from BERT's initialisation; asking for it still works."""
     assert rc.RunConfig().to_dict()["model"]["local_attention_layers"] == 4  # the default recipe
-    other = rc.apply_overrides(rc.RunConfig(), {"model.preset": preset})
+    other = build(rc.RunConfig, {"model.preset": preset}, base=rc.RunConfig())
     assert other.model.local_layers == 0
     assert other.to_dict()["model"]["local_attention_layers"] == 0
     assert rc.RunConfig.from_dict({"model": {"preset": preset}}).model.local_layers == 0
-    asked = rc.apply_overrides(other, {"model.local_attention_layers": "2"})
+    asked = build(rc.RunConfig, {"model.local_attention_layers": "2"}, base=other)
     assert asked.model.local_layers == 2 and asked.to_dict()["model"]["local_attention_layers"] == 2
-    back = rc.apply_overrides(asked, {"model.preset": "mini"})  # an explicit value stays
+    back = build(rc.RunConfig, {"model.preset": "mini"}, base=asked)  # an explicit value stays
     assert back.model.local_layers == 2
 
 
@@ -156,6 +158,6 @@ def test_the_pretraining_job_initialises_as_its_configuration_resolves(monkeypat
     monkeypatch.setattr(job, "local_attention_init", lambda model, layers: calls.append(layers))
     for preset, expected in (("tiny", []), ("mini", [4])):
         calls.clear()
-        config = rc.apply_overrides(rc.RunConfig(), {"model.preset": preset})
+        config = build(rc.RunConfig, {"model.preset": preset}, base=rc.RunConfig())
         job.initialise_model(config, vocab_size=64)
         assert calls == expected, preset

@@ -213,11 +213,11 @@ SCRIPT = ROOT / "scripts" / "pretrain.py"
 # test_pretrain_resume's tiny run (dropout on: the masks must agree too), 6 steps, checkpoints at
 # 3 and 6, one evaluation at the end; batch 8 splits over 4 devices.
 CLI = [
-    "--model.preset=tiny", "--model.hidden_dropout_prob=0.1",
-    "--model.attention_probs_dropout_prob=0.1", "--data.vocab_size=300", "--data.seq_len=32",
-    "--data.max_predictions=5", "--data.batch_size=8", "--data.eval_batches=2",
-    "--optim.learning_rate=1e-3", "--optim.warmup_steps=4", "--train.eval_every=8",
-    "--train.checkpoint_every=3", "--train.log_every=4", "--no-progress", "--train.steps=6",
+    "--model.preset=tiny", "--model.hidden-dropout-prob=0.1",
+    "--model.attention-probs-dropout-prob=0.1", "--data.vocab-size=300", "--data.seq-len=32",
+    "--data.max-predictions=5", "--data.batch-size=8", "--data.eval-batches=2",
+    "--optim.learning-rate=1e-3", "--optim.warmup-steps=4", "--train.eval-every=8",
+    "--train.checkpoint-every=3", "--train.log-every=4", "--no-progress", "--train.steps=6",
     "--train.parallel=mesh", "--train.fsdp=2",  # mesh (data 2, fsdp 2): data axis across processes
 ]
 

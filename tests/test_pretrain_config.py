@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bertjax.cli.main import main
+from bertjax.common.options import options
 from bertjax.runs import config as rc
 from bertjax.runs.layout import CONTENTS
 from bertjax.train.loop import PendingMetrics, TrainClock, flush_and_tick
@@ -38,17 +39,17 @@ def test_unknown_option_names_close_match_and_lists_all() -> None:
     text = str(err.value)
     assert "unknown option 'optim.learnig_rate'" in text
     assert "did you mean optim.learning_rate" in text
-    assert all(name in text for name in rc.option_names())
+    assert all(o.name in text for o in options(rc.RunConfig))
 
 
 def test_unknown_section_and_preset_and_bad_values(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[optimizer]\nlr = 1\n")
-    with pytest.raises(ValueError, match="unknown section 'optimizer'; valid sections are: model"):
+    with pytest.raises(ValueError, match=rf"--config {bad}: unknown option 'optimizer.lr'"):
         rc.load(bad)
-    with pytest.raises(ValueError, match=r"model.preset is 'huge'; choose one of \['base'"):
+    with pytest.raises(ValueError, match=r"model.preset must be one of \['base'.*got 'huge'"):
         rc.load(None, {"model.preset": "huge"})
-    with pytest.raises(ValueError, match="train.steps must be int, got 'many'"):
+    with pytest.raises(ValueError, match="train.steps must be an integer above 0, got 'many'"):
         rc.load(None, {"train.steps": "many"})
     with pytest.raises(ValueError, match=r"data.seq_len \(1024\) exceeds the model's max_pos"):
         rc.load(None, {"data.seq_len": "1024"})
@@ -66,26 +67,51 @@ def test_differences_name_each_field() -> None:
 
 def test_cli_errors(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        main(["pretrain", "--optim.learnig_rate=1e-3"])
+        main(["pretrain", "--optim.learnig-rate=1e-3"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "unknown option 'optim.learnig_rate'" in err and "optim.learning_rate" in err
+    assert "unknown option --optim.learnig-rate (did you mean --optim.learning-rate" in err
+    with pytest.raises(SystemExit):
+        main(["pretrain", "--optim.learning_rate=1e-3"])  # the field's spelling, not the flag's
+    assert "written with '-', not '_': --optim.learning-rate" in capsys.readouterr().err
 
-    assert main(["pretrain", "--model.preset=huge"]) == 2
-    err = capsys.readouterr().err
-    assert "model.preset is 'huge'; choose one of ['base', 'large', 'medium', 'mini'" in err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["pretrain", "--model.preset=huge"])
+    assert exit_info.value.code == 2
+    assert ("argument --model.preset: expected one of ['base', 'large', 'medium', 'mini', "
+            "'small', 'tiny'], got 'huge'") in capsys.readouterr().err
 
     assert main(["pretrain", "--print-config", "--train.steps=12"]) == 0
     out = capsys.readouterr().out
     assert "[train]\nsteps = 12\n" in out
 
 
+def test_print_config_read_back_with_config_prints_the_same(tmp_path: Path, capsys) -> None:
+    """Every kind of option (a choice, a float, a bool switch, an int whose default resolves by
+    preset) survives --print-config -> --config -> --print-config, and options beside --config
+    win over the file."""
+    argv = ["pretrain", "--print-config", "--model.preset=tiny", "--no-model.remat",
+            "--model.scan-layers", "--optim.learning-rate=3e-4", "--data.corpus=my corpus/*.txt",
+            "--train.steps=40"]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    (tmp_path / "run.toml").write_text(first)
+    assert main(["pretrain", "--print-config", f"--config={tmp_path / 'run.toml'}"]) == 0
+    assert capsys.readouterr().out == first
+    assert main(["pretrain", "--print-config", f"--config={tmp_path / 'run.toml'}",
+                 "--train.steps=7"]) == 0
+    assert capsys.readouterr().out == first.replace("steps = 40", "steps = 7")
+    loaded = rc.load(tmp_path / "run.toml")
+    assert (loaded.model.scan_layers, loaded.model.local_layers, loaded.data.corpus) == (
+        True, 0, "my corpus/*.txt")
+
+
 def test_help_explains_every_option(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["pretrain", "--help"])
     text = capsys.readouterr().out
-    for option in rc.options():
-        assert f"--{option.name}" in text
+    for option in options(rc.RunConfig):
+        assert option.flag in text
     for flag in ("--config", "--output-dir", "--resume", "--coordinator-address",
                  "--num-processes", "--process-id", "--time-limit"):
         assert flag in text
@@ -118,23 +144,26 @@ def test_optim_section_is_the_optimizers_own_config() -> None:
     """One definition per field: the run's [optim] is an OptimConfig whose schedule spans
     train.steps; the saved keys, defaults and error messages are the run's as before."""
     cfg = rc.load(None, {"train.steps": "40", "optim.learning_rate": "5e-4"})
-    assert isinstance(cfg.optim, OptimConfig) and cfg.optim_config() is cfg.optim
+    assert isinstance(cfg.optim, OptimConfig)
     assert cfg.optim == OptimConfig(learning_rate=5e-4, warmup_steps=50, total_steps=40)
     assert list(cfg.to_dict()["optim"]) == ["optimizer", "learning_rate", "warmup_steps",
                                             "weight_decay", "b1", "b2", "eps", "clip_norm",
                                             "grad_accum_steps", "flatten"]  # no total_steps
     assert rc.RunConfig.from_dict(cfg.to_dict()) == cfg
-    by_name = {o.name: o for o in rc.options()}
+    by_name = {o.name: o for o in options(rc.RunConfig)}
     assert "optim.total_steps" not in by_name
     assert (by_name["optim.learning_rate"].default, by_name["optim.warmup_steps"].default) == (1e-3, 50)
     for field in dataclasses.fields(OptimConfig):  # help text written once, on OptimConfig
         if field.name != "total_steps":
             assert by_name[f"optim.{field.name}"].help == field.metadata["help"]
     for override, message in [
-        ({"optim.optimizer": "adagrad"}, "optim.optimizer is 'adagrad'; choose one of ['adamw'"),
-        ({"optim.grad_accum_steps": "0"}, "optim.grad_accum_steps must be positive, got 0"),
-        ({"optim.learning_rate": "-1"}, "optim.learning_rate must be positive, got -1.0"),
-        ({"optim.clip_norm": "-1"}, "optim.warmup_steps, weight_decay and clip_norm must be >= 0"),
+        ({"optim.optimizer": "adagrad"}, "optim.optimizer must be one of ['adamw'"),
+        ({"optim.grad_accum_steps": "0"}, "optim.grad_accum_steps must be an integer above 0, "
+                                          "got '0'"),
+        ({"optim.learning_rate": "-1"}, "optim.learning_rate must be a finite number above 0, "
+                                        "got '-1'"),
+        ({"optim.learning_rate": "inf"}, "optim.learning_rate must be a finite number above 0"),
+        ({"optim.clip_norm": "-1"}, "optim.clip_norm must be a finite number >= 0, got '-1'"),
         ({"optim.total_steps": "9"}, "unknown option 'optim.total_steps'"),
     ]:
         with pytest.raises(ValueError, match=re.escape(message)):

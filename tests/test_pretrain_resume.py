@@ -27,11 +27,11 @@ LAUNCH = [sys.executable, str(SCRIPT)]
 
 # Tiny model, tiny vocabulary, short sequences; dropout on, so the RNG must resume exactly too.
 TINY = [
-    "--model.preset=tiny", "--model.hidden_dropout_prob=0.1",
-    "--model.attention_probs_dropout_prob=0.1", "--data.vocab_size=300", "--data.seq_len=32",
-    "--data.max_predictions=5", "--data.batch_size=8", "--data.eval_batches=2",
-    "--optim.learning_rate=1e-3", "--optim.warmup_steps=4", "--train.eval_every=8",
-    "--train.checkpoint_every=4", "--train.keep_checkpoints=3", "--train.log_every=4",
+    "--model.preset=tiny", "--model.hidden-dropout-prob=0.1",
+    "--model.attention-probs-dropout-prob=0.1", "--data.vocab-size=300", "--data.seq-len=32",
+    "--data.max-predictions=5", "--data.batch-size=8", "--data.eval-batches=2",
+    "--optim.learning-rate=1e-3", "--optim.warmup-steps=4", "--train.eval-every=8",
+    "--train.checkpoint-every=4", "--train.keep-checkpoints=3", "--train.log-every=4",
     "--no-progress",
 ]
 
@@ -162,7 +162,7 @@ def test_corrupt_latest_checkpoint_falls_back(reference: Path, tmp_path: Path) -
 def test_resume_with_a_different_config_names_the_fields(reference: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     shutil.copytree(reference, run_dir)
-    proc = _cli([*TINY, "--train.steps=40", "--optim.learning_rate=5e-4", "--data.batch_size=16",
+    proc = _cli([*TINY, "--train.steps=40", "--optim.learning-rate=5e-4", "--data.batch-size=16",
                  "--resume", f"--output-dir={run_dir}"])
     assert proc.returncode == 2
     assert "differs from the saved one in 2 field(s)" in proc.stderr
@@ -174,8 +174,8 @@ def test_resume_with_a_different_config_names_the_fields(reference: Path, tmp_pa
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    proc = _cli([*TINY, "--train.steps=40", "--train.checkpoint_every=1", "--optim.warmup_steps=0",
-                 "--optim.learning_rate=1e30", f"--output-dir={run_dir}"])
+    proc = _cli([*TINY, "--train.steps=40", "--train.checkpoint-every=1", "--optim.warmup-steps=0",
+                 "--optim.learning-rate=1e30", f"--output-dir={run_dir}"])
     assert proc.returncode == 1, proc.stderr[-3000:]
     line = next(x for x in proc.stderr.splitlines() if "stopping" in x)
     assert "is nan at step" in line or "is inf at step" in line
@@ -188,7 +188,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path: Path) -> None:
 
 
 def test_batch_not_divisible_by_devices(tmp_path: Path) -> None:
-    proc = _cli([*TINY, "--train.steps=4", "--train.parallel=pmap", "--data.batch_size=7",
+    proc = _cli([*TINY, "--train.steps=4", "--train.parallel=pmap", "--data.batch-size=7",
                  f"--output-dir={tmp_path / 'run'}"], devices=2)
     assert proc.returncode == 2
     assert ("error: batch size 7 is not divisible by the 2 device(s) of parallel='pmap'; use a "

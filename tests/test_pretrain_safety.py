@@ -58,10 +58,10 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _tiny(corpus: Path, steps: int = 2) -> list[str]:
-    return ["--model.preset=tiny", f"--data.corpus={corpus}", "--data.vocab_size=64",
-            "--data.seq_len=32", "--data.max_predictions=5", "--data.batch_size=4",
-            "--data.eval_batches=1", f"--train.steps={steps}", "--train.eval_every=2",
-            "--train.log_every=1", "--no-progress"]
+    return ["--model.preset=tiny", f"--data.corpus={corpus}", "--data.vocab-size=64",
+            "--data.seq-len=32", "--data.max-predictions=5", "--data.batch-size=4",
+            "--data.eval-batches=1", f"--train.steps={steps}", "--train.eval-every=2",
+            "--train.log-every=1", "--no-progress"]
 
 
 def _one_line_error(err: str, *needles: str) -> str:
@@ -113,7 +113,7 @@ def test_a_parquet_corpus_without_a_text_column_is_named(tmp_path: Path, capsys)
     line = _one_line_error(capsys.readouterr().err, "--data.corpus",
                            "corpus.parquet has no column 'text' (its columns: body; text columns: "
                            "body)")
-    assert "--data.text_field" in line, line
+    assert "--data.text-field" in line, line
     assert not (tmp_path / "run").exists()
     from bertjax.jobs.pretrain.data import check_corpus
     from bertjax.runs import config as rc
@@ -185,7 +185,7 @@ def test_a_damaged_run_config_is_one_line(tmp_path: Path, capsys, content: bytes
     ("run.toml", b"[model]\npreset = 'caf\xe9'\n", "not UTF-8"),
     ("run.yaml", b"model: [1\ndata: 2\n", "is not valid YAML"),
     ("run.json", b"{\n", "is not valid JSON"),
-    ("run.json", b"[]", "must hold a table of sections"),
+    ("run.json", b"[]", "must hold a table of options"),
     ("run.ini", b"[model]\n", "unknown format '.ini'"),
     ("missing.toml", None, "does not exist"),
 ])
@@ -299,10 +299,10 @@ def test_ctrl_c_abandons_work_before_the_first_step_at_once() -> None:
 
 def _ctrl_c_options(corpus: Path) -> list[str]:
     # dropout on: the resumed RNG must be exact too
-    return ["--model.preset=tiny", "--model.hidden_dropout_prob=0.1", f"--data.corpus={corpus}",
-            "--data.vocab_size=100", "--data.seq_len=32", "--data.max_predictions=5",
-            "--data.batch_size=4", "--data.eval_batches=2", "--train.steps=160",
-            "--train.eval_every=80", "--train.checkpoint_every=40", "--train.log_every=5",
+    return ["--model.preset=tiny", "--model.hidden-dropout-prob=0.1", f"--data.corpus={corpus}",
+            "--data.vocab-size=100", "--data.seq-len=32", "--data.max-predictions=5",
+            "--data.batch-size=4", "--data.eval-batches=2", "--train.steps=160",
+            "--train.eval-every=80", "--train.checkpoint-every=40", "--train.log-every=5",
             "--no-progress"]
 
 

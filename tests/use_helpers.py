@@ -75,9 +75,9 @@ def tiny_run(run: Path) -> Path:
     """A `bertjax pretrain` run of 6 steps at `run`, checkpoints at 3 and 6 (evaluated at both)."""
     from bertjax.cli.main import main
 
-    code = main(["pretrain", "--model.preset=tiny", "--data.vocab_size=300", "--data.seq_len=32",
-                 "--data.max_predictions=5", "--data.batch_size=4", "--data.eval_batches=1",
-                 "--train.steps=6", "--train.eval_every=3", "--train.checkpoint_every=3",
+    code = main(["pretrain", "--model.preset=tiny", "--data.vocab-size=300", "--data.seq-len=32",
+                 "--data.max-predictions=5", "--data.batch-size=4", "--data.eval-batches=1",
+                 "--train.steps=6", "--train.eval-every=3", "--train.checkpoint-every=3",
                  "--no-progress", f"--output-dir={run}"])
     assert code == 0
     return run

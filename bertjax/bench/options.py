@@ -1,9 +1,12 @@
-"""Settings of `bertjax bench train|infer` (`BenchSettings`) and their device-dependent defaults.
+"""The settings of every `bertjax bench` command: `BenchSettings` (`train`, `infer`) with their
+device-dependent defaults, and `DataBench`, `EmbedBench`, `CorpusBench`, `FinetuneBench`,
+`PackBench`.
 
-Each setting is one dataclass field: its default, help, choices and command-line name are its
-metadata, from which `bertjax.cli.bench` derives the options (`bertjax.cli.fields`). Settings left
-None take the default of the device JAX finds (probed in a child process, see
-`bertjax.bench.run`): the `device_default` of the field, for CPU and for GPU/TPU.
+Each setting is one dataclass field: its default, help, choices and range are its metadata, from
+which `bertjax.cli.bench` derives the options as every job does (`bertjax.cli.options`: `--config`
+and `--print-config` too). Settings of `BenchSettings` left None take the default of the device
+JAX finds (probed in a child process, see `bertjax.bench.run`): the `device_default` of the
+field, for CPU and for GPU/TPU.
 
 Dropout is off by default on the CPU: the CPU run checks the bench and compares the model code
 on a development machine, and there dropout's random bits (threefry in XLA, torch's Philox)
@@ -20,7 +23,13 @@ import os
 from typing import Any
 
 from bertjax.bench.batch import MIN_SEQ_LEN, default_predictions
-from bertjax.config import COMPUTE_DTYPES, PRESETS, BertConfig
+from bertjax.common.options import option_field
+from bertjax.config import COMPUTE_DTYPES, MAX_VOCAB_SIZE, PRESETS, BertConfig
+from bertjax.data.corpus import CORPUS_HELP, SPLITS
+from bertjax.data.pairs import MIN_SEQ_LEN as MIN_PAIR_LEN
+from bertjax.data.tokenizer import MIN_VOCAB_SIZE
+from bertjax.errors import InputError
+from bertjax.tasks.registry import BUNDLED
 from bertjax.train.choices import PRNG_IMPLS
 
 IMPLS = ("bertjax", "hf-eager", "hf-compiled", "bert_torch")
@@ -30,7 +39,7 @@ SHORT_DTYPE = {"float32": "fp32", "bfloat16": "bf16"}
 INSTALL_HINT = "pip install 'bertjax[bench]'"
 
 
-class BenchError(ValueError):
+class BenchError(InputError):
     """Options that cannot be benchmarked together; the message says what to change."""
 
 
@@ -46,10 +55,14 @@ class Row:
         return f"{self.impl} {SHORT_DTYPE[self.dtype]}"
 
 
-def _option(default: Any, help: str, **metadata: Any) -> Any:  # noqa: A002
-    """A setting and its command-line metadata (`bertjax.cli.fields` reads it): `choices`,
-    `device_default` (CPU, GPU/TPU), `check`, `flag`, `metavar`, `default_help`, `repeatable`."""
-    return dataclasses.field(default=default, metadata={"help": help, **metadata})
+def _option(default: Any, help: str, choices: tuple[str, ...] | None = None,  # noqa: A002
+            **metadata: Any) -> Any:
+    """A setting and its command-line metadata: `check`, `minimum`, `device_default` (CPU,
+    GPU/TPU), `flag`, `metavar`, `default_help`, `repeatable`."""
+    return option_field(default, help, choices, **metadata)
+
+
+JSON_HELP = "also write every number as JSON to this new file (--force: replace one)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,9 +70,9 @@ class BenchSettings:
     """What one benchmark run measures; None means "the default for the device"."""
 
     mode: str = "train"  # the sub-command, not an option (no help)
-    preset: str | None = _option(None, "model size", choices=tuple(sorted(PRESETS)),
+    preset: str | None = _option(None, "model size", tuple(sorted(PRESETS)),
                                  device_default=("mini", "base"))
-    seq: int = _option(128, "tokens per sequence", check="positive")
+    seq: int = _option(128, "tokens per sequence", minimum=MIN_SEQ_LEN)
     batch: int | None = _option(None, "sequences per step", check="positive",
                                 device_default=(32, 256))
     predictions: int | None = _option(None, "masked positions per sequence", check="positive",
@@ -71,29 +84,27 @@ class BenchSettings:
     warmup: int | None = _option(None, "untimed steps after the first", check="non_negative",
                                  device_default=(2, 10))
     dtypes: tuple[str, ...] = _option(COMPUTE_DTYPES, "compute dtypes of the bertjax rows",
-                                      choices=COMPUTE_DTYPES, flag="--dtype")
+                                      COMPUTE_DTYPES, flag="--dtype")
     hf_dtypes: tuple[str, ...] | None = _option(  # bert_torch runs in float32
-        None, "dtypes of the transformers rows; bfloat16 is torch.autocast", choices=COMPUTE_DTYPES,
+        None, "dtypes of the transformers rows; bfloat16 is torch.autocast", COMPUTE_DTYPES,
         flag="--hf-dtype", device_default=(("float32",), ("bfloat16",)))
-    impls: tuple[str, ...] = _option(IMPLS, "implementations to run", choices=IMPLS, flag="--impl")
+    impls: tuple[str, ...] = _option(IMPLS, "implementations to run", IMPLS, flag="--impl")
     overrides: tuple[tuple[str, Any], ...] = _option(
         (), "override a BertConfig field of the preset, e.g. --set num_hidden_layers=2 "
         "(repeatable)", flag="--set", metavar="NAME=VALUE", repeatable=True)
     threads: int | None = _option(None, "CPU cores for XLA and torch alike", check="positive",
                                   default_help="every core available")
-    seed: int = _option(0, "parameter and batch seed")
+    seed: int = _option(0, "parameter and batch seed", check="non_negative")
     gemm_size: int | None = _option(None, "side of the reference square matmul",
                                     check="positive", device_default=(4096, 8192))
-    gemm_dtype: str | None = _option(None, "dtype of the reference matmul", choices=COMPUTE_DTYPES,
+    gemm_dtype: str | None = _option(None, "dtype of the reference matmul", COMPUTE_DTYPES,
                                      device_default=("float32", "bfloat16"))
     compile_backend: str = _option("inductor", "torch.compile backend of the hf-compiled rows")
-    prng_impl: str = _option("threefry2x32", "PRNG of the bertjax rows' dropout",
-                             choices=PRNG_IMPLS, flag="--prng")
+    prng_impl: str = _option("threefry2x32", "PRNG of the bertjax rows' dropout", PRNG_IMPLS)
     flat_optimizer: bool = _option(
         False, "bertjax rows: clipping and AdamW's moments over one vector of every gradient "
         "(optim.flatten)")
-    json_path: str | None = _option(None, "also write every number as JSON to PATH",
-                                    flag="--json", metavar="PATH")
+    json_path: str | None = _option(None, JSON_HELP, flag="--json", metavar="FILE")
 
     def resolve(self, platform: str) -> BenchSettings:
         """Fill the device-dependent defaults for JAX's platform ('cpu', 'gpu', 'tpu')."""
@@ -135,9 +146,6 @@ class BenchSettings:
     def validate(self) -> None:
         """Raise BenchError for options that do not fit together (after `resolve`)."""
         config = self.bert_config()
-        if self.seq < MIN_SEQ_LEN:
-            raise BenchError(f"--seq {self.seq} is too short; a row needs at least {MIN_SEQ_LEN} "
-                             "tokens ([CLS] and one to mask)")
         if self.seq > config.max_position_embeddings:
             raise BenchError(
                 f"--seq {self.seq} is longer than max_position_embeddings="
@@ -178,3 +186,97 @@ def available_cores() -> list[int]:
     if hasattr(os, "sched_getaffinity"):
         return sorted(os.sched_getaffinity(0))
     return list(range(os.cpu_count() or 1))
+
+
+# --- the other benchmarks ---------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class DataBench:
+    """`bertjax bench data`: tokenisation and masked batches on one core."""
+
+    corpus: tuple[str, ...] = _option(("shakespeare",), CORPUS_HELP, metavar="SPEC")
+    split: str = _option("train", "the Shakespeare plays to use (other corpora: ignored)", SPLITS)
+    text_field: str = _option("text", "the JSON field or Parquet/Arrow column of the text")
+    vocab: str | None = _option(None, "vocabulary to use", metavar="PATH",
+                                default_help="train one of vocab_size first")
+    vocab_size: int = _option(8000, "size of the vocabulary trained when --vocab is not given",
+                              minimum=MIN_VOCAB_SIZE, maximum=MAX_VOCAB_SIZE)
+    seq_len: int = _option(128, "tokens per sequence", minimum=MIN_PAIR_LEN)
+    batch_size: int = _option(256, "sequences per batch", check="positive")
+    max_predictions: int = _option(20, "masked positions per sequence", check="positive")
+    whole_word_mask: bool = _option(False, "mask whole words")
+    steps: int = _option(50, "batches per timed repeat", check="positive")
+    repeats: int = _option(5, "timed repeats", check="positive")
+    warmup: int = _option(1, "untimed repeats first", check="non_negative")
+    cpu: int | None = _option(None, "core to pin to, one this process may use",
+                              check="non_negative", default_help="the first")
+    json_path: str | None = _option(None, JSON_HELP, flag="--json", metavar="FILE")
+
+
+@dataclasses.dataclass(frozen=True)
+class EmbedBench:
+    """`bertjax bench embed`: sentences/s of `bertjax embed` against transformers."""
+
+    lines: int = _option(10_000, "Shakespeare sentences to embed", check="positive")
+    file: str | None = _option(None, "embed the lines of this UTF-8 file instead (the first "
+                                     "--lines)", metavar="FILE")
+    model: str | None = _option(None, "Hugging Face BERT directory or `bertjax pretrain` run "
+                                      "directory", metavar="DIR", default_help="all-MiniLM-L6-v2")
+    batch_size: int = _option(64, "lines per sorted batch, both bertjax's and transformers'",
+                              check="positive")
+    max_tokens: int = _option(2048, "token slots per batch of the packed bertjax row; 0: no "
+                                    "packed row", check="non_negative")
+    repeats: int = _option(3, "timed repeats", check="positive")
+    attn_implementation: str = _option("sdpa", "transformers' attention (sdpa: its own default)",
+                                       ("sdpa", "eager"))
+    json_path: str | None = _option(None, JSON_HELP, flag="--json", metavar="FILE")
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusBench:
+    """`bertjax bench corpus`: `bertjax data` on generated corpora of several sizes."""
+
+    sizes_mb: tuple[float, ...] = _option((50.0, 200.0), "corpus sizes in MB of text",
+                                          check="positive", maximum=1_000_000)
+    formats: tuple[str, ...] = _option(("parquet",), "corpus formats to generate",
+                                       ("parquet", "jsonl", "jsonl.zst"))
+    vocab: str | None = _option(None, "vocabulary", metavar="PATH",
+                                default_help="train 8,000 tokens on the bundled plays")
+    seq_len: int = _option(0, "also make NSP pairs for this length; 0: none",
+                           check="non_negative")
+    cpus: int | None = _option(None, "pin each run to the first N cores", check="positive",
+                               default_help="all this process may use")
+    workdir: str | None = _option(None, "where the temporary corpora go", metavar="DIR",
+                                  default_help="the system's temporary directory")
+    json_path: str | None = _option(None, JSON_HELP, flag="--json", metavar="FILE")
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneBench:
+    """`bertjax bench finetune`: an epoch of each bundled task, padded against packed."""
+
+    tasks: tuple[str, ...] = _option(tuple(BUNDLED), "bundled tasks", tuple(BUNDLED))
+    model: str | None = _option(None, "the model to fine-tune", metavar="DIR",
+                                default_help="all-MiniLM-L6-v2")
+    seeds: int = _option(2, "seeds 0..N-1 of each mode", check="positive")
+    epochs: int = _option(1, "epochs", check="positive")
+    batch_size: int = _option(32, "examples per padded step", check="positive")
+    max_length: int = _option(128, "tokens per example", minimum=8)
+    max_tokens: int | None = _option(None, "token slots per packed step", check="positive",
+                                     default_help="as many steps as padded")
+    limit: int | None = _option(None, "only N training and N validation examples, drawn with a "
+                                      "fixed seed (a quick check)", check="positive")
+    json_path: str | None = _option(None, JSON_HELP, flag="--json", metavar="FILE")
+
+
+@dataclasses.dataclass(frozen=True)
+class PackBench:
+    """`bertjax bench pack`: pre-training on short documents, unpacked against packed."""
+
+    preset: str = _option("mini", "model size (the recipe's)", tuple(sorted(PRESETS)))
+    seq_len: int = _option(128, "tokens per row", minimum=16)
+    batch_size: int = _option(8, "rows a step (the recipe's)", check="positive")
+    steps: int = _option(20, "train steps per timed repeat", check="positive")
+    repeats: int = _option(3, "timed repeats", check="positive")
+    json_path: str | None = _option(None, JSON_HELP, flag="--json", metavar="FILE")

@@ -59,7 +59,7 @@ def _time_steps(config: rc.RunConfig, vocab_size: int, batches: dict[str, list[d
     """Each mode's train steps timed: `repeats` rounds of `steps` steps, alternating modes."""
     trainings = {}
     for mode, mode_batches in batches.items():
-        training = assemble(initialise_model(config, vocab_size), config.optim_config(),
+        training = assemble(initialise_model(config, vocab_size), config.optim,
                             seed=config.train.seed)
         state = training.strategy.place_state(training.state)
         start = time.perf_counter()

@@ -5,94 +5,45 @@ sentence-embedding throughput against transformers (packed and in sorted batches
 `bertjax data`'s MB/s and peak memory on large generated corpora; `finetune`: the bundled tasks,
 padded batches against packed; `pack`: pre-training on short documents, unpacked against packed.
 
-Each benchmark is a sub-command with its own options: an entry of BENCHMARKS. The options of
-`train` and `infer` are derived from the fields of `BenchSettings` (`bertjax.cli.fields`).
+Each benchmark is a sub-command whose options are the fields of its settings dataclass
+(`bertjax.bench.options`), derived as every job's are (`bertjax.cli.options`: `--config FILE`
+and `--print-config` too); `--force` replaces an existing `--json` file.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
-import inspect
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
-from bertjax.bench import corpus as corpus_bench
 from bertjax.bench import options as bench_options
-from bertjax.bench.options import BenchSettings
-from bertjax.bench.run import run_benchmark
-from bertjax.cli.argtypes import int_range, non_negative_int, positive_int, subset_of
-from bertjax.cli.corpus_options import add_corpus_arguments
+from bertjax.bench.options import (
+    BenchSettings,
+    CorpusBench,
+    DataBench,
+    EmbedBench,
+    FinetuneBench,
+    PackBench,
+)
 from bertjax.cli.errors import writing
-from bertjax.cli.fields import add_field_arguments, device_defaults_table, settings_from_args
+from bertjax.cli.options import (
+    add_settings_arguments,
+    explain_unknown_in,
+    print_config,
+    settings_from_args,
+)
 from bertjax.cli.outputs import check_output_path
-from bertjax.common.settings import field_options, parse_value
+from bertjax.common.options import options, parse_value
 from bertjax.config import BertConfig
 
 # Options a mode does not have (inference runs without dropout).
 EXCLUDED = {"train": (), "infer": ("dropout",)}
-EMBED_DEFAULT_LINES = 10_000  # bertjax.bench.embed.DEFAULT_LINES, without importing JAX for --help
-EMBED_MAX_TOKENS = 2048  # bertjax.bench.embed.DEFAULT_MAX_TOKENS (a test holds them equal)
-
-
-# --- data -------------------------------------------------------------------------------------
-
-
-def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
-    from bertjax.bench.data import run_data_benchmark  # tokenizers: only for this benchmark
-
-    default = {k: p.default for k, p in inspect.signature(run_data_benchmark).parameters.items()}
-    add_corpus_arguments(parser)
-    parser.add_argument("--vocab", default=None, metavar="PATH",
-                        help="vocabulary to use (default: train one of --vocab-size first)")
-    from bertjax.config import MAX_VOCAB_SIZE
-    from bertjax.data.pairs import MIN_SEQ_LEN
-    from bertjax.data.tokenizer import MIN_VOCAB_SIZE
-
-    for flag, kind, help_text in (
-        ("vocab-size", int_range(MIN_VOCAB_SIZE, MAX_VOCAB_SIZE),
-         "size of the vocabulary trained when --vocab is not given"),
-        ("seq-len", int_range(MIN_SEQ_LEN), "tokens per sequence"),
-        ("batch-size", positive_int, "sequences per batch"),
-        ("max-predictions", positive_int, "masked positions per sequence"),
-        ("steps", positive_int, "batches per timed repeat"),
-        ("repeats", positive_int, "timed repeats"),
-        ("warmup", non_negative_int, "untimed repeats first"),
-    ):
-        name = flag.replace("-", "_")
-        parser.add_argument(f"--{flag}", type=kind, default=default[name],
-                            help=f"{help_text} (default: {default[name]})")
-    parser.add_argument("--whole-word-mask", action="store_true")
-    parser.add_argument("--cpu", type=non_negative_int, default=None,
-                        help="core to pin to, one this process may use (default: the first)")
-    parser.add_argument("--json", default=None, metavar="FILE", help="also write the numbers here")
-    parser.add_argument("--force", action="store_true", help="replace an existing --json file")
-
-
-def _run_data(args: argparse.Namespace) -> int:
-    from bertjax.bench.data import run_data_benchmark
-
-    if args.json:  # before the benchmark, not after it
-        check_output_path(args.json, "--json", force=args.force, example="bench.json")
-    result = run_data_benchmark(
-        corpus=args.corpus, split=args.split, text_field=args.text_field, vocab=args.vocab,
-        vocab_size=args.vocab_size, seq_len=args.seq_len, batch_size=args.batch_size,
-        max_predictions=args.max_predictions, whole_word_mask=args.whole_word_mask,
-        steps=args.steps, repeats=args.repeats, warmup=args.warmup, cpu=args.cpu,
-    )
-    if args.json:
-        from bertjax.bench.stamp import write_result
-
-        with writing("--json", args.json):
-            write_result(result, args.json, "data")
-    return 0
-
-
-# --- train, infer -----------------------------------------------------------------------------
 
 
 def parse_override(text: str) -> tuple[str, Any]:
     """`--set NAME=VALUE` -> (BertConfig field, value of the field's type)."""
-    fields = {o.name: o for o in field_options(BertConfig)}
+    fields = {o.name: o for o in options(BertConfig, every_field=True)}
     name, sep, raw = text.partition("=")
     name = name.strip()
     if not sep or not name:
@@ -109,154 +60,163 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def _device_defaults_table(exclude: tuple[str, ...]) -> str:
+    """The options whose default depends on the device, as a table for --help."""
+    rows = [(o.flag, *(_show(v) for v in o.metadata["device_default"]))
+            for o in options(BenchSettings) if "device_default" in o.metadata
+            and o.name not in exclude]
+    width = max(len(r[0]) for r in [("option",), *rows]) + 2
+    lines = [f"{'option':<{width}}{'CPU':<12}GPU / TPU"]
+    lines += [f"{flag:<{width}}{cpu:<12}{accelerator}" for flag, cpu, accelerator in rows]
+    return "\n".join("    " + line for line in lines)
+
+
+def _show(value: Any) -> str:
+    return ",".join(value) if isinstance(value, tuple) else str(value)
+
+
 def _epilog(mode: str) -> str:
     """The device-dependent defaults as a table, then the notes of `bertjax.bench.options`."""
     notes = (bench_options.__doc__ or "").split("\n\n")[2:]  # after its summary and field notes
     return "\n\n".join([
         "Defaults follow the device JAX finds (probed in a child process, see bertjax.bench.run):",
-        device_defaults_table(BenchSettings, EXCLUDED[mode]), *notes,
+        _device_defaults_table(EXCLUDED[mode]), *notes,
     ])
 
 
-def _add_mode_arguments(parser: argparse.ArgumentParser, mode: str) -> None:
-    """The options of `bertjax bench train` or `bertjax bench infer`: BenchSettings' fields."""
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = _epilog(mode)
-    parser.allow_abbrev = False
-    add_field_arguments(parser, BenchSettings, exclude=EXCLUDED[mode],
-                        parsers={"overrides": parse_override})
-    parser.add_argument("--force", action="store_true", help="replace an existing --json file")
+# --- what each benchmark runs -----------------------------------------------------------------
 
 
-def _run_mode(args: argparse.Namespace, mode: str) -> int:
-    """0 when every row ran or was skipped, 1 when one failed (options that do not fit raise
-    BenchError: exit status 2 from `bertjax.cli.main`)."""
-    settings = settings_from_args(BenchSettings, args, mode=mode)
-    if settings.json_path:  # before the benchmark, not after it
-        check_output_path(settings.json_path, "--json", force=args.force, example="bench.json")
+def _run_mode(settings: BenchSettings) -> int:
+    """0 when every row ran or was skipped, 1 when one failed."""
+    from bertjax.bench.run import run_benchmark
+
     report = run_benchmark(settings)
     return 1 if report["failed"] else 0
 
 
-# --- embed ------------------------------------------------------------------------------------
+def _run_data(settings: DataBench) -> dict[str, Any]:
+    from bertjax.bench.data import run_data_benchmark  # tokenizers: only for this benchmark
+
+    return run_data_benchmark(**_arguments(settings))
 
 
-def _add_embed_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--lines", type=positive_int, default=EMBED_DEFAULT_LINES, metavar="N",
-                        help=f"Shakespeare sentences to embed (default: {EMBED_DEFAULT_LINES})")
-    parser.add_argument("--file", default=None, metavar="FILE",
-                        help="embed the lines of this UTF-8 file instead (the first --lines)")
-    parser.add_argument("--model", default=None, metavar="DIR",
-                        help="Hugging Face BERT directory or `bertjax pretrain` run directory "
-                             "(default: all-MiniLM-L6-v2)")
-    parser.add_argument("--batch-size", type=positive_int, default=64, metavar="N",
-                        help="lines per sorted batch, both bertjax's and transformers' (default: 64)")
-    parser.add_argument("--max-tokens", type=non_negative_int, default=EMBED_MAX_TOKENS,
-                        metavar="N", help="token slots per batch of the packed bertjax row; 0: "
-                                          f"no packed row (default: {EMBED_MAX_TOKENS})")
-    parser.add_argument("--repeats", type=positive_int, default=3, help="timed repeats (default: 3)")
-    parser.add_argument("--attn-implementation", choices=("sdpa", "eager"), default="sdpa",
-                        help="transformers' attention (default: sdpa, its own default)")
-    parser.add_argument("--json", default=None, metavar="FILE",
-                        help="also write the numbers to this new file")
-    parser.add_argument("--force", action="store_true", help="replace an existing --json file")
-
-
-def _run_embed(args: argparse.Namespace) -> int:
-    """`bertjax bench embed` (bad input raises: exit status 2 from `bertjax.cli.main`)."""
+def _run_embed(settings: EmbedBench) -> dict[str, Any]:
     # JAX, torch and transformers: imported when this benchmark runs, not for `--help`
     from bertjax.bench.embed import run_embed_benchmark, shakespeare_lines
-    from bertjax.bench.stamp import write_result
     from bertjax.use.embed import read_lines
 
-    if args.json:  # before the benchmark, not after it
-        check_output_path(args.json, "--json", force=args.force, inputs={"--file": args.file},
-                          example="bench.json")
-    if args.file is not None:
-        lines = read_lines(args.file)[:args.lines]
-    else:
-        lines = shakespeare_lines(args.lines)
-    result = run_embed_benchmark(lines, batch_size=args.batch_size, repeats=args.repeats,
-                                 model=args.model, attn_implementation=args.attn_implementation,
-                                 max_tokens=args.max_tokens or None)
-    if args.json:
-        with writing("--json", args.json):
-            write_result(result, args.json, "embed", accelerator=_accelerator(result))
-    return 0
+    lines = (read_lines(settings.file)[:settings.lines] if settings.file is not None
+             else shakespeare_lines(settings.lines))
+    return run_embed_benchmark(lines, batch_size=settings.batch_size, repeats=settings.repeats,
+                               model=settings.model,
+                               attn_implementation=settings.attn_implementation,
+                               max_tokens=settings.max_tokens or None)
 
 
-# --- finetune, pack ------------------------------------------------------------------------
+def _run_corpus(settings: CorpusBench) -> dict[str, Any]:
+    from bertjax.bench.corpus import run_corpus_benchmark
+
+    return run_corpus_benchmark(settings.sizes_mb, settings.formats, vocab=settings.vocab,
+                                seq_len=settings.seq_len, cpus=settings.cpus,
+                                workdir=settings.workdir)
 
 
-def _add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
-    from bertjax.tasks.registry import BUNDLED  # no framework
-
-    parser.add_argument("--tasks", type=subset_of(tuple(BUNDLED)), default=tuple(BUNDLED),
-                        metavar="A,B", help=f"bundled tasks (default: all: {', '.join(BUNDLED)})")
-    parser.add_argument("--model", default=None, metavar="DIR",
-                        help="the model to fine-tune (default: all-MiniLM-L6-v2)")
-    parser.add_argument("--seeds", type=positive_int, default=2,
-                        help="seeds 0..N-1 of each mode (default: 2)")
-    parser.add_argument("--epochs", type=positive_int, default=1, help="(default: 1)")
-    parser.add_argument("--batch-size", type=positive_int, default=32,
-                        help="examples per padded step (default: 32)")
-    parser.add_argument("--max-length", type=int_range(8), default=128, help="(default: 128)")
-    parser.add_argument("--max-tokens", type=positive_int, default=None, metavar="N",
-                        help="token slots per packed step (default: as many steps as padded)")
-    parser.add_argument("--limit", type=positive_int, default=None, metavar="N",
-                        help="only N training and N validation examples, drawn with a fixed seed "
-                             "(a quick check)")
-    _add_json_arguments(parser)
-
-
-def _add_json_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", default=None, metavar="FILE",
-                        help="also write the numbers to this new file")
-    parser.add_argument("--force", action="store_true", help="replace an existing --json file")
-
-
-def _write_json(args: argparse.Namespace, result: dict[str, Any], kind: str) -> None:
-    """The result, stamped (`bench.stamp`), to --json if given (checked before the run)."""
-    from bertjax.bench.stamp import write_result
-
-    if args.json:
-        with writing("--json", args.json):
-            write_result(result, args.json, kind, accelerator=_accelerator(result))
-
-
-def _run_finetune(args: argparse.Namespace) -> int:
+def _run_finetune(settings: FinetuneBench) -> dict[str, Any]:
     from bertjax.bench.finetune import run_finetune_benchmark
 
-    if args.json:  # before the benchmark, not after it
-        check_output_path(args.json, "--json", force=args.force, example="bench.json")
-    result = run_finetune_benchmark(args.tasks, model=args.model, seeds=range(args.seeds),
-                                    epochs=args.epochs, batch_size=args.batch_size,
-                                    max_length=args.max_length, max_tokens=args.max_tokens,
-                                    limit=args.limit)
-    _write_json(args, result, "finetune")
-    return 0
+    arguments = _arguments(settings)
+    return run_finetune_benchmark(arguments.pop("tasks"), seeds=range(arguments.pop("seeds")),
+                                  **arguments)
 
 
-def _add_pack_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", default="mini", help="model size (default: mini, the recipe's)")
-    parser.add_argument("--seq-len", type=int_range(16), default=128, help="(default: 128)")
-    parser.add_argument("--batch-size", type=positive_int, default=8,
-                        help="rows a step (default: 8, the recipe's)")
-    parser.add_argument("--steps", type=positive_int, default=20,
-                        help="train steps per timed repeat (default: 20)")
-    parser.add_argument("--repeats", type=positive_int, default=3, help="(default: 3)")
-    _add_json_arguments(parser)
-
-
-def _run_pack(args: argparse.Namespace) -> int:
+def _run_pack(settings: PackBench) -> dict[str, Any]:
     from bertjax.bench.packing import run_packing_benchmark
 
-    if args.json:  # before the benchmark, not after it
-        check_output_path(args.json, "--json", force=args.force, example="bench.json")
-    result = run_packing_benchmark(preset=args.preset, seq_len=args.seq_len,
-                                   batch_size=args.batch_size, steps=args.steps,
-                                   repeats=args.repeats)
-    _write_json(args, result, "pack")
+    return run_packing_benchmark(**_arguments(settings))
+
+
+def _arguments(settings: Any) -> dict[str, Any]:
+    """The settings as the benchmark function's keyword arguments (the output file left out)."""
+    return {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)
+            if f.name != "json_path"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Benchmark:
+    """One `bertjax bench` command: its help, settings class and what it runs. `run` returns the
+    result to write to --json (stamped), or an exit status where it writes its own."""
+
+    help: str
+    settings: type
+    run: Callable[[Any], Any]
+    exclude: tuple[str, ...] = ()
+    inputs: tuple[str, ...] = ()  # settings naming files the benchmark reads
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    "data": Benchmark("data pipeline: tokenisation MB/s, masked sequences/s (one core)",
+                      DataBench, _run_data),
+    "train": Benchmark("training step (forward, backward, AdamW) tokens/s and MFU: bertjax "
+                       "fp32/bf16, transformers eager/compiled, bert_torch side by side",
+                       BenchSettings, _run_mode),
+    "infer": Benchmark("inference forward tokens/s and MFU: bertjax fp32/bf16, transformers "
+                       "eager/compiled, bert_torch side by side", BenchSettings, _run_mode,
+                       exclude=EXCLUDED["infer"]),
+    "embed": Benchmark("sentences/s of `bertjax embed` (all-MiniLM-L6-v2, mean pooling) against "
+                       "transformers eager with the same batches", EmbedBench, _run_embed,
+                       inputs=("file",)),
+    "corpus": Benchmark("`bertjax data` on generated Parquet / JSON-lines corpora of several "
+                        "sizes: input MB/s and peak RSS", CorpusBench, _run_corpus),
+    "finetune": Benchmark("an epoch of each bundled fine-tuning task, padded batches against "
+                          "packed (--max-tokens), two seeds: training wall time and validation "
+                          "scores", FinetuneBench, _run_finetune),
+    "pack": Benchmark("pre-training on short documents (the plays as speeches): the share of real "
+                      "tokens per row and tokens of real text per second, unpacked against "
+                      "packed", PackBench, _run_pack),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="subcommand", metavar="WHAT", required=True)
+    for name, bench in BENCHMARKS.items():
+        command = sub.add_parser(name, help=bench.help, description=bench.help)
+        if bench.settings is BenchSettings:
+            command.formatter_class = argparse.RawDescriptionHelpFormatter
+            command.epilog = _epilog(name)
+        add_settings_arguments(command, bench.settings, exclude=bench.exclude,
+                               parsers={"overrides": parse_override})
+        command.add_argument("--force", action="store_true",
+                             help="replace an existing --json file")
+
+
+def explain_unknown(arguments: list[str]) -> str:
+    """The error for options a benchmark does not know: the closest valid names."""
+    return explain_unknown_in(arguments, [bench.settings for bench in BENCHMARKS.values()],
+                              ("--config", "--print-config", "--force"))
+
+
+def run(args: argparse.Namespace) -> int:
+    bench = BENCHMARKS[args.subcommand]
+    base = (BenchSettings(mode=args.subcommand) if bench.settings is BenchSettings
+            else bench.settings())
+    settings = settings_from_args(args, bench.settings, base=base, exclude=bench.exclude)
+    if args.print_config:
+        print(print_config(settings, exclude=bench.exclude), end="")
+        return 0
+    if settings.json_path:  # before the benchmark, not after it
+        inputs = {f"--{name}": getattr(settings, name) for name in bench.inputs}
+        check_output_path(settings.json_path, "--json", force=args.force, inputs=inputs,
+                          example="bench.json")
+    result = bench.run(settings)
+    if isinstance(result, int):
+        return result
+    if settings.json_path:
+        from bertjax.bench.stamp import write_result
+
+        with writing("--json", settings.json_path):
+            write_result(result, settings.json_path, args.subcommand,
+                         accelerator=_accelerator(result))
     return 0
 
 
@@ -264,39 +224,3 @@ def _accelerator(result: dict[str, Any]) -> str | None:
     """The GPU/TPU a result was measured on, None on a CPU (its `device` line names it)."""
     device = str(result.get("device", ""))
     return None if not device or device.lower().startswith("cpu") else device
-
-
-# name -> (help, add_arguments, run)
-BENCHMARKS = {
-    "data": ("data pipeline: tokenisation MB/s, masked sequences/s (one core)",
-             _add_data_arguments, _run_data),
-    "train": ("training step (forward, backward, AdamW) tokens/s and MFU: bertjax fp32/bf16, "
-              "transformers eager/compiled, bert_torch side by side",
-              functools.partial(_add_mode_arguments, mode="train"),
-              functools.partial(_run_mode, mode="train")),
-    "infer": ("inference forward tokens/s and MFU: bertjax fp32/bf16, transformers "
-              "eager/compiled, bert_torch side by side",
-              functools.partial(_add_mode_arguments, mode="infer"),
-              functools.partial(_run_mode, mode="infer")),
-    "embed": ("sentences/s of `bertjax embed` (all-MiniLM-L6-v2, mean pooling) against "
-              "transformers eager with the same batches", _add_embed_arguments, _run_embed),
-    "corpus": ("`bertjax data` on generated Parquet / JSON-lines corpora of several sizes: input "
-               "MB/s and peak RSS", corpus_bench.add_arguments,
-               lambda args: corpus_bench.run(args)),
-    "finetune": ("an epoch of each bundled fine-tuning task, padded batches against packed "
-                 "(--max-tokens), two seeds: training wall time and validation scores",
-                 _add_finetune_arguments, _run_finetune),
-    "pack": ("pre-training on short documents (the plays as speeches): the share of real "
-             "tokens per row and tokens of real text per second, unpacked against packed",
-             _add_pack_arguments, _run_pack),
-}
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="subcommand", metavar="WHAT", required=True)
-    for name, (help_text, add, _) in BENCHMARKS.items():
-        add(sub.add_parser(name, help=help_text, description=help_text))
-
-
-def run(args: argparse.Namespace) -> int:
-    return BENCHMARKS[args.subcommand][2](args)

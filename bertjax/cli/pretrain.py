@@ -10,10 +10,12 @@ import argparse
 import os
 import shlex
 import sys
-from typing import Any
 
 from bertjax.cli.argtypes import non_negative_int, positive_float, positive_int
 from bertjax.cli.errors import EXIT_INTERRUPTED, CommandError
+from bertjax.cli.options import add_settings_arguments, print_config, settings_from_args
+from bertjax.cli.options import explain_unknown as explain_unknown_option
+from bertjax.common.options import options
 from bertjax.jobs.interrupt import CtrlC, PretrainInterrupted, exit_now
 from bertjax.runs import config as rc
 from bertjax.runs.layout import RunDir, describe
@@ -23,8 +25,8 @@ DEFAULT_OUTPUT_DIR = "runs/pretrain"
 EPILOG = f"""\
 configuration:
   Options are read from defaults, then --config FILE (TOML, JSON or YAML with [model], [data],
-  [optim], [train] tables), then --SECTION.FIELD=VALUE overrides, e.g.
-      bertjax pretrain --model.preset=tiny --optim.learning_rate=1e-3 --train.steps=500
+  [optim], [train] tables), then --SECTION.FIELD VALUE options, e.g.
+      bertjax pretrain --model.preset tiny --optim.learning-rate 1e-3 --train.steps 500
   --resume continues the newest good checkpoint in --output-dir. With no config file and no
   overrides it reuses the saved configuration; otherwise the requested configuration must equal
   the saved one, and every differing field is named.
@@ -48,18 +50,9 @@ multi-host: start one process per host with the same --coordinator-address and -
 """
 
 
-def _help(option: rc.Option) -> str:
-    choices = f"; one of {', '.join(option.choices)}" if option.choices else ""
-    text = f"{option.help}{choices} (default: {option.default!r})"
-    return text.replace("%", "%%")  # argparse %-formats help: "15%" must reach it as "15%%"
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
-    parser.allow_abbrev = False  # --optim.learning must not silently mean --optim.learning_rate
-    parser.add_argument("--config", metavar="FILE", default=None,
-                        help="TOML/JSON/YAML file of options (sections model, data, optim, train)")
     parser.add_argument("--output-dir", metavar="DIR", default=DEFAULT_OUTPUT_DIR,
                         help=f"run directory (default: {DEFAULT_OUTPUT_DIR})")
     parser.add_argument("--resume", action="store_true",
@@ -68,8 +61,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="stop cleanly (evaluate + checkpoint) after this much wall time; "
                              "the run can be continued with --resume")
     parser.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
-    parser.add_argument("--print-config", action="store_true",
-                        help="print the resolved configuration as TOML and exit")
     group = parser.add_argument_group("multi-host (jax.distributed)")
     group.add_argument("--coordinator-address", metavar="HOST:PORT",
                        default=os.environ.get("BERTJAX_COORDINATOR_ADDRESS"),
@@ -78,26 +69,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="total processes (env BERTJAX_NUM_PROCESSES)")
     group.add_argument("--process-id", type=non_negative_int, default=None,
                        help="this process's index, 0-based (env BERTJAX_PROCESS_ID)")
+    add_settings_arguments(parser, rc.RunConfig)
 
-    for section, klass in rc.SECTIONS.items():
-        group = parser.add_argument_group(
-            f"[{section}] options", (klass.__doc__ or "").strip().splitlines()[0]
-        )
-        for option in rc.options():
-            if option.name.startswith(section + "."):
-                group.add_argument(
-                    f"--{option.name}", dest=option.name, metavar=option.type.__name__.upper(),
-                    default=None, help=_help(option),
-                )
+
+JOB_OPTIONS = ("--output-dir", "--resume", "--time-limit", "--no-progress", "--config",
+               "--print-config", "--coordinator-address", "--num-processes", "--process-id")
 
 
 def explain_unknown(arguments: list[str]) -> str:
     """The error for options `bertjax pretrain` does not know: the closest valid names."""
-    for argument in arguments:
-        if argument.startswith("--"):
-            error = rc.unknown_option(argument[2:].split("=", 1)[0], "command line")
-            return f"{error} (and --config, --output-dir, --resume, ...; see --help)"
-    return f"unrecognized arguments: {' '.join(arguments)}"
+    return explain_unknown_option(arguments, rc.RunConfig, JOB_OPTIONS)
 
 
 def _env_int(name: str, option: str) -> int | None:
@@ -115,36 +96,34 @@ def _env_int(name: str, option: str) -> int | None:
     return number
 
 
-def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        name: getattr(args, name)
-        for name in rc.option_names()
-        if getattr(args, name, None) is not None
-    }
-
-
 def resolve_config(args: argparse.Namespace) -> rc.RunConfig:
-    """Defaults <- --config <- overrides; on a bare --resume, the run's saved configuration."""
-    overrides = overrides_from_args(args)
-    if args.resume and args.config is None and not overrides:
-        run = RunDir(args.output_dir)
-        saved, source = run.saved_config(), str(run.config)
-        if saved is None and run.checkpoints.is_dir():  # deleted: the newest checkpoint's copy
-            from bertjax.jobs.pretrain.start import checkpoint_config
-            from bertjax.train.saved import finished_steps
-
-            steps = finished_steps(run.checkpoints)
-            saved = checkpoint_config(run, steps) if steps else None
-            source = f"{run.checkpoints} step {steps[-1]}" if steps else source
+    """Defaults <- --config <- options; a bare --resume (no --config, no option) continues with
+    the run's saved configuration."""
+    given = args.config is not None or any(hasattr(args, o.name) for o in options(rc.RunConfig))
+    if args.resume and not given:
+        saved = _saved_config(RunDir(args.output_dir))
         if saved is not None:
-            return rc.RunConfig.from_dict(saved, source=source)
-    return rc.load(args.config, overrides)
+            return saved
+    return settings_from_args(args, rc.RunConfig)
+
+
+def _saved_config(run: RunDir) -> rc.RunConfig | None:
+    """run_config.json of `run`, or where it was deleted the newest checkpoint's copy."""
+    saved, source = run.saved_config(), str(run.config)
+    if saved is None and run.checkpoints.is_dir():
+        from bertjax.jobs.pretrain.start import checkpoint_config
+        from bertjax.train.saved import finished_steps
+
+        steps = finished_steps(run.checkpoints)
+        if steps:
+            saved, source = checkpoint_config(run, steps), f"{run.checkpoints} step {steps[-1]}"
+    return None if saved is None else rc.RunConfig.from_dict(saved, source=source)
 
 
 def run(args: argparse.Namespace) -> int:
     config = resolve_config(args)  # a bad option or --config file: ValueError, one line
     if args.print_config:
-        print(rc.to_toml(config), end="")
+        print(print_config(config), end="")
         return 0
     # Ctrl-C is handled from here on, before JAX is imported (see CtrlC)
     with CtrlC() as ctrl_c:

@@ -4,7 +4,7 @@
                  the one rule for what a command may write where
     console.py   progress lines on standard error
     lazy.py      flat public names that import their module on first use (PEP 562)
-    settings.py  settings dataclasses as options: one field, one option
+    options.py   settings dataclasses as options: one field, one option, one flag style
 
 It imports nothing of bertjax but `bertjax.errors`, and no framework (no JAX, no PyTorch).
 """

@@ -86,7 +86,8 @@ from bertjax.data.shakespeare import (
 )
 
 __all__ = [
-    "BOM", "CORPUS_SUFFIXES", "EVAL_PLAYS", "SHAKESPEARE", "SPLITS", "TEXT_SUFFIXES", "Document",
+    "BOM", "CORPUS_HELP", "CORPUS_SUFFIXES", "EVAL_PLAYS", "SHAKESPEARE", "SPLITS", "TEXT_SUFFIXES",
+    "Document",
     "MissingDependencyError", "arrow_documents", "check_text_file", "corpus_documents",
     "dataset_documents", "iterable_documents", "json_documents", "jsonl_documents",
     "parquet_documents", "parse_play", "play_scenes", "resolve_corpus_files",
@@ -94,6 +95,15 @@ __all__ = [
     "shakespeare_scenes", "shakespeare_speech_documents", "shakespeare_speeches",
     "split_sentences", "spoken_scenes", "text_documents",
 ]
+
+# What a corpus option takes (`bertjax vocab|data --corpus`, `bertjax bench data --corpus`).
+CORPUS_HELP = ("'shakespeare' (default), files, directories or globs (quoted) of UTF-8 BERT-format "
+               "text (one sentence per line, blank line between documents), JSON lines (.jsonl: "
+               "one record per line), JSON (.json: one document, a list of records or one record; "
+               "read whole), Parquet (.parquet) or Arrow (.arrow; a directory `datasets` saved "
+               "with save_to_disk); text, JSON lines and JSON also compressed (.gz, .bz2, .zst, "
+               "e.g. wiki.jsonl.zst); a directory gives its files of these suffixes. Parquet, "
+               "Arrow and .zst need pip install 'bertjax[corpora]'")
 
 Source = Callable[[], Iterator[Document]]  # the documents of one checked spec, read when called
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from bertjax.common.settings import option_field
+from bertjax.common.options import option_field
+from bertjax.errors import InputError
 from bertjax.train.choices import OPTIMIZERS
 
 
@@ -27,33 +28,39 @@ class OptimConfig:
     """
 
     optimizer: str = option_field("adamw", "optimizer", OPTIMIZERS)
-    learning_rate: float = option_field(1e-4, "peak learning rate (linear warm-up, then linear decay)")
-    warmup_steps: int = option_field(0, "linear warm-up steps")
-    total_steps: int = option_field(1000, "the learning rate reaches 0 here (a run: train.steps)")
-    weight_decay: float = option_field(0.01, "decoupled weight decay (not on biases and LayerNorm)")
-    b1: float = option_field(0.9, "Adam beta1")
-    b2: float = option_field(0.999, "Adam beta2")
-    eps: float = option_field(1e-6, "Adam epsilon")
-    clip_norm: float = option_field(1.0, "global gradient-norm clip; 0 disables")
-    grad_accum_steps: int = option_field(1, "micro-batches accumulated per optimizer step")
+    learning_rate: float = option_field(1e-4, "peak learning rate (linear warm-up, then linear "
+                                        "decay)", check="positive")
+    warmup_steps: int = option_field(0, "linear warm-up steps", check="non_negative")
+    # the learning rate reaches 0 here: not an option (a run sets it from train.steps)
+    total_steps: int = 1000
+    weight_decay: float = option_field(0.01, "decoupled weight decay (not on biases and "
+                                       "LayerNorm)", check="non_negative")
+    b1: float = option_field(0.9, "Adam beta1", check="probability")
+    b2: float = option_field(0.999, "Adam beta2", check="probability")
+    eps: float = option_field(1e-6, "Adam epsilon", check="positive")
+    clip_norm: float = option_field(1.0, "global gradient-norm clip; 0 disables",
+                                    check="non_negative")
+    grad_accum_steps: int = option_field(1, "micro-batches accumulated per optimizer step",
+                                         check="positive")
     flatten: bool = option_field(
         False, "clip and run Adam's moments over all gradients as one vector (optax.flatten): "
         "far fewer, larger kernels, the same update up to summation order; adam/adamw/sgd; a "
         "run resumes only with the setting it started with")
 
     def __post_init__(self) -> None:
-        """Raise ValueError naming the field for a setting out of range."""
+        """Raise InputError naming the field for a setting out of range (options parsed from a
+        command line or a file are checked as they are read; this covers Python callers)."""
         if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer is {self.optimizer!r}; choose one of {list(OPTIMIZERS)}")
+            raise InputError(f"optimizer is {self.optimizer!r}; choose one of {list(OPTIMIZERS)}")
         for name in ("total_steps", "grad_accum_steps"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.learning_rate <= 0 or not math.isfinite(self.learning_rate):
-            raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
+                raise InputError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0 < self.learning_rate < math.inf:
+            raise InputError(f"learning_rate must be positive, got {self.learning_rate}")
         if self.warmup_steps < 0 or self.weight_decay < 0 or self.clip_norm < 0:
-            raise ValueError("warmup_steps, weight_decay and clip_norm must be >= 0")
+            raise InputError("warmup_steps, weight_decay and clip_norm must be >= 0")
         if self.flatten and self.optimizer == "lamb":
-            raise ValueError("flatten takes adam, adamw or sgd: LAMB's trust ratio is per layer; "
+            raise InputError("flatten takes adam, adamw or sgd: LAMB's trust ratio is per layer; "
                              "leave flatten off with lamb")
 
 

@@ -35,7 +35,7 @@
 #   variant    `recipe`'s bertjax row under each ';'-separated XLA_FLAGS of VARIANT_FLAGS
 #              (XLA options measured: stages variant1, variant2, ...; an empty set, not the last,
 #              is XLA's default: ";--xla_a=1" runs the default, then --xla_a=1)
-#   perleaf    `recipe`'s bertjax row with the optimizer per parameter (--flat-optimizer false)
+#   perleaf    `recipe`'s bertjax row with the optimizer per parameter (--no-flat-optimizer)
 #   infer      bertjax bench infer
 #   pretrain   `bertjax pretrain` with the GPU recipe on the bundled plays (150 steps): its
 #              tokens/s against `recipe`'s bertjax row (run `recipe` first), pipelined and synced
@@ -147,7 +147,7 @@ profile() {  # XLA's optimised train step beside the trace, to look the kernels'
     for which in ${PROFILES:-default recipe}; do  # PROFILES=recipe: the recipe's alone
         case $which in
             default) args=() ;;
-            recipe) args=(--prng rbg --set attention_probs_dropout_prob=0 --flat-optimizer) ;;
+            recipe) args=(--prng-impl rbg --set attention_probs_dropout_prob=0 --flat-optimizer) ;;
             *) echo "PROFILES names $which; choose default, recipe or both" >&2; return 2 ;;
         esac
         XLA_FLAGS="--xla_dump_to=$RESULTS/hlo_$which --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*train_step.*" \
@@ -182,9 +182,9 @@ gap() {  # the job's step fed several ways, under each ';'-separated XLA_FLAGS o
 pretrain_rate() {  # the real job's rate against the bench's (the input pipeline must keep up)
     local run=$PRETRAIN_RUN
     rm -rf "$run"
-    python3 -m bertjax.cli pretrain --model.dtype=bfloat16 --model.attention_probs_dropout_prob=0 \
-        --model.hidden_dropout_prob=0.1 --train.prng_impl=rbg --optim.flatten=true --optim.learning_rate=1e-4 \
-        --optim.warmup_steps=10 --data.eval_batches=2 --no-progress --output-dir="$run" "$@" \
+    python3 -m bertjax.cli pretrain --model.dtype=bfloat16 --model.attention-probs-dropout-prob=0 \
+        --model.hidden-dropout-prob=0.1 --train.prng-impl=rbg --optim.flatten --optim.learning-rate=1e-4 \
+        --optim.warmup-steps=10 --data.eval-batches=2 --no-progress --output-dir="$run" "$@" \
         || return
     cp "$run/summary.json" "$RESULTS/pretrain_summary.json"
     cp "$run/metrics.jsonl" "$RESULTS/pretrain_metrics.jsonl"
@@ -236,18 +236,18 @@ if [ "$MODE" = cpu ]; then
     export PROFILE_PRESET=tiny PROFILE_BATCH=4 PROFILE_ARGS="--seq 32 --steps 2 --warmup 1"
     PROBE_ARGS=${PROBE_ARGS:---layers 1 --batch 2 --steps 1 --recheck-layers 1}
     export TEST_WORKERS=${TEST_WORKERS:-2}
-    JOB=(--model.preset=tiny --data.batch_size=4 --data.seq_len=32 --data.vocab_size=512
-         --data.max_predictions=5 --train.steps=4 --train.log_every=2 --train.eval_every=4
-         --train.checkpoint_every=4)
+    JOB=(--model.preset=tiny --data.batch-size=4 --data.seq-len=32 --data.vocab-size=512
+         --data.max-predictions=5 --train.steps=4 --train.log-every=2 --train.eval-every=4
+         --train.checkpoint-every=4)
 else  # the bench's shape (base, seq 128, batch 256, BERT's vocabulary size)
-    JOB=(--model.preset=base --data.batch_size=256 --data.seq_len=128 --data.vocab_size=30522
-         --data.max_predictions=19 --train.steps=150 --train.log_every=25 --train.eval_every=150
-         --train.checkpoint_every=150)
+    JOB=(--model.preset=base --data.batch-size=256 --data.seq-len=128 --data.vocab-size=30522
+         --data.max-predictions=19 --train.steps=150 --train.log-every=25 --train.eval-every=150
+         --train.checkpoint-every=150)
 fi
 export -f setup tests profile bench baseline pretrain_rate compare_pretrain gap
 export RESULTS MODE PRETRAIN_RUN
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
-EVERYWHERE=(--prng rbg --flat-optimizer true)  # the recipe at dropout 0.1 everywhere
+EVERYWHERE=(--prng-impl rbg --flat-optimizer)  # the recipe at dropout 0.1 everywhere
 RECIPE=(--set attention_probs_dropout_prob=0 "${EVERYWHERE[@]}")
 IMPLS=${IMPLS:-bertjax,hf-eager,hf-compiled}  # the rows of `bench` (and of `recipe`: RECIPE_IMPLS)
 RECIPE_IMPLS=${RECIPE_IMPLS:-$IMPLS}
@@ -282,7 +282,7 @@ for name in "$@"; do
         pretrain) stage pretrain 240 pretrain_rate "${JOB[@]}" ;;
         gap) stage gap 240 gap ;;
         perleaf) stage perleaf 150 bench train --dtype bfloat16 "${RECIPE[@]}" --impl bertjax \
-            --flat-optimizer false "${SIZE[@]}" --json "$RESULTS/bench_perleaf.json" ;;
+            --no-flat-optimizer "${SIZE[@]}" --json "$RESULTS/bench_perleaf.json" ;;
         infer) stage infer 200 bench infer --dtype bfloat16 "${SIZE[@]}" --json "$RESULTS/bench_infer.json" ;;
         profile) stage profile 200 profile ;;
         *) echo "unknown stage $name" >&2; exit 2 ;;

@@ -134,7 +134,7 @@ def main(argv: list[str]) -> int:
     config = rc.RunConfig.from_dict(json.loads(run.config.read_text()))
     tok = WordPieceTokenizer.load(run.tokenizer)
     strategy = make_strategy(config.train.parallel, fsdp=config.train.fsdp)
-    training = assemble(initialise_model(config, tok.vocab_size), config.optim_config(), strategy,
+    training = assemble(initialise_model(config, tok.vocab_size), config.optim, strategy,
                         seed=config.train.seed, prng_impl=config.train.prng_impl)
     state = strategy.place_state(training.state)
     d = config.data

@@ -70,12 +70,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _flag(override: str) -> str:
+    """"section.field_name=value" as the option `--section.field-name=value`."""
+    name, value = override.split("=", 1)
+    return f"--{name.replace('_', '-')}={value}"
+
+
 def pretrain(out: Path, overrides: list[str], steps: int, seed: int) -> dict:
     """One `bertjax pretrain` run; its summary.json."""
     args = [sys.executable, "-m", "bertjax.cli", "pretrain", "--output-dir", str(out),
             "--no-progress", f"--train.steps={steps}", f"--train.seed={seed}",
-            f"--train.eval_every={steps}", f"--train.checkpoint_every={steps}",
-            *(f"--{o}" for o in overrides)]
+            f"--train.eval-every={steps}", f"--train.checkpoint-every={steps}",
+            *(_flag(o) for o in overrides)]
     subprocess.run(["rm", "-rf", str(out)], check=True)
     subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
     return json.loads((out / "summary.json").read_text())

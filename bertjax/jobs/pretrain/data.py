@@ -164,7 +164,7 @@ class CorpusError(ValueError):
         message = str(err) if not isinstance(err, OSError) or not err.strerror else (
             f"{err.filename}: {err.strerror.lower()}; check the path")
         message = message.replace("check --corpus", "check --data.corpus")
-        message = message.replace("--text-field", "--data.text_field")
+        message = message.replace("--text-field", "--data.text-field")
         return cls(f"--data.corpus: {message}" if corpus in message
                    else f"--data.corpus {corpus!r}: {message}")
 

@@ -177,7 +177,7 @@ def _set_up(config: rc.RunConfig, run: RunDir, start: RunStart, ctrl_c: CtrlC,
             say: Callable[[str], None]) -> tuple[_Job, TrainState]:
     """Strategy, data (then run_config.json), model and optimizer; the state restored (on
     resume) and placed. The Checkpointer (the first thing under checkpoints/) comes last."""
-    train, optim = config.train, config.optim_config()
+    train, optim = config.train, config.optim
     strategy = make_strategy(train.parallel, fsdp=train.fsdp)
     try:
         strategy.check_batch_size(config.data.batch_size, optim.grad_accum_steps)
