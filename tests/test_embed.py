@@ -20,8 +20,7 @@ from tokenizers import Tokenizer
 from use_helpers import sentences
 
 from bertjax import BertModel
-from bertjax.bench.embed import DEFAULT_MAX_TOKENS, format_table, run_embed_benchmark
-from bertjax.cli.bench import EMBED_MAX_TOKENS
+from bertjax.bench.embed import format_table, run_embed_benchmark
 from bertjax.cli.main import main
 from bertjax.pretrained import from_pretrained
 from bertjax.use.embed import embed, nearest, sentence_transformers_settings, sorted_batches
@@ -275,7 +274,6 @@ def test_benchmark_rows_agree(lines):
     assert max(result["max_abs_diff"], result["rows"][1]["max_abs_diff"]) <= TOL
     ((R, S, _),) = result["packed_shapes"]  # one shape, its slots mostly real tokens
     assert (R, S) == (4, 64) and result["packed_slots"] < result["padded_tokens"]
-    assert EMBED_MAX_TOKENS == DEFAULT_MAX_TOKENS
     assert "packed: " in format_table(result) and "vs transformers" in format_table(result)
     assert result["max_abs_diff"] <= TOL
     assert result["real_tokens"] < result["padded_tokens"]

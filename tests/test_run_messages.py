@@ -13,9 +13,9 @@ import pytest
 from use_helpers import tiny_run
 
 from bertjax.cli.main import main
-from bertjax.jobs.interrupt import CtrlC, PretrainInterrupted
 from bertjax.jobs.pretrain.job import pretrain
 from bertjax.jobs.pretrain.summary import read_summary
+from bertjax.jobs.stop import Interrupted, StopRequest
 from bertjax.runs import config as rc
 from bertjax.runs.layout import RunDir
 from bertjax.train.saved import finished_steps
@@ -93,12 +93,14 @@ def test_a_run_stopped_before_any_evaluation_writes_strict_json(tmp_path, capsys
                             "data.max_predictions": 5, "data.batch_size": 4,
                             "data.eval_batches": 1, "train.steps": 6, "train.eval_every": 6})
     run = tmp_path / "run"
-    with CtrlC() as ctrl_c:
-        def press_ctrl_c(step: int, metrics: dict) -> None:
-            ctrl_c.count = max(ctrl_c.count, 1)  # one Ctrl-C, counted as the SIGINT handler does
+    stop = StopRequest()
 
-        with pytest.raises(PretrainInterrupted, match=r"at step \d of 6; saved a checkpoint"):
-            pretrain(config, run, progress=False, on_step=press_ctrl_c, ctrl_c=ctrl_c)
+    def press_ctrl_c(step: int, metrics: dict) -> None:
+        if not stop.requested:
+            assert stop.press() is None  # in the loop: the step ends with a checkpoint
+
+    with pytest.raises(Interrupted, match=r"at step \d of 6; saved a checkpoint"):
+        pretrain(config, run, progress=False, on_step=press_ctrl_c, stop=stop)
 
     def no_bare_constants(name: str) -> None:
         raise AssertionError(f"summary.json holds a bare {name}")

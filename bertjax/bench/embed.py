@@ -36,6 +36,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from bertjax.bench.options import DEFAULT_MAX_TOKENS
 from bertjax.common.console import say_unless
 from bertjax.data import corpus_documents
 from bertjax.data.tokenizer import WordPieceTokenizer
@@ -49,7 +50,6 @@ from bertjax.use.packed import packed_layouts
 
 BERTJAX_ROW = "bertjax (jit)"
 PACKED_ROW = "bertjax (jit, packed)"
-DEFAULT_MAX_TOKENS = 2048  # token slots per packed batch (bigger was slower on a 2-core CPU)
 
 
 def shakespeare_lines(n: int) -> list[str]:

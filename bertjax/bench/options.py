@@ -63,6 +63,7 @@ def _option(default: Any, help: str, choices: tuple[str, ...] | None = None,  # 
 
 
 JSON_HELP = "also write every number as JSON to this new file (--force: replace one)"
+DEFAULT_MAX_TOKENS = 2048  # token slots per packed batch of `bench embed`'s packed row
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,8 +226,8 @@ class EmbedBench:
                                       "directory", metavar="DIR", default_help="all-MiniLM-L6-v2")
     batch_size: int = _option(64, "lines per sorted batch, both bertjax's and transformers'",
                               check="positive")
-    max_tokens: int = _option(2048, "token slots per batch of the packed bertjax row; 0: no "
-                                    "packed row", check="non_negative")
+    max_tokens: int = _option(DEFAULT_MAX_TOKENS, "token slots per batch of the packed bertjax "
+                                                  "row; 0: no packed row", check="non_negative")
     repeats: int = _option(3, "timed repeats", check="positive")
     attn_implementation: str = _option("sdpa", "transformers' attention (sdpa: its own default)",
                                        ("sdpa", "eager"))

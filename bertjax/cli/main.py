@@ -11,6 +11,7 @@ as exit status 130.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import sys
@@ -25,6 +26,7 @@ from bertjax.cli.errors import (
     print_error,
     show_traceback,
 )
+from bertjax.cli.interrupts import ctrl_c_blocked
 from bertjax.train.host_memory import keep_freed_memory
 
 # command name -> (module, one-line help)
@@ -69,6 +71,9 @@ def _command(argv: list[str]) -> str | None:
 
 # commands that run no JAX computation: they keep glibc's defaults for their tokenizer threads
 WITHOUT_JAX = {("vocab",), ("data",), ("bench", "data"), ("bench", "corpus")}
+# jobs whose Ctrl-C goes to a StopRequest (`bertjax.cli.interrupts`): SIGINT is blocked before
+# anything is imported, so that no thread hands it to Python's handler
+STOPPABLE = {"pretrain"}
 
 
 def _runs_jax(argv: list[str]) -> bool:
@@ -106,6 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     # Orbax logs its own bookkeeping (a read-only manager, a step saved without metrics) as
     # absl warnings: not the user's business at a command line; errors still show
     logging.getLogger("absl").setLevel(logging.ERROR)
+    with ctrl_c_blocked() if _command(argv) in STOPPABLE else contextlib.nullcontext():
+        return _run(argv, name)
+
+
+def _run(argv: list[str], name: str) -> int:
+    """`main` once the process is set up: parse, import the command, run it; errors as said."""
     try:
         args, unknown, parser = _parse(argv)
         module = importlib.import_module(COMMANDS[args.command][0])

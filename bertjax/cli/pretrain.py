@@ -12,11 +12,12 @@ import shlex
 import sys
 
 from bertjax.cli.argtypes import non_negative_int, positive_float, positive_int
-from bertjax.cli.errors import EXIT_INTERRUPTED, CommandError
+from bertjax.cli.errors import CommandError
+from bertjax.cli.interrupts import EXIT_INTERRUPTED, ctrl_c_stops
 from bertjax.cli.options import add_settings_arguments, print_config, settings_from_args
 from bertjax.cli.options import explain_unknown as explain_unknown_option
 from bertjax.common.options import options
-from bertjax.jobs.interrupt import CtrlC, PretrainInterrupted, exit_now
+from bertjax.jobs.stop import NOTHING_TO_SAVE, Interrupted, StopRequest
 from bertjax.runs import config as rc
 from bertjax.runs.layout import RunDir, describe
 
@@ -121,44 +122,44 @@ def _saved_config(run: RunDir) -> rc.RunConfig | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = resolve_config(args)  # a bad option or --config file: ValueError, one line
+    config = resolve_config(args)  # a bad option or --config file: one line
     if args.print_config:
         print(print_config(config), end="")
         return 0
-    # Ctrl-C is handled from here on, before JAX is imported (see CtrlC)
-    with CtrlC() as ctrl_c:
+    # Ctrl-C goes to the job's StopRequest from here on, before JAX is imported: until the job
+    # starts nothing is written, so it ends the process at once
+    stop = StopRequest(NOTHING_TO_SAVE, message=lambda: _before_the_run(args.output_dir))
+    with ctrl_c_stops(stop, "pretrain"):
         try:
-            return _pretrain(args, config, ctrl_c)
-        except PretrainInterrupted as err:  # Ctrl-C in the job: one line saying how to resume
+            return _pretrain(args, config, stop)
+        except Interrupted as err:  # stopped at a safe point: how to resume
             print(f"bertjax pretrain: {err}", file=sys.stderr)
-            if err.abandoned:  # the first step still compiles in a thread: end here, at once
-                exit_now(EXIT_INTERRUPTED)
-        except KeyboardInterrupt:  # before the job began: nothing was written
-            run = RunDir(args.output_dir)
-            again = (f"resume with: bertjax pretrain --resume --output-dir {shlex.quote(str(run))}"
-                     if run.config.is_file() or run.checkpoints.is_dir() else
-                     "start it again with the same command")
-            print(f"bertjax pretrain: interrupted (Ctrl-C) before the run began; nothing was "
-                  f"written; {again}", file=sys.stderr)
+        except KeyboardInterrupt:  # without the watcher (not POSIX), before the job began
+            print(f"bertjax pretrain: {_before_the_run(args.output_dir)}", file=sys.stderr)
     return EXIT_INTERRUPTED
 
 
-def _pretrain(args: argparse.Namespace, config: rc.RunConfig, ctrl_c: CtrlC) -> int:
-    _start_processes(args)
-    from bertjax.jobs.pretrain.job import NonFiniteLossError, PretrainError, pretrain
+def _before_the_run(output_dir: str) -> str:
+    run = RunDir(output_dir)
+    again = (f"resume with: bertjax pretrain --resume --output-dir {shlex.quote(str(run))}"
+             if run.config.is_file() or run.checkpoints.is_dir() else
+             "start it again with the same command")
+    return f"interrupted (Ctrl-C) before the run began; nothing was written; {again}"
 
-    ctrl_c.poll()  # a Ctrl-C during the imports that was not raised
+
+def _pretrain(args: argparse.Namespace, config: rc.RunConfig, stop: StopRequest) -> int:
+    _start_processes(args)
+    from bertjax.jobs.pretrain.job import NonFiniteLossError, pretrain
+
     try:
         result = pretrain(
             config, args.output_dir, resume=args.resume, progress=not args.no_progress,
             time_limit_s=None if args.time_limit is None else 60.0 * args.time_limit,
-            ctrl_c=ctrl_c,
+            stop=stop,
         )
     except NonFiniteLossError as err:
         print(f"bertjax pretrain: {err}", file=sys.stderr)
         return 1
-    except PretrainError as err:
-        raise CommandError(str(err)) from err
     if result.already_finished:
         print(f"the run in {result.run_dir} had already finished ({result.steps} steps); nothing "
               "was trained or written. Its summary:")

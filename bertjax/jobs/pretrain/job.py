@@ -9,9 +9,9 @@ bitwise equal to an uninterrupted one on the CPU.
 Nothing is written before the run directory has been checked (`check_run_dir`), and
 run_config.json only once the data is ready: a run that fails before its first checkpoint leaves
 a directory a retry accepts (a configuration without a checkpoint is a run not yet started).
-Ctrl-C stops at the end of the step with a checkpoint (`CtrlC`), or at once before the first step
-has run, while it compiles (nothing to save yet: `abandonable`); `--resume` of a finished run
-keeps its summary.
+A caller's request to stop (`StopRequest`: Ctrl-C at the command line) is honoured at the end of
+a step with a checkpoint; before the first step has run the job says it has nothing to save, so
+the caller may end it at once; `--resume` of a finished run keeps its summary.
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ import dataclasses
 import math
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import jax
 import numpy as np
@@ -32,7 +31,6 @@ from flax import nnx
 from bertjax.common.console import quiet, to_stderr
 from bertjax.common.files import write_json_atomic
 from bertjax.heads import BertForPreTraining
-from bertjax.jobs.interrupt import Abandoned, CtrlC, PretrainInterrupted, abandonable
 from bertjax.jobs.pretrain.data import PretrainData, accuracy_ratio, check_corpus, open_data
 from bertjax.jobs.pretrain.start import (
     PretrainError,
@@ -48,6 +46,7 @@ from bertjax.jobs.pretrain.summary import (
     read_summary,
     write_summary,
 )
+from bertjax.jobs.stop import NOTHING_TO_SAVE, SAVING, SETTING_UP, Interrupted, StopRequest
 from bertjax.losses import metrics_from_sums
 from bertjax.runs import config as rc
 from bertjax.runs.layout import RunDir
@@ -79,16 +78,16 @@ def pretrain(
     time_limit_s: float | None = None,
     on_step: Callable[[int, dict[str, float]], None] | None = None,
     log: Callable[[str], None] | None = None,
-    ctrl_c: CtrlC | None = None,
+    stop: StopRequest | None = None,
 ) -> PretrainResult:
     """Pre-train (or continue) the run in `run_dir`; returns its summary.
 
-    The directory is checked before anything is written (PretrainError, or ValueError for a
+    The directory is checked before anything is written (PretrainError, or InputError for a
     damaged run_config.json). `time_limit_s` stops cleanly (with a checkpoint) once that much
-    wall time has passed. Ctrl-C stops at the end of the step with a checkpoint (see `CtrlC`)
-    and raises PretrainInterrupted saying how to resume (`ctrl_c`: a handler the caller
-    installed earlier, e.g. before importing JAX). `on_step(step, metrics)` sees each step's
-    host metrics (tests use it to inject faults).
+    wall time has passed. `stop` is the caller's request to stop (`bertjax.jobs.stop`): honoured
+    at the end of a step with a checkpoint, then Interrupted says how to resume (a
+    KeyboardInterrupt during the job is reported the same way). `on_step(step, metrics)` sees
+    each step's host metrics (tests use it to inject faults).
     """
     t_start = time.perf_counter()
     run, is_main = RunDir(run_dir), jax.process_index() == 0
@@ -97,27 +96,27 @@ def pretrain(
     if start.rebuild_data:
         check_corpus(config)
     barrier("bertjax_pretrain_run_dir_checked")  # every process checked before process 0 writes
-    with ctrl_c or CtrlC() as ctrl_c:
+    stop = stop or StopRequest()
+    stop.step, stop.phase = None, SETTING_UP
+    stop.message = lambda: str(interrupted_error(run, config, stop))
+    try:
+        for note in start.notes:
+            say(note)
+        job, state = _set_up(config, run, start, stop, say)
         try:
-            for note in start.notes:
-                say(note)
-            job, state = _set_up(config, run, start, ctrl_c, say)
-            try:
-                if job.start_step >= config.train.steps:
-                    return _already_finished(job, run)
-                end, clock = _run_loop(job, state, run, start, ctrl_c, progress=progress,
-                                       started=t_start, time_limit_s=time_limit_s,
-                                       on_step=on_step)
-            finally:
-                job.checkpointer.close()
-            result = _finish(job, run, end, clock, t_start)
-        except PretrainInterrupted:
-            raise
-        except KeyboardInterrupt as stop:
-            raise interrupted_error(run, config, ctrl_c,
-                                    abandoned=isinstance(stop, Abandoned)) from None
+            if job.start_step >= config.train.steps:
+                return _already_finished(job, run)
+            end, clock = _run_loop(job, state, run, start, stop, progress=progress,
+                                   started=t_start, time_limit_s=time_limit_s, on_step=on_step)
+        finally:
+            job.checkpointer.close()
+        result = _finish(job, run, end, clock, t_start)
+    except Interrupted:
+        raise
+    except KeyboardInterrupt:
+        raise interrupted_error(run, config, stop) from None
     if end.stopped and end.interrupted:
-        raise PretrainInterrupted(
+        raise Interrupted(
             f"interrupted (Ctrl-C) at step {end.step} of {config.train.steps}; saved a checkpoint "
             f"at step {end.step}; resume with: {resume_command(run)}")
     return result
@@ -173,7 +172,7 @@ class _Job:
     say: Callable[[str], None]
 
 
-def _set_up(config: rc.RunConfig, run: RunDir, start: RunStart, ctrl_c: CtrlC,
+def _set_up(config: rc.RunConfig, run: RunDir, start: RunStart, stop: StopRequest,
             say: Callable[[str], None]) -> tuple[_Job, TrainState]:
     """Strategy, data (then run_config.json), model and optimizer; the state restored (on
     resume) and placed. The Checkpointer (the first thing under checkpoints/) comes last."""
@@ -183,18 +182,18 @@ def _set_up(config: rc.RunConfig, run: RunDir, start: RunStart, ctrl_c: CtrlC,
         strategy.check_batch_size(config.data.batch_size, optim.grad_accum_steps)
     except ValueError as err:
         raise PretrainError(str(err)) from err
-    data = _prepare_data(config, run, start, ctrl_c, say)
+    data = _prepare_data(config, run, start, stop, say)
     checkpointer = Checkpointer(run.checkpoints, keep_last=train.keep_checkpoints,
                                 keep_best=1, quarantine=run.corrupt_checkpoints)
     try:
         model = initialise_model(config, data.vocab_size)
         training = assemble(model, optim, strategy, seed=train.seed, prng_impl=train.prng_impl)
         del model
-        ctrl_c.poll()
+        stop.poll()
         n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(training.state.params))
         state, start_step = _restore(checkpointer, training.state, data, start.resume, say)
-        ctrl_c.poll()
-        ctrl_c.step = start_step
+        stop.poll()
+        stop.step = start_step
     except BaseException:
         checkpointer.close()
         raise
@@ -224,7 +223,7 @@ def initialise_model(config: rc.RunConfig, vocab_size: int) -> BertForPreTrainin
     return model
 
 
-def _prepare_data(config: rc.RunConfig, run: RunDir, start: RunStart, ctrl_c: CtrlC,
+def _prepare_data(config: rc.RunConfig, run: RunDir, start: RunStart, stop: StopRequest,
                   say: Callable[[str], None]) -> PretrainData:
     """The run's data, then its run_config.json: a run's configuration is saved only once its
     data is ready, and data made for a run that fails here is removed again, so a corpus that
@@ -234,14 +233,13 @@ def _prepare_data(config: rc.RunConfig, run: RunDir, start: RunStart, ctrl_c: Ct
         say(f"preparing the data: a {config.data.vocab_size}-piece vocabulary and shards of "
             f"{config.data.corpus!r} in {run}")
         if main and start.restart:
-            with ctrl_c.deferred():  # the stale configuration first: it describes the old data
+            with stop.entering(SAVING):  # the stale configuration first: it describes the old data
                 discard_unstarted(run)
     try:
-        with ctrl_c.at_once():  # files only: Ctrl-C may stop it anywhere
-            data = open_data(config, run, rebuild=start.rebuild_data, poll=ctrl_c.poll)
-    except Exception:
+        data = open_data(config, run, rebuild=start.rebuild_data, poll=stop.poll)
+    except BaseException:  # a stop too: files only, written aside and renamed
         if main and start.rebuild_data:
-            with ctrl_c.deferred():
+            with stop.entering(SAVING):
                 discard_unstarted(run)
                 if start.new_dir:
                     with contextlib.suppress(OSError):
@@ -249,7 +247,7 @@ def _prepare_data(config: rc.RunConfig, run: RunDir, start: RunStart, ctrl_c: Ct
         raise
     if start.write_config and main:
         write_json_atomic(run.config, config.to_dict())
-    ctrl_c.poll()
+    stop.poll()
     return data
 
 
@@ -275,15 +273,16 @@ def _restore(checkpointer: Checkpointer, state: TrainState, data: PretrainData, 
     return restored.state, restored.step
 
 
-def _run_loop(job: _Job, state: TrainState, run: RunDir, start: RunStart, ctrl_c: CtrlC, *,
+def _run_loop(job: _Job, state: TrainState, run: RunDir, start: RunStart, stop: StopRequest, *,
               progress: bool, started: float, time_limit_s: float | None,
               on_step: Callable[[int, dict[str, float]], None] | None
               ) -> tuple[_LoopEnd, TrainClock]:
     """The loop with its metrics log, clock, schedule and prefetching, closed after."""
     config, is_main = job.config, jax.process_index() == 0
-    writer = _before_first_step(  # its imports (TensorBoard's) take seconds
-        ctrl_c, MetricsWriter, run.metrics, tensorboard_dir=run.tensorboard, enabled=is_main,
-        resume_step=job.start_step if start.resume or start.restart else None)
+    with _before_first_step(stop):  # its imports (TensorBoard's) take seconds
+        writer = MetricsWriter(run.metrics, tensorboard_dir=run.tensorboard, enabled=is_main,
+                               resume_step=job.start_step if start.resume or start.restart
+                               else None)
     pending = PendingMetrics(job.strategy.host_metrics, writer, on_step=on_step,
                              advice=lambda: _nan_advice(job.checkpointer.steps()))
     clock = TrainClock(total=config.train.steps, start=job.start_step,
@@ -298,20 +297,23 @@ def _run_loop(job: _Job, state: TrainState, run: RunDir, start: RunStart, ctrl_c
     batches = Prefetch(job.data.batches_with_state(),
                        lambda b: (job.strategy.shard_batch(b[0]), b[1]))
     try:
-        return _train(job, state, batches, schedule, pending, clock, writer, ctrl_c), clock
+        return _train(job, state, batches, schedule, pending, clock, writer, stop), clock
     finally:
         batches.close()
         clock.close()
         writer.close()
 
 
-def _before_first_step(ctrl_c: CtrlC, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """`fn(*args, **kwargs)`, abandoned at once on Ctrl-C (`abandonable`): nothing is there to
-    save before the first step. A multi-host run waits for it instead (a process leaving on its
-    own would stall the others in their collectives)."""
+@contextlib.contextmanager
+def _before_first_step(stop: StopRequest) -> Iterator[None]:
+    """Inside the block there is nothing to save yet (no step has run): the caller may end the
+    process at once on Ctrl-C. A multi-host run is never ended so (a process leaving on its own
+    would stall the others in their collectives): it stops at the end of its first step."""
     if jax.process_count() > 1:
-        return fn(*args, **kwargs)
-    return abandonable(ctrl_c, fn, *args, **kwargs)
+        yield
+        return
+    with stop.entering(NOTHING_TO_SAVE):
+        yield
 
 
 @dataclasses.dataclass
@@ -324,25 +326,26 @@ class _LoopEnd:
 
 def _train(job: _Job, state: TrainState, batches: Prefetch, schedule: StepSchedule,
            pending: PendingMetrics, clock: TrainClock, writer: MetricsWriter,
-           ctrl_c: CtrlC) -> _LoopEnd:
+           stop: StopRequest) -> _LoopEnd:
     """Train from `job.start_step` to the last step or a stop, following `schedule`."""
     step, last_eval = job.start_step, {}
     while step < schedule.total:
         batch, data_state = next(batches)
-        if step == job.start_step:  # it compiles first: Ctrl-C answered at once
-            state, metrics = _before_first_step(ctrl_c, job.train_step, state, batch)
+        if step == job.start_step:  # it compiles first: Ctrl-C may end the process at once
+            with _before_first_step(stop):
+                state, metrics = job.train_step(state, batch)
         else:
             state, metrics = job.train_step(state, batch)
         step += 1
-        ctrl_c.trained(step)
+        stop.trained(step)
         pending.add(step, metrics)
-        due = schedule.due(step, ctrl_c.requested)
+        due = schedule.due(step, stop.requested)
         if due.log:
             flush_and_tick(pending, clock, writer, step)  # metrics come to the host only here
         if due.eval:
             last_eval = _evaluate(job, state.params, step, writer)
         if due.checkpoint:
-            with ctrl_c.deferred():  # a second Ctrl-C waits for the checkpoint
+            with stop.entering(SAVING):  # a second Ctrl-C waits for the checkpoint
                 writer.flush()  # first: a checkpoint on disk has its steps' records on disk
                 job.checkpointer.save(
                     step, job.strategy.host_state(state),

@@ -13,15 +13,16 @@ import shutil
 import jax
 
 from bertjax.common.files import check_creatable, listing, write_json_atomic
-from bertjax.jobs.interrupt import CtrlC, PretrainInterrupted
+from bertjax.errors import InputError
 from bertjax.jobs.pretrain.data import CACHE_OPTIONS
+from bertjax.jobs.stop import Interrupted, StopRequest
 from bertjax.runs import config as rc
 from bertjax.runs.layout import RunDir, Survey
 from bertjax.train.saved import finished_steps, read_config
 
 
-class PretrainError(RuntimeError):
-    """A run that cannot start or continue, with a message meant for the user."""
+class PretrainError(InputError):
+    """A run that cannot start or continue in its directory, with a message meant for the user."""
 
 
 def resume_command(run: RunDir) -> str:
@@ -99,7 +100,7 @@ def _check_resume(run: RunDir, config: rc.RunConfig, survey: Survey) -> RunStart
             f"{len(diffs)} field(s): {'; '.join(diffs)}; resume with the same options (or only "
             f"--resume), or use another --output-dir{fresh}")
     return RunStart(resume=True, rebuild_data=False, restart=False,
-                    write_config=survey.saved is None)
+                    write_config=not run.config.exists())  # deleted: the checkpoint's copy
 
 
 def checkpoint_config(run: RunDir, steps: list[int]) -> dict | None:
@@ -119,23 +120,21 @@ def discard_unstarted(run: RunDir) -> None:
             shutil.rmtree(path)
 
 
-def interrupted_error(run: RunDir, config: rc.RunConfig, ctrl_c: CtrlC, *,
-                      abandoned: bool = False) -> PretrainInterrupted:
-    """Ctrl-C that stopped the job at once (in its set-up, before its first step had run -
-    `abandoned`: work may still run in a thread - or a second Ctrl-C): the run keeps its
-    configuration (so --resume works) and its checkpoints; the error says so."""
+def interrupted_error(run: RunDir, config: rc.RunConfig, stop: StopRequest) -> Interrupted:
+    """A stop that ended the job at once (in its set-up, before its first step had run, or a
+    second Ctrl-C): the run keeps its configuration (so --resume works) and its checkpoints;
+    the error says so."""
     if jax.process_index() == 0 and not run.config.exists():
         write_json_atomic(run.config, config.to_dict())  # options checked: --resume can use them
     steps = finished_steps(run.checkpoints)
-    where = ("during set-up" if ctrl_c.step is None else
-             "before the first step" if ctrl_c.step == 0 else f"at step {ctrl_c.step}")
+    where = ("during set-up" if stop.step is None else
+             "before the first step" if stop.step == 0 else f"at step {stop.step}")
     if not steps:
         saved = "no checkpoint was written"
-    elif ctrl_c.step is not None and steps[-1] < ctrl_c.step:
+    elif stop.step is not None and steps[-1] < stop.step:
         saved = f"the newest checkpoint is step {steps[-1]} (later steps are trained again)"
     else:
         saved = f"the newest checkpoint is step {steps[-1]}"
-    twice = " twice" if ctrl_c.count > 1 and ctrl_c.step is not None else ""
-    return PretrainInterrupted(
-        f"interrupted (Ctrl-C{twice}) {where}; {saved}; resume with: {resume_command(run)}",
-        abandoned=abandoned)
+    twice = " twice" if stop.count > 1 and stop.step is not None else ""
+    return Interrupted(
+        f"interrupted (Ctrl-C{twice}) {where}; {saved}; resume with: {resume_command(run)}")
