@@ -107,8 +107,8 @@ def test_assembled_classifier_step_uses_classifier_only_dropout() -> None:
 
 
 def test_assembled_step_under_the_mesh_strategy(assembled_pretraining) -> None:
-    """The mesh strategy compiles the train step after `place_state` (its output shardings come
-    from the placed state): the assembled step runs there and gives the single-device result."""
+    """Under the mesh strategy (the step's output shardings are the state's, from its shapes)
+    the assembled step gives the single-device result."""
     config, batch = _config(0.1, 0.1), make_batches(1)[0]
     mesh = _assembled(BertForPreTraining(config, rngs=nnx.Rngs(0)), batch, make_strategy("mesh"))
     assert _max_diff(assembled_pretraining, mesh) < 1e-6

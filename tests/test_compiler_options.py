@@ -46,8 +46,10 @@ def test_the_strategies_compile_the_steps_with_them(kind: str,
     jit, seen = jax.jit, []
     monkeypatch.setattr(jax, "jit", lambda fn, **kw: seen.append(kw) or jit(fn, **kw))
     assert strategy.compiler_options == GPU_COMPILER_OPTIONS
-    state = strategy.place_state({"w": jnp.ones((4,))})
-    step = strategy.compile_step(lambda s, b: ({"w": s["w"] * 2}, {"loss": jnp.sum(s["w"])}))
+    state = {"w": jnp.ones((4,))}
+    step = strategy.compile_step(lambda s, b: ({"w": s["w"] * 2}, {"loss": jnp.sum(s["w"])}),
+                                 state)
+    state = strategy.place_state(state)
     state, metrics = step(state, {"x": jnp.zeros((4,))})
     assert float(metrics["loss"]) == 4.0 and float(state["w"][0]) == 2.0
     assert float(strategy.compile_eval(lambda s: jnp.sum(s["w"]))(state)) == 8.0

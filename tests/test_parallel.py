@@ -109,10 +109,10 @@ def _train(parallel: str, fsdp: int, accum: int, batches: list[dict[str, np.ndar
     graphdef, state = create_train_state(_tiny_model(), tx, seed=0)
     strategy = make_strategy(parallel, fsdp=fsdp)
     strategy.check_batch_size(BATCH, accum)
-    state = strategy.place_state(state)
     step = strategy.compile_step(make_train_step(
         graphdef, tx, learning_rate_schedule(optim), grad_accum_steps=accum, dropout=False,
-        axis_name=strategy.axis_name))
+        axis_name=strategy.axis_name), state)
+    state = strategy.place_state(state)
     losses = []
     for batch in batches:
         state, metrics = step(state, strategy.shard_batch(batch))

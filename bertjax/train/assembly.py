@@ -69,11 +69,9 @@ def assemble(
     (clipping, decay mask, warm-up then linear decay, logged exactly) and sets the gradient
     accumulation. `grad_accum_steps` sums that many micro-batches per update.
 
-    Place the state with `strategy.place_state` before the first `train_step`: the mesh strategy
-    takes the step's output shardings from the placed state, so the train step is handed to
-    `strategy.compile_step` on its first call (tracing and compilation happen then anyway).
-    The state shares the model's arrays, which the first (donating) step may delete: read the
-    trained model as `nnx.merge(graphdef, state.params)`.
+    Place the state with `strategy.place_state` before the first `train_step` (a `jax.jit` or
+    `jax.pmap` of the step). The state shares the model's arrays, which the first (donating) step
+    may delete: read the trained model as `nnx.merge(graphdef, state.params)`.
     """
     strategy = SingleDevice() if strategy is None else strategy
     if isinstance(optimizer, OptimConfig):
@@ -96,18 +94,5 @@ def assemble(
         axis_name=strategy.axis_name, objective=objective, prng_impl=prng_impl)
     eval_step = make_eval_step(graphdef, axis_name=strategy.axis_name, objective=objective)
     return Training(graphdef=graphdef, tx=tx, strategy=strategy, state=state,
-                    train_step=_compiled_on_first_call(strategy.compile_step, train_step),
+                    train_step=strategy.compile_step(train_step, state),
                     eval_step=strategy.compile_eval(eval_step))
-
-
-def _compiled_on_first_call(compile_step: Callable[[Callable], Callable], fn: Callable
-                            ) -> Callable:
-    """`fn` compiled by `compile_step` when first called (after the state has been placed)."""
-    compiled: list[Callable] = []
-
-    def step(state: TrainState, batch: Batch) -> tuple[TrainState, Metrics]:
-        if not compiled:
-            compiled.append(compile_step(fn))
-        return compiled[0](state, batch)
-
-    return step

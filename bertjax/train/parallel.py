@@ -28,6 +28,8 @@ from jax.sharding import PartitionSpec as P
 
 from bertjax.train.choices import PARALLEL_CHOICES
 
+NONE, PMAP, MESH = PARALLEL_CHOICES  # the names, written once (bertjax.train.choices)
+
 # XLA options of the train and eval steps on a GPU (`jax.jit(compiler_options=...)`), each left
 # out where XLA_FLAGS names it (the user's choice wins). Without Triton's matmul fusions cuBLAS
 # takes every matmul, autotuned over far fewer candidates: a much shorter compile and a step no
@@ -66,7 +68,7 @@ def _first_local(x: jax.Array) -> np.ndarray:
 class SingleDevice:
     """parallel='none': one device of one process."""
 
-    kind = "none"
+    kind = NONE
     axis_name = None
 
     def __init__(self) -> None:
@@ -83,7 +85,8 @@ class SingleDevice:
     def place_state(self, state: Any) -> Any:
         return jax.device_put(state, self.device)
 
-    def compile_step(self, fn: Callable) -> Callable:
+    def compile_step(self, fn: Callable, state: Any) -> Callable:
+        """`fn(state, batch)` jitted, the state donated."""
         return jax.jit(fn, donate_argnums=0, compiler_options=self.compiler_options)
 
     def compile_eval(self, fn: Callable) -> Callable:
@@ -102,7 +105,7 @@ class SingleDevice:
 class Pmap:
     """parallel='pmap': replicated state, per-device batch slices, `psum` over `axis_name`."""
 
-    kind = "pmap"
+    kind = PMAP
     axis_name = "batch"
 
     compiler_options = None  # jax.pmap takes none: XLA_FLAGS sets them for pmap
@@ -126,7 +129,7 @@ class Pmap:
             lambda x: jax.device_put(np.broadcast_to(np.asarray(x), (n, *np.shape(x))),
                                      self.sharding), state)  # (devices, ...)
 
-    def compile_step(self, fn: Callable) -> Callable:
+    def compile_step(self, fn: Callable, state: Any) -> Callable:
         return jax.pmap(fn, axis_name=self.axis_name, devices=self.devices, donate_argnums=0)
 
     def compile_eval(self, fn: Callable) -> Callable:
@@ -148,7 +151,7 @@ class Pmap:
 class MeshStrategy:
     """parallel='mesh': one jit over a (data, fsdp) mesh of every device of every process."""
 
-    kind = "mesh"
+    kind = MESH
     axis_name = None  # XLA partitions the global computation; no named axis in the step
 
     def __init__(self, fsdp: int = 1) -> None:
@@ -161,7 +164,6 @@ class MeshStrategy:
         self.mesh = Mesh(devices.reshape(devices.size // fsdp, fsdp), ("data", "fsdp"))
         self.batch_sharding = NamedSharding(self.mesh, P(("data", "fsdp")))
         self.replicated = NamedSharding(self.mesh, P())
-        self.state_sharding: Any = None
         self.compiler_options = compiler_options(platform_of(devices.flat[0]))
 
     def check_batch_size(self, batch_size: int, grad_accum_steps: int = 1) -> None:
@@ -178,21 +180,22 @@ class MeshStrategy:
         spec[int(dims[0])] = "fsdp"
         return P(*spec)
 
-    def place_state(self, state: Any) -> Any:
-        self.state_sharding = jax.tree.map(
-            lambda x: NamedSharding(self.mesh, self.spec(np.shape(x))), state)
+    def state_sharding(self, state: Any) -> Any:
+        """Each leaf's sharding, from its shape alone (`spec`)."""
+        return jax.tree.map(lambda x: NamedSharding(self.mesh, self.spec(np.shape(x))), state)
 
+    def place_state(self, state: Any) -> Any:
         def put(x: Any, sharding: NamedSharding) -> jax.Array:
             host = np.asarray(x)
             return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
-        return jax.tree.map(put, state, self.state_sharding)
+        return jax.tree.map(put, state, self.state_sharding(state))
 
-    def compile_step(self, fn: Callable) -> Callable:
-        if self.state_sharding is None:
-            raise RuntimeError("place_state() must run before compile_step()")
-        return jax.jit(fn, out_shardings=(self.state_sharding, self.replicated), donate_argnums=0,
-                       compiler_options=self.compiler_options)
+    def compile_step(self, fn: Callable, state: Any) -> Callable:
+        """`fn(state, batch)` jitted over the mesh, the state donated and kept in the shardings
+        `place_state` gives `state` (any state of the same shapes)."""
+        return jax.jit(fn, out_shardings=(self.state_sharding(state), self.replicated),
+                       donate_argnums=0, compiler_options=self.compiler_options)
 
     def compile_eval(self, fn: Callable) -> Callable:
         return jax.jit(fn, out_shardings=self.replicated, compiler_options=self.compiler_options)
@@ -217,8 +220,7 @@ class MeshStrategy:
         return {k: float(_first_local(v)) for k, v in metrics.items()}
 
 
-STRATEGIES: dict[str, type] = {"none": SingleDevice, "pmap": Pmap, "mesh": MeshStrategy}
-assert tuple(STRATEGIES) == PARALLEL_CHOICES, "train.choices names every strategy"
+STRATEGIES: dict[str, type] = {cls.kind: cls for cls in (SingleDevice, Pmap, MeshStrategy)}
 
 
 def make_strategy(kind: str = "none", fsdp: int = 1) -> SingleDevice | Pmap | MeshStrategy:
