@@ -21,7 +21,8 @@ from bertjax.common.lazy import lazy_names
 from bertjax.config import PRESETS, BertConfig
 from bertjax.errors import InputError
 
-# The model classes, by where they live: every `BertFor*` class of Hugging Face transformers.
+# The head classes: every `BertFor*` class of Hugging Face transformers (the one list of their
+# names; `bertjax.heads.MODEL_CLASSES` maps them, and BertModel, to the classes).
 HEAD_CLASSES = ("BertForPreTraining", "BertForMaskedLM", "BertForNextSentencePrediction",
                 "BertForSequenceClassification", "BertForTokenClassification",
                 "BertForQuestionAnswering", "BertForMultipleChoice")
@@ -43,9 +44,8 @@ _NAMES = {
     "QuestionAnsweringTask": "bertjax.tasks.question_answering",
     "MultipleChoiceTask": "bertjax.tasks.multiple_choice",
 }
-_MOVED = {"save_hf": ("bertjax.pretrained", "save_pretrained")}
 
 __all__ = ["HEAD_CLASSES", "PRESETS", "BertConfig", "InputError", *sorted(_NAMES)]
 __version__ = "0.1.0"
 
-__getattr__, __dir__ = lazy_names(__name__, _NAMES, moved=_MOVED)
+__getattr__, __dir__ = lazy_names(__name__, _NAMES)

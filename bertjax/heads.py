@@ -23,13 +23,14 @@ answering) give rows (B, S, ...) whose sequence k is where `sequence_ids == k`
 
 from __future__ import annotations
 
+import sys
 from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from bertjax import inputs, numerics
+from bertjax import HEAD_CLASSES, inputs, numerics
 from bertjax.config import QA_OUTPUTS, BertConfig
 from bertjax.model import BertModel, BertOutput, LayerNorm, linear
 
@@ -274,7 +275,7 @@ class BertForMultipleChoice(_WithEncoder):
 
 
 # Every model class by name: the names config.json's `architectures` and `bertjax convert --as` use.
-MODEL_CLASSES: dict[str, type[nnx.Module]] = {cls.__name__: cls for cls in (
-    BertModel, BertForPreTraining, BertForMaskedLM, BertForNextSentencePrediction,
-    BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering,
-    BertForMultipleChoice)}
+# Every model class by name: the names are `bertjax.HEAD_CLASSES` (the public list, which the
+# package reads without importing JAX); a name without its class here fails at import.
+MODEL_CLASSES: dict[str, type[nnx.Module]] = {
+    name: getattr(sys.modules[__name__], name) for name in ("BertModel", *HEAD_CLASSES)}

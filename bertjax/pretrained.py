@@ -11,7 +11,6 @@ it). Every loader can say what it loaded (`output_loading_info=True`: a `LoadRep
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from bertjax.io.runs import load_run_model
 from bertjax.runs.layout import RunDir
 
 __all__ = ["DEFAULT_MODEL_CLASS", "LoadReport", "checkpoint_class", "from_pretrained", "load_hf",
-           "model_directory", "save_hf", "save_pretrained"]
+           "model_directory", "save_pretrained"]
 
 # The class of a `bertjax pretrain` run, and of a Hugging Face directory whose config.json names
 # no class bertjax has: what `from_pretrained` and `load_hf` build unless told otherwise.
@@ -142,10 +141,3 @@ def save_pretrained(model: nnx.Module, directory: str | Path, tokenizer: Any = N
     `AutoTokenizer` and `from_pretrained` load; written atomically, replacing `directory` only if
     it is empty or an earlier export. Returns its path."""
     return save_model(model, directory, tokenizer=tokenizer)
-
-
-def save_hf(model: nnx.Module, path: str | Path, *, tokenizer: Any = None) -> Path:
-    """Deprecated: the same as `save_pretrained`, under its old name."""
-    warnings.warn("bertjax.save_hf is deprecated: use bertjax.save_pretrained(model, directory, "
-                  "tokenizer), which does the same", DeprecationWarning, stacklevel=2)
-    return save_model(model, path, tokenizer=tokenizer)

@@ -46,7 +46,8 @@ LAYERS: list[set[str]] = [
     {"bertjax.numerics"},
     {"bertjax"},  # the flat names: only config and errors at import, the rest when first used
     {"bertjax.config"},
-    {"bertjax.errors", "bertjax.common"},
+    {"bertjax.common"},
+    {"bertjax.errors"},
 ]
 MAX_TOP_MODULES = 10  # modules at the top of bertjax/, __init__.py included
 

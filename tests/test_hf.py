@@ -280,10 +280,8 @@ def test_top_level_api():
     assert bertjax.load_hf is load_hf
     assert bertjax.from_pretrained is from_pretrained and bertjax.save_pretrained is save_pretrained
     assert {"from_pretrained", "save_pretrained", "load_hf"} <= set(bertjax.__all__)
-    with pytest.warns(DeprecationWarning, match=r"bertjax.save_hf is deprecated: use "
-                                                r"bertjax.save_pretrained"):
-        assert bertjax.save_hf is save_pretrained
-    assert "save_hf" not in bertjax.__all__
+    with pytest.raises(AttributeError, match="no attribute 'save_hf'"):
+        _ = bertjax.save_hf  # the old name is gone (0.1.0 is unreleased: no shims)
     from parity.convert import flax_to_torch, torch_to_flax
     from parity.tensors import compare
 

@@ -30,7 +30,7 @@ from bertjax.data.packing import pack_sequences
 from bertjax.heads import MODEL_CLASSES
 from bertjax.io.names import HF_OUTPUT_FIELDS
 from bertjax.io.weights import state_to_numpy
-from bertjax.pretrained import save_hf
+from bertjax.pretrained import save_pretrained
 from parity.convert import to_torch_model
 from parity.tensors import gradient_errors
 
@@ -253,7 +253,7 @@ def test_bert_torch_packed_equals_each_sequence_alone(alone, name):
 @pytest.mark.parametrize("name", CLASSES)
 def test_packed_equals_transformers_sequence_by_sequence(alone, name, tmp_path):
     model, _ = alone[name]
-    save_hf(model, tmp_path / name)
+    save_pretrained(model, tmp_path / name)
     hf = getattr(transformers, name).from_pretrained(tmp_path / name,
                                                      attn_implementation="eager").eval()
     args, kwargs = _packed_call(name)
