@@ -37,8 +37,8 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
     writes the selected array out before it sums it). Here the forward picks with a gather of
     one number per row, and the backward is one elementwise pass that recomputes the softmax
     from the saved logsumexp, then subtracts `g` at each row's label in place (a scatter of one
-    number per row: an iota compare in that pass made XLA CPU's loop slower, 563.9 against
-    554.7 ms for the CPU bench's step, alternated in one process; docs/design.md, "Speed"). A label
+    number per row: an iota compare in that pass made XLA CPU's loop slower; docs/design.md,
+    "Speed"). A label
     outside [0, V) (such as transformers' -100) picks nothing: its loss is the logsumexp and its
     gradient the softmax, as the iota-compare formula gave. Reverse mode only (`jax.grad`,
     `jax.vjp`): forward mode (`jax.jvp`, `jax.jacfwd`) raises, as for any `jax.custom_vjp`; a
@@ -80,10 +80,9 @@ def argmax_is(logits: jax.Array, labels: jax.Array) -> jax.Array:
     """`argmax(logits, -1) == labels` (the first of tied maxima wins, as `jnp.argmax` picks), made
     of two plain reductions: the row's maximum, then the smallest index holding it.
 
-    `jnp.argmax` is one reduction over (value, index) pairs, which XLA CPU does not vectorise: over
-    the MLM logits of the CPU bench (608 x 30522) the two reductions here and the cross-entropy
-    above took the step from 785 to 764 ms together (docs/design.md, "Speed"; the max is the one
-    logsumexp takes anyway). A row with a NaN matches no label in [0, V).
+    `jnp.argmax` is one reduction over (value, index) pairs, which XLA CPU does not vectorise
+    over the MLM logits (docs/design.md, "Speed"; the max is the one logsumexp takes anyway). A
+    row with a NaN matches no label in [0, V).
     """
     top = jnp.max(logits, axis=-1, keepdims=True)  # (..., 1)
     vocab = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)  # (..., V)

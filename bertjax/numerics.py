@@ -26,10 +26,9 @@ def gelu_exact(x: jax.Array) -> jax.Array:
     """The exact GELU as PyTorch computes it, `x / 2 * (1 + erf(x / sqrt(2)))`.
 
     `jax.nn.gelu(approximate=False)` takes the `erfc` form, closer to float64 in the far
-    negative tail (3.8e-7 against PyTorch's 1.2e-6 over [-12, 12]) but dearer on a CPU, where
-    XLA's `erfc` branches and calls `exp`: the `erf` form took the CPU bench's step (4 layers of
-    4096 x 1024) from 596 to 587 ms (docs/design.md, "Speed"). A 16-bit x is computed in float32
-    and rounded once, as PyTorch does: in bfloat16, `1 + erf` cancels to 0 below x = -3.
+    negative tail but dearer on a CPU, where XLA's `erfc` branches and calls `exp` (measured in
+    docs/design.md, "Speed"). A 16-bit x is computed in float32 and rounded once, as PyTorch
+    does: in bfloat16, `1 + erf` cancels to 0 below x = -3.
     """
     x32 = x.astype(jnp.float32)
     return ((x32 * 0.5) * (1.0 + jax.lax.erf(x32 * math.sqrt(0.5)))).astype(x.dtype)
@@ -59,9 +58,8 @@ def rows_dot_general(x: jax.Array, kernel: jax.Array, dimension_numbers: Any, **
     (..., n_in) seen as one (rows, n_in) matrix, the same products in the same order.
 
     The kernel's gradient is then a product over one row axis. Over (B, S) XLA CPU first
-    transposed the (B, S, n_out) output gradient into an (n_out, B * S) copy (16 MB per
-    feed-forward layer of the CPU bench); one row axis took its step from 764 to 663 ms
-    together with `tied_decoder`'s (docs/design.md, "Speed").
+    transposed the (B, S, n_out) output gradient into an (n_out, B * S) copy per layer
+    (measured in docs/design.md, "Speed").
     """
     (contract_x, contract_k), batch = dimension_numbers
     if tuple(contract_x) != (x.ndim - 1,) or tuple(contract_k) != (0,) or batch != ((), ()):
@@ -78,12 +76,12 @@ def add_broadcast(x: jax.Array, y: jax.Array) -> jax.Array:
     """`x + y`, with `y` broadcast over the leading axes of `x` (a bias (V,) over (..., V), the
     position rows (S, H) over (B, S, H)), whose gradient for `y` is a ones-vector matmul.
 
-    Autodiff's gradient for `y` is a sum over the leading axes. XLA CPU runs that reduction of
-    the MLM logits' gradient (608 x 30522 in the CPU bench) at ~120 ms, a matmul with a ones
-    vector at ~5 ms. On a GPU, XLA lays a tensor out with the summed batch axis minor to reduce
-    over it: for the position rows that put the whole residual stream of BERT in (S, H, B) order,
-    transposed back and forth around every matmul (1,197 such arrays in a 4-layer BERT-base step
-    on an H100; none with the matmul). Same forward, same gradient up to summation order.
+    Autodiff's gradient for `y` is a sum over the leading axes, which XLA CPU runs far slower
+    over the MLM logits' gradient than a matmul with a ones vector. On a GPU, XLA lays a tensor
+    out with the summed batch axis minor to reduce over it: for the position rows that put the
+    whole residual stream of BERT in (S, H, B) order, transposed back and forth around every
+    matmul (none with the matmul; both measured in docs/design.md, "Speed"). Same forward, same
+    gradient up to summation order.
     """
     return x + y
 
@@ -112,8 +110,8 @@ add_broadcast.defvjp(_add_broadcast_fwd, _add_broadcast_bwd)
 def scale_broadcast(x: jax.Array, y: jax.Array) -> jax.Array:
     """`x * y`, `y` broadcast over the leading axes of `x` (LayerNorm's scale (H,) over
     (..., H)), whose gradient for `y` is a ones-vector matmul, for the reason `add_broadcast`
-    gives: on an H100 autodiff's sums of LayerNorm's scale and bias gradients over (B, S) kept
-    the residual stream in (S, H, B) order, ~700 transposed arrays in a BERT-base step."""
+    gives: on a GPU autodiff's sums of LayerNorm's scale and bias gradients over (B, S) kept
+    the residual stream in (S, H, B) order (docs/design.md, "Speed")."""
     return x * y
 
 
@@ -146,9 +144,9 @@ def tied_decoder(h: jax.Array, embedding: jax.Array) -> jax.Array:
     In float32 this is the plain einsum. In a 16-bit compute dtype the forward accumulates in
     float32 as before, and the backward casts the logits' float32 gradient to the compute dtype
     before its two matmuls (as torch.autocast's backward of a bfloat16 Linear does): autodiff
-    would run them with float32 operands (a 2 x 4864 x 30522 x 768 FLOP TF32 pair that took
-    3.2 ms of a 63 ms BERT-base step on an H100) instead of bfloat16 ones. The embedding's
-    gradient is still accumulated and returned in float32.
+    would run them with float32 operands (a TF32 pair of the vocabulary's size on a GPU;
+    docs/design.md, "Speed") instead of bfloat16 ones. The embedding's gradient is still
+    accumulated and returned in float32.
     """
     rows = h.reshape(-1, h.shape[-1])  # (N, H): one row axis, as `rows_dot_general` explains
     if h.dtype == jnp.float32:

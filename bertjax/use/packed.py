@@ -35,9 +35,8 @@ __all__ = ["BULK_QUANTILE", "MAX_TOKENS", "ROW_FLOOR", "Budget", "PackedBatch", 
 
 ROW_FLOOR = 64  # shortest packed row where the model has the positions (see the docstring)
 # inference packs the inputs up to this quantile of the lengths in rows of their own length
-# (the rest in rows of the longest's): the plays' lines are 16 tokens on average, 98% of them
-# under 64, the longest 185; rows of 64 for the bulk were ~10% faster on a 2-core CPU than rows
-# of 192 for all (bertjax bench embed's lines, min of 5 alternated runs, a shared machine)
+# (the rest in rows of the longest's): a few long lines would otherwise set every row's length
+# (measured on the plays' lines in docs/design.md, "Speed")
 BULK_QUANTILE = 0.98
 
 
