@@ -162,13 +162,25 @@ def test_the_package_circle_search_finds_one_made_of_files_that_do_not_loop():
     assert import_circles(unit_graph(graph)) == [["pkg.io", "pkg.train"]]
 
 
+def upward_imports(units: dict[str, set[str]]) -> list[str]:
+    """The imports of `units` that do not run down LAYERS (to the same layer or one above)."""
+    layer = {unit: i for i, names in enumerate(LAYERS) for unit in names}
+    assert set(units) <= set(layer), f"no layer for {set(units) - set(layer)}"
+    return sorted(f"{unit} ({layer[unit]}) imports {other} ({layer[other]})"
+                  for unit, imported in units.items() for other in imported
+                  if layer[other] <= layer[unit])
+
+
 def test_every_unit_has_its_layer_and_imports_only_layers_below_it():
-    layer = {unit: i for i, units in enumerate(LAYERS) for unit in units}
-    assert set(UNITS) <= set(layer), f"no layer for {set(UNITS) - set(layer)}"
-    upward = sorted(f"{unit} ({layer[unit]}) imports {other} ({layer[other]})"
-                    for unit, imported in UNITS.items() for other in imported
-                    if layer[other] <= layer[unit])
+    upward = upward_imports(UNITS)
     assert not upward, "imports that do not run downward:\n  " + "\n  ".join(upward)
+
+
+def test_the_layer_check_catches_an_upward_import():
+    """A made-up edge: the model core importing a checkpoint format."""
+    units = {unit: set(imported) for unit, imported in UNITS.items()}
+    units["bertjax.model"].add("bertjax.io")
+    assert upward_imports(units) == ["bertjax.model (12) imports bertjax.io (7)"]
 
 
 def test_the_top_of_the_package_holds_at_most_ten_modules():
@@ -222,8 +234,33 @@ def test_the_model_core_imports_no_file_format():
         assert not outside, f"{module} imports {outside}, outside the model core"
 
 
-@pytest.mark.parametrize("package", ["bertjax.data", "bertjax.runs", "bertjax.common",
-                                     "bertjax.errors", "bertjax.config"])
+FRAMEWORK_FREE = ["bertjax.data", "bertjax.runs", "bertjax.common", "bertjax.errors",
+                  "bertjax.config", "bertjax.jobs.stop"]
+FRAMEWORKS = ("jax", "flax", "optax", "orbax", "torch", "transformers")
+
+
+def _source_imports(path: Path) -> set[str]:
+    """Every module name a file imports, anywhere in it (inside functions too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+    return found
+
+
+@pytest.mark.parametrize("package", FRAMEWORK_FREE)
+def test_framework_free_layers_name_no_framework_anywhere(package):
+    """Not even inside a function, where a run-time check would not look."""
+    base = ROOT / package.replace(".", "/")
+    files = sorted(base.rglob("*.py")) if base.is_dir() else [base.with_suffix(".py")]
+    for path in files:
+        named = sorted(m for m in _source_imports(path) if m.split(".")[0] in FRAMEWORKS)
+        assert not named, f"{path.relative_to(ROOT)} imports {named}"
+
+
+@pytest.mark.parametrize("package", FRAMEWORK_FREE)
 def test_framework_free_layers_load_no_framework(package):
     """Their whole tree imported in a fresh process: no JAX, Flax, Optax, Orbax or PyTorch."""
     modules = sorted(m for m in GRAPH if m == package or m.startswith(package + "."))
