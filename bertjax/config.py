@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Any
+
+from bertjax.errors import InputError
 
 # Activations both frameworks implement identically. "gelu" is the exact (erf) GELU, as in the
 # original BERT and transformers; "gelu_new"/"gelu_pytorch_tanh" are the tanh approximation.
@@ -80,12 +83,10 @@ class BertConfig:
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"BertConfig.{name} must be in [0, 1), got {value!r}")
-        if self.initializer_range <= 0:
-            raise ValueError(
-                f"BertConfig.initializer_range must be positive, got {self.initializer_range!r}"
-            )
-        if self.layer_norm_eps <= 0:
-            raise ValueError(f"BertConfig.layer_norm_eps must be positive, got {self.layer_norm_eps!r}")
+        for name in ("initializer_range", "layer_norm_eps"):
+            value = getattr(self, name)
+            if not 0 < value < math.inf:  # NaN too
+                raise InputError(f"BertConfig.{name} must be a finite number above 0, got {value!r}")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(
                 f"BertConfig.pad_token_id ({self.pad_token_id}) must be in [0, vocab_size="

@@ -16,8 +16,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("bertjax", "bert_torch", "parity")
+# bertjax.errors imports nothing: the typed error every layer raises (the config's ranges too)
 CORE = {"bertjax", "bertjax.config", "bertjax.model", "bertjax.heads", "bertjax.numerics",
-        "bertjax.inputs", "bertjax.losses", "bertjax.lazy", "bertjax.attention"}
+        "bertjax.inputs", "bertjax.losses", "bertjax.lazy", "bertjax.attention", "bertjax.errors"}
 
 
 

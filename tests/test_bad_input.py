@@ -109,7 +109,9 @@ BAD_INPUT = [
     (["attention", "{model}", "the king", "--out", "{pictures}", "--force"],
      "--out {pictures} already holds files that `bertjax attention` did not write "
      "(attention.html, layer_01.png)"),
-    (["attention", "{model}", "--file", "{text}", "--out", "{text}"], "--out {text} is a file"),
+    (["attention", "{model}", "--file", "{text}", "--out", "{text}"],
+     "--out {text} is the --file this command reads"),
+    (["attention", "{model}", "the king", "--out", "{text}"], "--out {text} is a file"),
     (["bench", "embed", "--lines", "4", "--json", "{thesis}"], "--json {thesis} is a directory"),
     (["bench", "embed", "--lines", "4", "--json", "{text}"], "--json {text} already exists"),
     (["bench", "embed", "--file", "{text}", "--json", "{text}", "--force"],

@@ -134,7 +134,11 @@ def test_optim_section_is_the_optimizers_own_config() -> None:
         ({"optim.optimizer": "adagrad"}, "optim.optimizer is 'adagrad'; choose one of ['adamw'"),
         ({"optim.grad_accum_steps": "0"}, "optim.grad_accum_steps must be positive, got 0"),
         ({"optim.learning_rate": "-1"}, "optim.learning_rate must be positive, got -1.0"),
-        ({"optim.clip_norm": "-1"}, "optim.warmup_steps, weight_decay and clip_norm must be >= 0"),
+        ({"optim.clip_norm": "-1"}, "optim.clip_norm must be a number >= 0 (0: no clipping), got -1.0"),
+        ({"optim.clip_norm": "nan"}, "optim.clip_norm must be a number >= 0 (0: no clipping), got nan"),
+        ({"optim.b1": "1"}, "optim.b1 must be a number in [0, 1), got 1.0"),
+        ({"optim.eps": "inf"}, "optim.eps must be a number above 0, got inf"),
+        ({"optim.weight_decay": "nan"}, "optim.weight_decay must be a number >= 0, got nan"),
         ({"optim.total_steps": "9"}, "unknown option 'optim.total_steps'"),
     ]:
         with pytest.raises(ValueError, match=re.escape(message)):

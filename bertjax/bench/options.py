@@ -81,7 +81,7 @@ class BenchSettings:
         "(repeatable)", flag="--set", metavar="NAME=VALUE", repeatable=True)
     threads: int | None = _option(None, "CPU cores for XLA and torch alike", check="positive",
                                   default_help="every core available")
-    seed: int = _option(0, "parameter and batch seed")
+    seed: int = _option(0, "parameter and batch seed", check="non_negative")
     gemm_size: int | None = _option(None, "side of the reference square matmul",
                                     check="positive", device_default=(4096, 8192))
     gemm_dtype: str | None = _option(None, "dtype of the reference matmul", choices=COMPUTE_DTYPES,

@@ -20,12 +20,19 @@ from bertjax.bench import corpus as corpus_bench
 from bertjax.bench import options as bench_options
 from bertjax.bench.options import BenchSettings
 from bertjax.bench.run import run_benchmark
-from bertjax.cli.argtypes import int_range, non_negative_int, positive_int, subset_of
+from bertjax.cli.argtypes import (
+    float_range,
+    int_range,
+    non_negative_int,
+    positive_int,
+    subset_of,
+)
 from bertjax.cli.corpus_options import add_corpus_arguments
 from bertjax.cli.errors import writing
 from bertjax.cli.fields import add_field_arguments, device_defaults_table, settings_from_args
-from bertjax.cli.outputs import check_output_path
+from bertjax.cli.outputs import check_output_path, model_input
 from bertjax.config import BertConfig
+from bertjax.data.corpus import corpus_paths
 from bertjax.settings import field_options, parse_value
 
 # Options a mode does not have (inference runs without dropout).
@@ -72,7 +79,8 @@ def _run_data(args: argparse.Namespace) -> int:
     from bertjax.bench.data import run_data_benchmark
 
     if args.json:  # before the benchmark, not after it
-        check_output_path(args.json, "--json", force=args.force, example="bench.json")
+        check_output_path(args.json, "--json", force=args.force, example="bench.json",
+                          inputs={"--corpus": corpus_paths(args.corpus), "--vocab": args.vocab})
     result = run_data_benchmark(
         corpus=args.corpus, split=args.split, text_field=args.text_field, vocab=args.vocab,
         vocab_size=args.vocab_size, seq_len=args.seq_len, batch_size=args.batch_size,
@@ -170,8 +178,8 @@ def _run_embed(args: argparse.Namespace) -> int:
     from bertjax.use.embed import read_lines
 
     if args.json:  # before the benchmark, not after it
-        check_output_path(args.json, "--json", force=args.force, inputs={"--file": args.file},
-                          example="bench.json")
+        check_output_path(args.json, "--json", force=args.force, example="bench.json",
+                          inputs={"--file": args.file, "--model": model_input(args.model)})
     if args.file is not None:
         lines = read_lines(args.file)[:args.lines]
     else:
@@ -182,6 +190,43 @@ def _run_embed(args: argparse.Namespace) -> int:
     if args.json:
         with writing("--json", args.json):
             write_result(result, args.json, "embed", accelerator=_accelerator(result))
+    return 0
+
+
+# --- corpus -----------------------------------------------------------------------------------
+
+
+def _add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
+    from bertjax.cli.data import seq_len_or_zero
+
+    parser.add_argument("--sizes-mb", type=float_range(*corpus_bench.SIZES_MB), nargs="+",
+                        default=[50, 200], metavar="MB",
+                        help="corpus sizes in MB of text, each from "
+                             f"{corpus_bench.SIZES_MB[0]:g} to {corpus_bench.SIZES_MB[1]:g} "
+                             "(default: 50 200)")
+    parser.add_argument("--formats", nargs="+", choices=corpus_bench.FORMATS, default=["parquet"],
+                        help="corpus formats to generate (default: parquet)")
+    parser.add_argument("--vocab", default=None, help="vocabulary (default: train 8,000 tokens "
+                                                      "on the bundled plays)")
+    parser.add_argument("--seq-len", type=seq_len_or_zero, default=0,
+                        help="also make NSP pairs for this length (default: 0, none)")
+    parser.add_argument("--cpus", type=positive_int, default=None,
+                        help="pin each run to the first N cores (default: all this process may use)")
+    parser.add_argument("--workdir", default=None, help="where the temporary corpora go "
+                                                        "(default: the system's temporary directory)")
+    _add_json_arguments(parser)
+
+
+def _run_corpus(args: argparse.Namespace) -> int:
+    """`bertjax bench corpus [--sizes-mb 50 200] [--formats parquet jsonl] ...`; --json is
+    checked before the benchmark runs, and written aside then renamed."""
+    if args.json:
+        check_output_path(args.json, "--json", force=args.force, example="bench.json",
+                          inputs={"--vocab": args.vocab})
+    result = corpus_bench.run_corpus_benchmark(args.sizes_mb, args.formats, vocab=args.vocab,
+                                               seq_len=args.seq_len, cpus=args.cpus,
+                                               workdir=args.workdir)
+    _write_json(args, result, "corpus")
     return 0
 
 
@@ -228,7 +273,8 @@ def _run_finetune(args: argparse.Namespace) -> int:
     from bertjax.bench.finetune import run_finetune_benchmark
 
     if args.json:  # before the benchmark, not after it
-        check_output_path(args.json, "--json", force=args.force, example="bench.json")
+        check_output_path(args.json, "--json", force=args.force, example="bench.json",
+                          inputs={"--model": model_input(args.model)})
     result = run_finetune_benchmark(args.tasks, model=args.model, seeds=range(args.seeds),
                                     epochs=args.epochs, batch_size=args.batch_size,
                                     max_length=args.max_length, max_tokens=args.max_tokens,
@@ -281,8 +327,7 @@ BENCHMARKS = {
     "embed": ("sentences/s of `bertjax embed` (all-MiniLM-L6-v2, mean pooling) against "
               "transformers eager with the same batches", _add_embed_arguments, _run_embed),
     "corpus": ("`bertjax data` on generated Parquet / JSON-lines corpora of several sizes: input "
-               "MB/s and peak RSS", corpus_bench.add_arguments,
-               lambda args: corpus_bench.run(args)),
+               "MB/s and peak RSS", _add_corpus_arguments, _run_corpus),
     "finetune": ("an epoch of each bundled fine-tuning task, padded batches against packed "
                  "(--max-tokens), two seeds: training wall time and validation scores",
                  _add_finetune_arguments, _run_finetune),

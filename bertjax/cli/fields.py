@@ -21,7 +21,7 @@ import argparse
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from bertjax.cli.argtypes import non_negative_int, positive_int, probability, subset_of
+from bertjax.cli.argtypes import finite_float, non_negative_int, positive_int, probability, subset_of
 from bertjax.settings import Option, field_options, parse_value
 
 CHECKS: dict[str, Callable[[str], Any]] = {
@@ -69,8 +69,10 @@ def _parser(option: Option) -> Callable[[str], Any] | None:
         return CHECKS[option.metadata["check"]]
     if option.type is tuple:
         return subset_of(option.choices)
-    if option.type in (int, float):
-        return option.type  # argparse: "invalid int value: 'x'"
+    if option.type is float:
+        return finite_float  # no nan, no inf
+    if option.type is int:
+        return int  # argparse: "invalid int value: 'x'"
     if option.type is str:
         return None
 

@@ -22,6 +22,7 @@ from bertjax.cli.argtypes import (
 )
 from bertjax.cli.errors import CommandError
 from bertjax.cli.model_options import add_model_argument, load_model, run_command
+from bertjax.cli.outputs import model_input
 from bertjax.data.labelled import GENRE_TASK
 from bertjax.tasks.finetune_config import FinetuneConfig
 from bertjax.tasks.registry import BUNDLED, KINDS, Fields, TaskOptions, kind_of
@@ -236,7 +237,9 @@ def _finetune(args: argparse.Namespace) -> int:
     from bertjax.tasks.finetune import check_output_dir, finetune
 
     check_task_options(args)
-    check_output_dir(Path(args.output_dir), "--output-dir")
+    check_output_dir(Path(args.output_dir), "--output-dir", inputs={
+        "MODEL": model_input(args.model), "--train": args.train,
+        "--validation": args.validation, "--test": args.test})
     train, validation, test = _examples(args)
     task, labels = _task_and_labels(args, train)
     with warnings.catch_warnings():  # a fresh head is what fine-tuning starts from

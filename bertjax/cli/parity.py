@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with a run directory: this checkpoint step instead of the best")
     parser.add_argument("--revision", default=None, metavar="REV",
                         help="with a Hub id: this branch, tag or commit instead of main")
-    parser.add_argument("--seed", type=int, default=0, help="parameter and batch seed")
+    parser.add_argument("--seed", type=non_negative_int, default=0,
+                        help="parameter and batch seed (default: 0)")
     parser.add_argument("--batch-size", type=positive_int, default=2, help="rows in the test batch")
     parser.add_argument("--seq-len", type=int_range(MIN_SEQ_LEN), default=32,
                         help="sequence length (rows vary), at most the model's maximum")

@@ -42,6 +42,20 @@ def looks_like_hub_id(name: str) -> bool:
             and not (len(path.parts) > 1 and path.parent.is_dir()))
 
 
+def local_place(name: str | Path, *, cache_dir: str | Path | None = None) -> Path:
+    """Where the model `name` lies on this machine, found without asking the Hub: the path
+    itself if it exists or is no Hub id, else the Hub cache's folder of that id (its snapshots
+    and blobs; it may not exist yet). What a command that writes must keep its output out of."""
+    if Path(name).exists() or not looks_like_hub_id(str(name)):
+        return Path(name)
+    try:
+        from huggingface_hub import constants
+    except ImportError:
+        return Path(name)
+    folder = f"models--{str(name).replace('/', '--')}"
+    return Path(cache_dir if cache_dir is not None else constants.HF_HUB_CACHE) / folder
+
+
 def resolve_model(name: str | Path, *, revision: str | None = None,
                   cache_dir: str | Path | None = None) -> Path:
     """A local directory for `name`: the path itself if it exists, else the Hub snapshot of the

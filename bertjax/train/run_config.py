@@ -34,6 +34,7 @@ from bertjax.config import (
     PRESETS,
     BertConfig,
 )
+from bertjax.errors import InputError
 from bertjax.files import read_text
 from bertjax.settings import Option, field_options, parse_value
 from bertjax.settings import option_field as _f
@@ -267,7 +268,7 @@ def _section(name: str, fields: dict[str, Any]) -> Any:
     try:
         return SECTIONS[name](**fields)
     except ValueError as err:
-        raise ValueError(f"{name}.{err}") from None
+        raise InputError(f"{name}.{err}") from None
 
 
 def to_toml(config: RunConfig) -> str:

@@ -12,7 +12,9 @@ import shutil
 
 import jax
 
+from bertjax.data.corpus import corpus_paths
 from bertjax.files import check_creatable, listing, write_json_atomic
+from bertjax.input_overlap import check_not_an_input
 from bertjax.train import run_config as rc
 from bertjax.train.interrupt import CtrlC, PretrainInterrupted
 from bertjax.train.pretrain_data import CACHE_OPTIONS
@@ -42,7 +44,9 @@ class RunStart:
 
 def check_run_dir(run: RunDir, config: rc.RunConfig, resume: bool) -> RunStart:
     """How the job starts in `run`, or a PretrainError (ValueError for a damaged
-    run_config.json) saying why it cannot; reads only, writes nothing."""
+    run_config.json) saying why it cannot; reads only, writes nothing. Never a directory that
+    is, lies in or holds the corpus (an InputError: `bertjax.input_overlap`)."""
+    check_not_an_input(run.root, "--output-dir", {"data.corpus": corpus_paths(config.data.corpus)})
     if run.root.exists() and not run.root.is_dir():
         raise PretrainError(f"--output-dir {run} is a file, not a directory; choose another "
                             "--output-dir")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from bertjax.errors import InputError
 from bertjax.settings import option_field
 from bertjax.train.choices import OPTIMIZERS
 
@@ -42,19 +43,32 @@ class OptimConfig:
         "run resumes only with the setting it started with")
 
     def __post_init__(self) -> None:
-        """Raise ValueError naming the field for a setting out of range."""
+        """Raise InputError naming the field and its range for a setting out of range."""
         if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer is {self.optimizer!r}; choose one of {list(OPTIMIZERS)}")
+            raise InputError(f"optimizer is {self.optimizer!r}; choose one of {list(OPTIMIZERS)}")
         for name in ("total_steps", "grad_accum_steps"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+                raise InputError(f"{name} must be positive, got {getattr(self, name)}")
         if self.learning_rate <= 0 or not math.isfinite(self.learning_rate):
-            raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
-        if self.warmup_steps < 0 or self.weight_decay < 0 or self.clip_norm < 0:
-            raise ValueError("warmup_steps, weight_decay and clip_norm must be >= 0")
+            raise InputError(f"learning_rate must be positive, got {self.learning_rate}")
+        for name, (expected, accept) in _RANGES.items():
+            value = getattr(self, name)
+            if not (math.isfinite(value) and accept(value)):
+                raise InputError(f"{name} must be {expected}, got {value}")
         if self.flatten and self.optimizer == "lamb":
-            raise ValueError("flatten takes adam, adamw or sgd: LAMB's trust ratio is per layer; "
+            raise InputError("flatten takes adam, adamw or sgd: LAMB's trust ratio is per layer; "
                              "leave flatten off with lamb")
+
+
+# the ranges of OptimConfig's other numbers (each finite): field -> (in words, test)
+_RANGES = {
+    "warmup_steps": ("an integer >= 0", lambda v: v >= 0),
+    "weight_decay": ("a number >= 0", lambda v: v >= 0),
+    "b1": ("a number in [0, 1)", lambda v: 0 <= v < 1),
+    "b2": ("a number in [0, 1)", lambda v: 0 <= v < 1),
+    "eps": ("a number above 0", lambda v: v > 0),
+    "clip_norm": ("a number >= 0 (0: no clipping)", lambda v: v >= 0),
+}
 
 
 def applies_weight_decay(shape: tuple[int, ...]) -> bool:
