@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from bertjax.data.labelled import json_records
+from bertjax.data.records import json_records
 from bertjax.files import read_text
 
 MAX_CHOICES = 16  # a limit on C in the (B, C, S) inputs: each choice is a whole sequence

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bertjax.data.labelled import json_records
+from bertjax.data.records import json_records
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.files import read_text
 
