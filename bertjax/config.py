@@ -25,6 +25,10 @@ ATTENTION_IMPLEMENTATIONS = ("auto", "exact", "fused")
 # Fields of BertConfig that are bertjax's own (how to compute), not Hugging Face's (what to
 # compute): never written to or read from config.json.
 COMPUTE_FIELDS = ("dtype", "attn_implementation", "scan_layers", "remat")
+# The fields that set the weights' shapes: a checkpoint's config.json decides them, a loader's
+# overrides may not (they change only how the model computes: dtype, dropout, ...).
+SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                "intermediate_size", "max_position_embeddings", "type_vocab_size")
 # The MLM loss divides by max(sum of masked_weights, this): a batch with no real prediction has
 # loss 0, not NaN. Shared by bertjax.losses and bert_torch.losses.
 LOSS_WEIGHT_FLOOR = 1e-5

@@ -159,12 +159,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def check_creatable(path: str | os.PathLike, what: str = "path") -> None:
+def check_creatable(path: str | os.PathLike, what: str = "path", *, inside: bool = False) -> None:
     """Raise an OSError naming `what` and `path` if `path` could not be created (or renamed into
     place): a part of it is a file, or the nearest existing directory above it cannot be written.
-    Leaves nothing behind (writability is probed with an empty directory, removed at once)."""
+    With `inside`, an existing directory `path` must be writable itself (files go in it). Leaves
+    nothing behind (writability is probed with an empty directory, removed at once)."""
     path = Path(path)
-    for parent in path.parents:
+    for parent in ([path] if inside and path.is_dir() else []) + list(path.parents):
         if not parent.exists():
             continue
         if not parent.is_dir():

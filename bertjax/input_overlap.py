@@ -36,7 +36,7 @@ def check_not_an_input(path: PathLike, what: str, inputs: Inputs | None) -> None
             if spelling == real:
                 raise InputError(f"{what} {shown} is the {label} this command reads: writing it "
                                  f"would replace your input; choose another {what}")
-            if real in spelling.parents:
+            if real in spelling.parents and real.is_dir():  # under a file: nothing can be made
                 raise InputError(f"{what} {shown} lies inside {label} {source}, which this "
                                  f"command reads: writing there would change your input; "
                                  f"choose another {what}, outside it")

@@ -71,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
     def make_pairs(directory: Path) -> None:  # before the shards go into place: both or neither
         made["pairs"] = load_or_create_pairs(Shards(directory), args.seq_len,
                                              short_seq_prob=args.short_seq_prob,
-                                             dupe_factor=args.dupe_factor, seed=args.seed)
+                                             dupe_factor=args.dupe_factor, seed=args.seed,
+                                             cache=True)
 
     meta = write_shards(documents, tokenizer, args.out, corpus=name, overwrite=args.force,
                         min_documents=2, progress=not args.no_progress,

@@ -2,10 +2,10 @@
 print while a step is read is held back (a damaged step is reported once, by bertjax), and only
 for the duration of the read — nothing is installed at import or left behind.
 
-Steps saved with a file manifest (`bertjax.io.manifest`) are checked before Orbax opens them, so a
-damaged one never reaches Orbax. A step without one is read directly; if that read fails,
-TensorStore may still finish reads it had in flight and report into Orbax's closed event loop
-after the read has returned. Those late reports are not bertjax's to hide.
+Steps are checked before Orbax opens them, so a damaged one never reaches Orbax: against their
+file manifest (`bertjax.io.manifest`), or, saved without one, by reading every array once
+through TensorStore's synchronous API (`bertjax.io.step_arrays`: a failed read of Orbax's own
+would leave TensorStore reads in flight that report into its closed event loop).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 import orbax.checkpoint as ocp
 
 from bertjax.io.manifest import StepDamagedError, has_manifest, verify_manifest
+from bertjax.io.step_arrays import read_every_array
 
 
 class StepReadError(ValueError):
@@ -71,13 +72,18 @@ def reason(err: BaseException) -> str:
 
 
 def check_step_files(step_dir: Path, step: int) -> None:
-    """StepReadError if `step_dir` has a manifest its files do not match (no manifest: nothing
-    to check here; the state digest is checked after reading)."""
+    """StepReadError if `step_dir` has a manifest its files do not match, or, without one, if
+    an array of its state cannot be read (the state digest is checked after reading)."""
     if has_manifest(step_dir):
         try:
             verify_manifest(step_dir)
         except StepDamagedError as err:
             raise StepReadError(step, str(err)) from None
+    elif (step_dir / "state").is_dir():
+        try:
+            read_every_array(step_dir / "state")
+        except (ValueError, OSError) as err:  # TensorStore's errors are ValueErrors
+            raise StepReadError(step, reason(err)) from None
 
 
 def read_state_item(step_dir: Path, step: int) -> Any:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.errors import InputError
 from bertjax.train.run_config import RunConfig, complete_saved
 
 # What a run directory holds, in the order a run makes it (also printed by `bertjax pretrain
@@ -87,26 +88,27 @@ class RunDir:
         """Shard directory of a corpus split ("train" or "eval")."""
         return self.data_root / split
 
-    def saved_config(self) -> dict[str, Any] | None:
+    def saved_config(self, *, reading: bool = False) -> dict[str, Any] | None:
         """The run configuration saved by an earlier start, if any; a ValueError naming the file
-        and the fix if it is not a JSON object of sections."""
+        and the fix if it is not a JSON object of sections (`reading`: the fix for a command
+        that reads the run, which has no --output-dir to change, rather than for pretrain)."""
         if not self.config.exists():
             return None
         try:
             saved = json.loads(self.config.read_bytes())
         except (OSError, ValueError) as err:  # JSONDecodeError, UnicodeDecodeError
             reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-            raise ValueError(f"{self.config} cannot be read as JSON ({reason}); "
-                             f"{self._config_fix()}") from None
+            raise InputError(f"{self.config} cannot be read as JSON ({reason}); "
+                             f"{self._config_fix(reading)}") from None
         if not isinstance(saved, dict) or not all(isinstance(v, dict) for v in saved.values()):
-            raise ValueError(f"{self.config} is not a JSON object of option sections; "
-                             f"{self._config_fix()}")
+            raise InputError(f"{self.config} is not a JSON object of option sections; "
+                             f"{self._config_fix(reading)}")
         return complete_saved(saved)
 
     def finished_config(self) -> tuple[RunConfig, WordPieceTokenizer]:
         """The configuration and tokenizer of a run that has started: what reading a trained run
         (its model, its batches) needs. A ValueError if the directory holds no run."""
-        saved = self.saved_config()  # damaged: a ValueError naming the file and how to restore it
+        saved = self.saved_config(reading=True)  # damaged: an error naming how to restore it
         if not isinstance(saved, dict):
             raise ValueError(f"{self.config} is missing or not a JSON object; pass a `bertjax "
                              "pretrain` run directory or a Hugging Face model")
@@ -124,11 +126,14 @@ class RunDir:
             return f"restore it from the copy its shards keep: cp {copies[0]} {self.tokenizer}"
         return "copy it back from where the run was made (the run cannot be read without it)"
 
-    def _config_fix(self) -> str:
+    def _config_fix(self, reading: bool = False) -> str:
         steps = self.checkpoint_steps()
+        other = "pass another model" if reading else "choose another --output-dir"
         if steps:
             return (f"restore it from the copy every checkpoint keeps (cp {self.checkpoints}/"
-                    f"{steps[-1]}/config/metadata {self.config}), or choose another --output-dir")
+                    f"{steps[-1]}/config/metadata {self.config}), or {other}")
+        if reading:
+            return "the run has no checkpoint yet, so it holds no model to read; pass another model"
         return ("the run has no checkpoint yet, so delete the file to start it afresh, or choose "
                 "another --output-dir")
 
