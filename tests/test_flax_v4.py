@@ -64,16 +64,22 @@ def _transformers(path: Path, name: str, saved: dict[str, np.ndarray], *,
     return {f: getattr(out, f).numpy() for f in saved if f not in INPUTS}
 
 
-def _parity_failures(model, saved: dict[str, np.ndarray], tmp_path: Path) -> list[str]:
-    """Each output of ours past the parity rule against FlaxBert's, with transformers in float64
-    (on the same weights, exported) measuring FlaxBert's float32 noise; [] when all pass."""
+def ours_and_flax(model, saved: dict[str, np.ndarray]) -> tuple[dict, dict]:
+    """(our outputs, FlaxBert's saved ones) on the saved inputs, by FlaxBert's field, as
+    compared (per-token ones at unpadded positions)."""
     out = model(*(jnp.asarray(saved[k]) for k in INPUTS))
     ours = {f: np.asarray(getattr(out, FIELDS.get(f) or LOGITS_OF.get(type(model).__name__, f)))
             for f in saved if f not in INPUTS}
+    flax = {f: v for f, v in saved.items() if f not in INPUTS}
+    return _outputs(saved, ours), _outputs(saved, flax)
+
+
+def _parity_failures(model, saved: dict[str, np.ndarray], tmp_path: Path) -> list[str]:
+    """Each output of ours past the parity rule against FlaxBert's, with transformers in float64
+    (on the same weights, exported) measuring FlaxBert's float32 noise; [] when all pass."""
     save_pretrained(model, tmp_path / "float64")
     ref64 = _transformers(tmp_path / "float64", type(model).__name__, saved, float64=True)
-    flax = {f: v for f, v in saved.items() if f not in INPUTS}
-    return failures(_outputs(saved, ours), _outputs(saved, flax), _outputs(saved, ref64), TOL)
+    return failures(*ours_and_flax(model, saved), _outputs(saved, ref64), TOL)
 
 
 @pytest.mark.parametrize("name", CLASSES)
