@@ -161,7 +161,7 @@ def load_or_create_pairs(
     with `cache`, written there (atomically; a read-only shard directory just skips caching).
     Writing is opt-in: a reader of shards it does not own leaves their directory as it was."""
     path = pairs_path(shards, seq_len, short_seq_prob, dupe_factor, seed)
-    if cache and path.is_file():
+    if path.is_file():
         return np.load(path, mmap_mode="r")
     pairs = create_pairs(shards, seq_len, short_seq_prob=short_seq_prob,
                          dupe_factor=dupe_factor, seed=seed)

@@ -93,9 +93,8 @@ class Checkpointer:
 
     def __init__(self, directory: str | Path, *, keep_last: int = 2, keep_best: int = 1,
                  quarantine: str | Path | None = None):
-        """The directory (and `quarantine`) are checked here, not at the first save after
-        training: a file in the way or a directory that cannot be written is an OSError
-        naming it and the fix."""
+        """The directory is checked here, not at the first save after training: a file in the
+        way or a directory that cannot be written is an OSError naming it and the fix."""
         if not isinstance(directory, str | os.PathLike):
             raise TypeError(f"Checkpointer takes a directory path, got {type(directory).__name__}")
         self.directory = Path(directory).absolute()
