@@ -250,6 +250,7 @@ def test_an_id_the_hub_cannot_be_asked_for_fails_after_one_attempt(no_hub, tmp_p
     cache = tmp_path / "cache"
     lines = tmp_path / "lines.txt"
     lines.write_text("To be.\n")
+    before = lines.read_bytes()
     done = _cli_without_hub(endpoint, cache, "similarity", "nosuchorg/nosuchmodel", "--file",
                             str(lines), "--query", "a king")
     assert done.returncode == 2
@@ -260,6 +261,7 @@ def test_an_id_the_hub_cannot_be_asked_for_fails_after_one_attempt(no_hub, tmp_p
         "local directory"]
     assert _asked_for(seen, "nosuchorg/nosuchmodel") == [  # one request, no retries
         "HEAD /nosuchorg/nosuchmodel/resolve/main/config.json HTTP/1.1"]
+    assert lines.read_bytes() == before
 
 
 def test_a_cached_id_loads_from_the_cache_when_the_hub_cannot_be_reached(no_hub, cache,
@@ -268,12 +270,14 @@ def test_a_cached_id_loads_from_the_cache_when_the_hub_cannot_be_reached(no_hub,
     endpoint, seen = no_hub
     lines = tmp_path / "lines.txt"
     lines.write_text("To be, or not to be.\nA rose by any other name.\n")
+    before = {p: p.read_bytes() for p in [lines, *cache.rglob("*")] if p.is_file()}
     done = _cli_without_hub(endpoint, cache, "embed", MINILM, "--file", str(lines), "--out",
                             str(tmp_path / "v.npy"))
     assert done.returncode == 0, done.stderr
     assert np.load(tmp_path / "v.npy").shape == (2, 384)
     assert _asked_for(seen, MINILM) == [f"HEAD /{MINILM}/resolve/main/config.json HTTP/1.1"]
     assert "Retry" not in done.stderr and "warning" not in done.stderr.lower(), done.stderr
+    assert {p: p.read_bytes() for p in [lines, *cache.rglob("*")] if p.is_file()} == before
 
 
 def test_an_output_into_the_cache_of_a_hub_id_is_refused(offline, capsys) -> None:
