@@ -1,10 +1,12 @@
-"""Pre-training losses in PyTorch, mirroring `bertjax.losses`."""
+"""Pre-training losses in PyTorch, mirroring `bertjax.losses`: in float32 (float64 stays float64,
+for the mirror's float64 run, `parity.noise`)."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
+from bert_torch.numerics import upcast
 from bertjax.config import LOSS_WEIGHT_FLOOR
 
 
@@ -13,9 +15,9 @@ def mlm_loss(
 ) -> torch.Tensor:
     """Mean cross-entropy over real predictions. logits (B, P, V), ids/weights (B, P)."""
     per_token = F.cross_entropy(
-        logits.float().flatten(0, 1), masked_ids.long().flatten(), reduction="none"
+        upcast(logits).flatten(0, 1), masked_ids.long().flatten(), reduction="none"
     ).view(masked_ids.shape)  # (B, P)
-    weights = masked_weights.float()
+    weights = masked_weights.to(per_token.dtype)
     return (per_token * weights).sum() / weights.sum().clamp_min(LOSS_WEIGHT_FLOOR)
 
 
@@ -24,10 +26,11 @@ def nsp_loss(logits: torch.Tensor, labels: torch.Tensor,
     """Mean cross-entropy of next-sentence prediction. logits (B, 2), labels (B,): 0 IsNext;
     packed: logits (B, K, 2), labels and `weights` (B, K) (0: an empty slot, left out)."""
     if weights is None:
-        return F.cross_entropy(logits.float(), labels.long())
-    per_pair = F.cross_entropy(logits.float().flatten(0, 1), labels.long().flatten(),
+        return F.cross_entropy(upcast(logits), labels.long())
+    per_pair = F.cross_entropy(upcast(logits).flatten(0, 1), labels.long().flatten(),
                                reduction="none").view(labels.shape)  # (B, K)
-    return (per_pair * weights.float()).sum() / weights.float().sum().clamp_min(LOSS_WEIGHT_FLOOR)
+    weights = weights.to(per_pair.dtype)
+    return (per_pair * weights).sum() / weights.sum().clamp_min(LOSS_WEIGHT_FLOOR)
 
 
 def pretraining_loss(
@@ -41,4 +44,4 @@ def pretraining_loss(
 
 def classification_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of sequence classification. logits (B, L), labels (B,)."""
-    return F.cross_entropy(logits.float(), labels.long())
+    return F.cross_entropy(upcast(logits), labels.long())

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from bertjax.errors import InputError
 
 # Activations both frameworks implement identically. "gelu" is the exact (erf) GELU, as in the
 # original BERT and transformers; "gelu_new"/"gelu_pytorch_tanh" are the tanh approximation.
@@ -23,6 +26,10 @@ ATTENTION_IMPLEMENTATIONS = ("auto", "exact", "fused")
 # Fields of BertConfig that are bertjax's own (how to compute), not Hugging Face's (what to
 # compute): never written to or read from config.json.
 COMPUTE_FIELDS = ("dtype", "attn_implementation", "scan_layers", "remat")
+# The fields that set the weights' shapes: a checkpoint's config.json decides them, a loader's
+# overrides may not (they change only how the model computes: dtype, dropout, ...).
+SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                "intermediate_size", "max_position_embeddings", "type_vocab_size")
 # The MLM loss divides by max(sum of masked_weights, this): a batch with no real prediction has
 # loss 0, not NaN. Shared by bertjax.losses and bert_torch.losses.
 LOSS_WEIGHT_FLOOR = 1e-5
@@ -81,12 +88,10 @@ class BertConfig:
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"BertConfig.{name} must be in [0, 1), got {value!r}")
-        if self.initializer_range <= 0:
-            raise ValueError(
-                f"BertConfig.initializer_range must be positive, got {self.initializer_range!r}"
-            )
-        if self.layer_norm_eps <= 0:
-            raise ValueError(f"BertConfig.layer_norm_eps must be positive, got {self.layer_norm_eps!r}")
+        for name in ("initializer_range", "layer_norm_eps"):
+            value = getattr(self, name)
+            if not 0 < value < math.inf:  # NaN too
+                raise InputError(f"BertConfig.{name} must be a finite number above 0, got {value!r}")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(
                 f"BertConfig.pad_token_id ({self.pad_token_id}) must be in [0, vocab_size="

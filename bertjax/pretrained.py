@@ -11,22 +11,26 @@ it). Every loader can say what it loaded (`output_loading_info=True`: a `LoadRep
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from flax import nnx
 
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.config import SHAPE_FIELDS, BertConfig
+from bertjax.data.tokenizer import WordPieceTokenizer, fits_vocabulary
+from bertjax.errors import InputError
 from bertjax.heads import MODEL_CLASSES, BertForPreTraining
 from bertjax.io.hf import architecture_of
 from bertjax.io.hub import resolve_model
 from bertjax.io.models import load_model, save_model
 from bertjax.io.report import LoadReport
 from bertjax.io.runs import load_run_model
+from bertjax.io.weights import MISSING_HEADS
 from bertjax.runs.layout import RunDir
 
-__all__ = ["DEFAULT_MODEL_CLASS", "LoadReport", "checkpoint_class", "from_pretrained", "load_hf",
-           "model_directory", "save_pretrained"]
+__all__ = ["DEFAULT_MODEL_CLASS", "LoadReport", "check_load_arguments", "checkpoint_class",
+           "from_pretrained", "load_hf", "model_directory", "save_pretrained"]
 
 # The class of a `bertjax pretrain` run, and of a Hugging Face directory whose config.json names
 # no class bertjax has: what `from_pretrained` and `load_hf` build unless told otherwise.
@@ -68,6 +72,7 @@ def from_pretrained(
     `config_overrides` change `BertConfig` fields that do not change the weights' shapes (e.g.
     `dtype="bfloat16"`, dropout).
     """
+    check_load_arguments("from_pretrained", model_cls, missing_heads, config_overrides)
     directory = model_directory(path, revision)
     if RunDir(directory).config.is_file():
         model, tokenizer, report = load_run_model(
@@ -82,13 +87,46 @@ def from_pretrained(
                             missing_heads=missing_heads, output_loading_info=True,
                             **config_overrides)
     tokenizer = WordPieceTokenizer.load(directory)
-    if tokenizer.vocab_size > model.config.vocab_size:  # its ids past the embeddings: not ours
-        raise ValueError(
+    if not fits_vocabulary(tokenizer.vocab_size, model.config.vocab_size):  # another's tokenizer
+        raise InputError(
             f"{tokenizer.source} has {tokenizer.vocab_size} tokens but {directory / 'config.json'} "
             f"has vocab_size {model.config.vocab_size}: the tokenizer is not the one these weights "
             "were trained with; put the model's own tokenizer.json / vocab.txt beside them")
     report = report.replace(path=str(path))
     return (model, tokenizer, report) if output_loading_info else (model, tokenizer)
+
+
+def check_load_arguments(function: str, model_cls: Any, missing_heads: Any,
+                         config_overrides: dict[str, Any]) -> None:
+    """The arguments of a loader, checked before anything is read: `model_cls` a bertjax model
+    class (TypeError), `missing_heads` one of MISSING_HEADS, each of `config_overrides` a
+    BertConfig field that keeps the weights' shapes, with a value in its range (InputError)."""
+    if model_cls is not None and not (isinstance(model_cls, type) and issubclass(
+            model_cls, nnx.Module) and hasattr(model_cls, "head_modules")):
+        named = (f"bertjax.{model_cls}" if isinstance(model_cls, str) and model_cls in MODEL_CLASSES
+                 else "bertjax.BertForMaskedLM")
+        raise TypeError(f"{function}(model_cls=...) takes a bertjax model class (one of "
+                        f"{', '.join(MODEL_CLASSES)}), got {model_cls!r}; pass e.g. "
+                        f"model_cls={named}")
+    if missing_heads not in MISSING_HEADS:
+        raise InputError(f"{function}(missing_heads={missing_heads!r}): choose \"init\" (heads "
+                         "the weights lack start from random weights, with a warning) or "
+                         "\"error\" (refuse them)")
+    fields = {f.name for f in dataclasses.fields(BertConfig)}
+    for name, value in config_overrides.items():
+        if name not in fields:
+            raise TypeError(f"{function}() got an unexpected keyword argument {name!r}: the "
+                            "keywords after the loader's own are BertConfig fields that keep the "
+                            f"weights' shapes ({', '.join(sorted(fields - set(SHAPE_FIELDS)))})")
+        if name in SHAPE_FIELDS:
+            raise InputError(f"{function}({name}={value!r}): {name} sets the shapes of the "
+                             "weights, which the checkpoint's config.json decides; leave it out "
+                             "(or initialise a new model with BertConfig)")
+        if name != "pad_token_id":  # ranged against the checkpoint's vocabulary
+            try:
+                BertConfig().replace(**{name: value})
+            except (TypeError, ValueError) as err:
+                raise InputError(f"{function}({name}={value!r}): {err}") from None
 
 
 def model_directory(path: str | Path, revision: str | None = None) -> Path:
@@ -125,6 +163,7 @@ def load_hf(
     the report); missing encoder weights, unknown keys and weights that hold another head than the
     one config.json names are errors.
     """
+    check_load_arguments("load_hf", model_cls, missing_heads, config_overrides)
     directory = resolve_model(path, revision=revision)
     has_config = (directory / "config.json").is_file()  # else read_hf names what is missing
     source_cls = MODEL_CLASSES.get(architecture_of(directory) or "") if has_config else None

@@ -4,7 +4,7 @@
     torch_state = parity.flax_to_torch(model)          # bert_torch state dict (strict)
     model = parity.torch_to_flax(torch_state, config)  # and back
     report = parity.compare(model)                     # outputs, attentions, gradients
-    print(report.format())
+    print(report.format())  # each tensor judged against the mirror's own float32 noise
 
 Hugging Face checkpoints are a product feature: `bertjax.from_pretrained` / `bertjax.save_pretrained`.
 """

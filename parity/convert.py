@@ -28,10 +28,13 @@ def torch_to_flax(
     return model_from_numpy(state_dict, config, model_cls)
 
 
-def to_torch_model(model: Any) -> Any:
-    """The `bert_torch` mirror of `model` (same class name) with its weights, in eval mode."""
+def to_torch_model(model: Any, *, float64: bool = False) -> Any:
+    """The `bert_torch` mirror of `model` (same class name) with its weights, in eval mode;
+    `float64`: every parameter and every computation in float64 (the parity rule's measure of
+    float32's own noise, `parity.noise`), whatever compute dtype the model has."""
     import bert_torch  # optional: needs torch, as flax_to_torch does
 
-    torch_model = getattr(bert_torch, type(model).__name__)(model.config)
+    config = model.config.replace(dtype="float32") if float64 else model.config
+    torch_model = getattr(bert_torch, type(model).__name__)(config)
     torch_model.load_state_dict(flax_to_torch(model), strict=True)
-    return torch_model.eval()
+    return torch_model.double().eval() if float64 else torch_model.eval()

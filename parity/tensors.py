@@ -1,8 +1,10 @@
 """Compare bertjax with bert_torch tensor by tensor: outputs, attentions, hidden states, gradients.
 
 Both models hold the same weights (converted by `parity.convert`), see the same padded batch and
-run without dropout. Forward tensors pass when their max abs diff is within `tolerance`; gradients
-pass when their max abs diff relative to that gradient's max magnitude is within `grad_tolerance`.
+run without dropout; the mirror runs twice, in float32 (the reference) and in float64 (its noise).
+Each tensor is judged by `parity.noise`: a forward tensor on its max abs diff, a gradient on its
+max abs diff relative to that gradient's max magnitude, against max(`tolerance` or
+`grad_tolerance`, NOISE_FACTOR x the float32 mirror's own distance from the float64 one).
 
 A gradient smaller than `GRAD_FLOOR` times the model's largest gradient is judged relative to that
 floor instead: the NSP bias gradient is a cancelling sum of (p - y) terms of size ~0.5 and the
@@ -32,26 +34,11 @@ from bertjax.io.names import HF_OUTPUT_FIELDS
 from bertjax.io.weights import state_to_numpy
 from bertjax.losses import pretraining_loss
 from parity.convert import to_torch_model
+from parity.noise import Judged, judge, max_abs
 
 TOLERANCE = 1e-5  # the Hugging Face PT/Flax equivalence-test tolerance
 GRAD_FLOOR = 1e-2  # gradients below 1% of the largest one are judged against that 1%
-
-
-@dataclasses.dataclass(frozen=True)
-class Row:
-    name: str
-    max_abs: float
-    scale: float  # max |reference| (for gradients: floored, see GRAD_FLOOR)
-    tolerance: float
-    relative: bool  # judged on max_rel (gradients) rather than max_abs
-
-    @property
-    def max_rel(self) -> float:
-        return self.max_abs / self.scale if self.scale else self.max_abs
-
-    @property
-    def passed(self) -> bool:
-        return (self.max_rel if self.relative else self.max_abs) <= self.tolerance
+Row = Judged  # a row of the report: one tensor, judged by `parity.noise`
 
 
 @dataclasses.dataclass
@@ -70,12 +57,17 @@ class ParityReport:
         return max(r.max_abs for r in self.rows if r.name.startswith(prefix))
 
     def format(self) -> str:
+        """One line per tensor: its distance from the float32 mirror (abs and rel), the float32
+        mirror's own from float64 (`f32 noise`, measured as the tensor is judged), the bar
+        (`parity.noise.bar`) and the result; then how many passed."""
         width = max(len(r.name) for r in self.rows)
-        lines = [f"{'tensor':<{width}}  {'max abs':>10}  {'max rel':>10}  {'tolerance':>14}  result"]
+        lines = [f"{'tensor':<{width}}  {'max abs':>10}  {'max rel':>10}  {'f32 noise':>14}  "
+                 f"{'bar':>14}  result"]
         for r in self.rows:
-            tol = f"{'rel ' if r.relative else 'abs '}{r.tolerance:.0e}"
+            kind = "rel " if r.relative else "abs "
             lines.append(
-                f"{r.name:<{width}}  {r.max_abs:10.3e}  {r.max_rel:10.3e}  {tol:>14}  "
+                f"{r.name:<{width}}  {r.max_abs:10.3e}  {r.max_rel:10.3e}  "
+                f"{kind + format(r.noise, '.3e'):>14}  {kind + format(r.bar, '.3e'):>14}  "
                 f"{'ok' if r.passed else 'FAIL'}"
             )
         failed = sum(not r.passed for r in self.rows)
@@ -83,14 +75,9 @@ class ParityReport:
         return "\n".join(lines)
 
 
-def _max_abs(x: Any) -> float:
-    x = np.asarray(x, dtype=np.float64)
-    return float(np.max(np.abs(x))) if x.size else 0.0
-
-
 def gradient_floor(ref_grads: dict[str, Any]) -> float:
     """`GRAD_FLOOR` times the largest reference gradient: no gradient is judged on a smaller scale."""
-    return GRAD_FLOOR * max(_max_abs(g) for g in ref_grads.values())
+    return GRAD_FLOOR * max(max_abs(g) for g in ref_grads.values())
 
 
 def gradient_errors(ours: dict[str, Any], ref: dict[str, Any]) -> dict[str, float]:
@@ -98,18 +85,10 @@ def gradient_errors(ours: dict[str, Any], ref: dict[str, Any]) -> dict[str, floa
     if set(ours) != set(ref):
         raise ValueError(f"gradient names differ: {sorted(set(ours) ^ set(ref))}")
     floor = gradient_floor(ref)
-    return {n: _max_abs(np.asarray(ours[n], np.float64) - np.asarray(ref[n], np.float64))
-            / max(_max_abs(ref[n]), floor) for n in ref}
+    return {n: max_abs(np.asarray(ours[n], np.float64) - np.asarray(ref[n], np.float64))
+            / max(max_abs(ref[n]), floor) for n in ref}
 
 
-def _row(
-    name: str, ours: Any, ref: Any, tolerance: float, relative: bool = False, floor: float = 0.0
-) -> Row:
-    a = np.asarray(ours, dtype=np.float64)
-    b = np.asarray(ref, dtype=np.float64)
-    if a.shape != b.shape:
-        raise ValueError(f"{name}: shapes differ, bertjax {a.shape} vs PyTorch {b.shape}")
-    return Row(name, _max_abs(a - b), max(_max_abs(b), floor), tolerance, relative)
 
 
 def random_batch(
@@ -213,21 +192,32 @@ def _flax_side(model: Any, batch: dict[str, np.ndarray], masked: bool) -> Any:
         return jax.jit(forward)(params), None
 
 
-def _torch_side(model: Any, batch: dict[str, np.ndarray], masked: bool) -> Any:
+def _tensors(out: Any, to_numpy: Callable[[Any], np.ndarray]) -> dict[str, np.ndarray]:
+    """Every tensor the report compares, by its row name: the class's outputs, each layer's
+    attention map and each hidden state."""
+    found = {f: to_numpy(getattr(out, f)) for f in OUTPUT_FIELDS if getattr(out, f) is not None}
+    found |= {f"attentions.{i}": to_numpy(a) for i, a in enumerate(out.attentions)}
+    found |= {f"hidden_states.{i}": to_numpy(h) for i, h in enumerate(out.hidden_states)}
+    return found
+
+
+def _torch_side(model: Any, batch: dict[str, np.ndarray], masked: bool, float64: bool
+                ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray] | None]:
+    """(tensors, gradients or None) of the PyTorch mirror, in float32 or in float64."""
     import torch
 
     from bert_torch.losses import pretraining_loss as torch_loss
 
-    torch_model = to_torch_model(model)
+    torch_model = to_torch_model(model, float64=float64)
     tbatch = {k: torch.from_numpy(v) for k, v in batch.items()}
     args = tuple(None if x is None else torch.from_numpy(np.ascontiguousarray(x))
                  for x in model_inputs(model, batch, masked))
     out = torch_model(*args, output_attentions=True, output_hidden_states=True)
+    tensors = _tensors(out, lambda t: t.detach().numpy())
     if not masked and masked_lm(model):
-        return out, None
+        return tensors, None
     _loss(model, out, tbatch, torch.from_numpy, torch_loss).backward()
-    grads = {n: p.grad.numpy() for n, p in torch_model.named_parameters()}
-    return out, grads
+    return tensors, {n: p.grad.numpy() for n, p in torch_model.named_parameters()}
 
 
 def compare(
@@ -237,31 +227,25 @@ def compare(
     masked: bool = True,
     tolerance: float = TOLERANCE,
     grad_tolerance: float = TOLERANCE,
+    reference: Any = None,
 ) -> ParityReport:
     """Run `model` (any bertjax model class) and its PyTorch mirror on `batch`; report every
     output of its class, attention map, hidden state and every gradient (of the MLM + NSP loss
     for BertForPreTraining, where `masked` (the MLM head at the masked positions) defines it; of
-    a fixed random projection of the outputs for any other class)."""
+    a fixed random projection of the outputs for any other class), each judged against the
+    mirror's float32 noise (`parity.noise`: the mirror runs in float64 too). The mirror holds
+    `model`'s weights, or those of `reference` (a model of the same class) if given: how a model
+    whose weights differ from the right ones shows."""
     batch = random_batch(model.config) if batch is None else batch
-    ours, our_grads = _flax_side(model, batch, masked)
-    ref, ref_grads = _torch_side(model, batch, masked)
-    detach = lambda t: t.detach().numpy()  # noqa: E731
-    rows = []
-    for field in OUTPUT_FIELDS:
-        a, b = getattr(ours, field), getattr(ref, field)
-        if (a is None) != (b is None):
-            raise ValueError(f"{field}: computed by only one of bertjax ({a is not None}) and "
-                             f"PyTorch ({b is not None})")
-        if a is not None:
-            rows.append(_row(field, a, detach(b), tolerance))
-    rows += [
-        _row(f"attentions.{i}", a, detach(b), tolerance)
-        for i, (a, b) in enumerate(zip(ours.attentions, ref.attentions, strict=True))
-    ]
-    rows += [
-        _row(f"hidden_states.{i}", a, detach(b), tolerance)
-        for i, (a, b) in enumerate(zip(ours.hidden_states, ref.hidden_states, strict=True))
-    ]
+    out, our_grads = _flax_side(model, batch, masked)
+    ours = _tensors(out, np.asarray)
+    mirrored = model if reference is None else reference
+    (ref, ref_grads), (ref64, ref64_grads) = (_torch_side(mirrored, batch, masked, float64)
+                                              for float64 in (False, True))
+    if set(ours) != set(ref):
+        raise ValueError(f"outputs computed by only one of bertjax and PyTorch: "
+                         f"{sorted(set(ours) ^ set(ref))}")
+    rows = [judge(name, ours[name], ref[name], ref64[name], tolerance) for name in ours]
     if our_grads is not None:
         if set(our_grads) != set(ref_grads):
             raise ValueError(
@@ -269,9 +253,7 @@ def compare(
                 f"only PyTorch {sorted(set(ref_grads) - set(our_grads))}"
             )
         floor = gradient_floor(ref_grads)
-        rows += [
-            _row(f"grad.{n}", our_grads[n], ref_grads[n], grad_tolerance, relative=True,
-                 floor=floor)
-            for n in sorted(our_grads)
-        ]
+        rows += [judge(f"grad.{n}", our_grads[n], ref_grads[n], ref64_grads[n], grad_tolerance,
+                       relative=True, floor=floor)
+                 for n in sorted(our_grads)]
     return ParityReport(rows)

@@ -235,12 +235,14 @@ def test_command_layers_and_truncation_warning(tmp_path, capsys):
     (["{ckpt}", "   "], "bertjax attention: error: sentence A is empty"),
     (["{ckpt}", A, ""], "bertjax attention: error: sentence B is empty"),
     (["{tmp}/nowhere", A], "bertjax attention: error: model {tmp}/nowhere does not exist"),
-    (["{tmp}", A], "bertjax attention: error: {tmp} holds neither config.json"),
+    (["{plain}", A], "bertjax attention: error: {plain} holds neither config.json"),
     (["{ckpt}", A, "--layers", "1,3"], "bertjax attention: error: --layers 3: {ckpt} has layers 1 to 2"),
     (["{ckpt}", A, "--step", "5"], "bertjax attention: error: {ckpt} is not a `bertjax pretrain` run"),
 ])
 def test_command_bad_input_exits_2_with_a_message(args, message, tmp_path, capsys):
-    fill = {"ckpt": str(tiny_checkpoint()), "tmp": str(tmp_path)}
+    (tmp_path / "plain").mkdir()  # a directory of other files, not the one --out goes into
+    (tmp_path / "plain" / "notes.txt").write_text("mine\n")
+    fill = {"ckpt": str(tiny_checkpoint()), "tmp": str(tmp_path), "plain": str(tmp_path / "plain")}
     argv = ["attention", *(a.format(**fill) for a in args), "--out", str(tmp_path / "out")]
     assert main(argv) == 2
     err = capsys.readouterr().err

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from bertjax.bench.corpus import run_child, run_corpus_benchmark, write_corpus
 from bertjax.data import WordPieceTokenizer, corpus_documents
+from bertjax.errors import InputError
 
 
 def test_the_generated_corpus_is_shakespeare_reshuffled_to_size(tmp_path):
@@ -52,3 +55,12 @@ def test_a_small_run_end_to_end(tmp_path):
     assert rows[0]["tokens"] == rows[2]["tokens"]  # Parquet and zstd JSON lines: the same text
     assert "parquet: corpus x2.0 (0.2 -> 0.4 MB of text), peak RSS" in printed[-1]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["vocab"]  # the corpora are removed
+
+
+@pytest.mark.parametrize("size", [float("nan"), float("inf"), 0.0, -5.0, 0.01, 1e9])
+def test_a_size_out_of_range_is_refused_before_anything_is_written(tmp_path, size):
+    """From Python as from the command line (issue 45): NaN or inf MB never ended (the corpus
+    grew without limit), 0 or less made no corpus to read."""
+    with pytest.raises(InputError, match=r"out of range: give sizes from 0\.1 to 100000 MB"):
+        run_corpus_benchmark([1.0, size], workdir=str(tmp_path))
+    assert list(tmp_path.iterdir()) == []

@@ -258,12 +258,18 @@ def test_finite_epochs_and_too_small_corpus(tmp_path):
         PretrainingBatches(tmp_path / "s", seq_len=32, max_predictions=5)
 
 
-def test_pairs_are_cached_next_to_the_shards():
+def test_pairs_are_cached_next_to_the_shards_when_asked():
+    """Reading shards writes nothing there (issue 45: evaluating a run wrote into its
+    data/eval/); `cache_pairs=True`, what the pre-training job passes, keeps the pairs."""
     out = fresh_dir("cache") / "s"
     write_shards(_docs(40), minilm_tokenizer(), out)
-    a = PretrainingBatches(out, seq_len=32, global_batch_size=8, max_predictions=5)
+    before = sorted(p.name for p in out.iterdir())
+    reader = PretrainingBatches(out, seq_len=32, global_batch_size=8, max_predictions=5)
+    assert sorted(p.name for p in out.iterdir()) == before
+    a = PretrainingBatches(out, seq_len=32, global_batch_size=8, max_predictions=5,
+                           cache_pairs=True)
     cached = list(out.glob("pairs-*.npy"))
-    assert len(cached) == 1
+    assert len(cached) == 1 and np.array_equal(a.pairs, reader.pairs)
     b = PretrainingBatches(out, seq_len=32, global_batch_size=8, max_predictions=5)
     assert isinstance(b.pairs, np.memmap) and np.array_equal(a.pairs, b.pairs)
     assert _equal(next(a), next(b))

@@ -236,13 +236,16 @@ def test_similarity_command_prints_nearest_lines(lines, tmp_path, capsys):
 def test_bad_inputs_exit_2_with_a_message(command, tmp_path, capsys):
     model = str(minilm_dir())
     good = _write(tmp_path / "good.txt", "one line\nanother line\n")
+    plain = tmp_path / "plain"  # a directory of other files (not the one --out goes into)
+    plain.mkdir()
+    _write(plain / "notes.txt", "mine\n")
     cases = [
         ([model, "--file", str(tmp_path / "missing.txt")], "missing.txt does not exist"),
         ([model, "--file", _write(tmp_path / "empty.txt", "\n")], "empty.txt is empty"),
         ([model, "--file", _write(tmp_path / "blank.txt", "a\nb\n  \nc\n")],
          "blank.txt: line 3 is empty"),
         ([str(tmp_path / "no-model"), "--file", good], "no-model does not exist"),
-        ([str(tmp_path), "--file", good], "holds neither config.json"),
+        ([str(plain), "--file", good], "holds neither config.json"),
         ([good, "--file", good], "good.txt is a file"),
     ]
     extra = ["--out", str(tmp_path / "v.npy")] if command == "embed" else ["--query", "a"]

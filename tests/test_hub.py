@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import subprocess
 import sys
+import threading
 from importlib import resources
 from pathlib import Path
 
@@ -143,7 +145,11 @@ def test_a_local_path_is_never_taken_for_a_hub_id(tmp_path, monkeypatch) -> None
     assert hub.resolve_model("runs/typo") == Path("runs/typo")  # the loader names it missing
     assert not hub.looks_like_hub_id("./runs/typo") and not hub.looks_like_hub_id("../x/y")
     assert not hub.looks_like_hub_id(str(tmp_path / "missing"))  # absolute: a path
-    assert hub.looks_like_hub_id("bert-base-uncased") and hub.looks_like_hub_id("org/name")
+    assert hub.looks_like_hub_id("org/name") and hub.looks_like_hub_id("google-bert/bert-base-uncased")
+    # owner/name only (issue 45): a missing single name is a path, said at once, not asked of
+    # the Hub (the Hub redirects the old single names to an owner's)
+    assert not hub.looks_like_hub_id("bert-base-uncased") and not hub.looks_like_hub_id("a/b/c")
+    assert not hub.looks_like_hub_id("/abs/name") and not hub.looks_like_hub_id("org/na me")
     with pytest.raises(ValueError, match="is a local directory: revision='main' only chooses"):
         hub.resolve_model(tmp_path, revision="main")
 
@@ -186,3 +192,105 @@ def test_parity_takes_a_hub_id(offline, capsys) -> None:
     out = capsys.readouterr().out
     assert out.startswith(f"bertjax vs bert_torch: {MINILM}, BertModel;")
     assert out.rstrip().endswith(" 0 failed")
+
+
+@pytest.fixture
+def no_hub():
+    """An endpoint on 127.0.0.1 that reads each request and closes the connection without an
+    answer, as a Hub that cannot be reached; yields its URL and the request lines it saw."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    requests: list[str] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                requests.append(conn.recv(4096).decode("latin-1").split("\r\n")[0])
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}", requests
+    server.close()
+
+
+def _asked_for(requests: list[str], repo_id: str) -> list[str]:
+    """The requests for `repo_id`'s files (huggingface_hub makes others of its own)."""
+    return [r for r in requests if f"/{repo_id}/" in r]
+
+
+def _cli_without_hub(endpoint: str, cache: Path, *argv: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env |= {"HF_ENDPOINT": endpoint, "HF_HUB_CACHE": str(cache)}
+    return subprocess.run([sys.executable, "-m", "bertjax.cli", *argv], capture_output=True,
+                          text=True, env=env, timeout=300)
+
+
+def test_a_missing_path_that_is_no_hub_id_fails_at_once(no_hub, tmp_path) -> None:
+    """`similarity nosuchdir` asked the Hub for 26 s (22 warnings) before "not found"."""
+    endpoint, seen = no_hub
+    lines = tmp_path / "lines.txt"
+    lines.write_text("To be.\n")
+    before = lines.read_bytes()
+    done = _cli_without_hub(endpoint, tmp_path / "cache", "similarity", "nosuchdir", "--file",
+                            str(lines), "--query", "a king")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "bertjax similarity: error: model nosuchdir does not exist; pass a Hugging Face BERT "
+        "directory (config.json + model.safetensors + tokenizer.json/vocab.txt), a Hub id "
+        "(organisation/name) or a `bertjax pretrain` run directory"]
+    assert _asked_for(seen, "nosuchdir") == [] and lines.read_bytes() == before
+
+
+def test_an_id_the_hub_cannot_be_asked_for_fails_after_one_attempt(no_hub, tmp_path) -> None:
+    endpoint, seen = no_hub
+    cache = tmp_path / "cache"
+    lines = tmp_path / "lines.txt"
+    lines.write_text("To be.\n")
+    before = lines.read_bytes()
+    done = _cli_without_hub(endpoint, cache, "similarity", "nosuchorg/nosuchmodel", "--file",
+                            str(lines), "--query", "a king")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "bertjax similarity: error: nosuchorg/nosuchmodel: no such local directory, and the Hub "
+        f"model of that id is not in the local cache ({cache}) and the Hub cannot be reached: "
+        "download it first (hf download nosuchorg/nosuchmodel) with network access, or pass a "
+        "local directory"]
+    assert _asked_for(seen, "nosuchorg/nosuchmodel") == [  # one request, no retries
+        "HEAD /nosuchorg/nosuchmodel/resolve/main/config.json HTTP/1.1"]
+    assert lines.read_bytes() == before
+
+
+def test_a_cached_id_loads_from_the_cache_when_the_hub_cannot_be_reached(no_hub, cache,
+                                                                          tmp_path) -> None:
+    """Every file the cache lacks (modules.json, ...) is not asked for again and again."""
+    endpoint, seen = no_hub
+    lines = tmp_path / "lines.txt"
+    lines.write_text("To be, or not to be.\nA rose by any other name.\n")
+    before = {p: p.read_bytes() for p in [lines, *cache.rglob("*")] if p.is_file()}
+    done = _cli_without_hub(endpoint, cache, "embed", MINILM, "--file", str(lines), "--out",
+                            str(tmp_path / "v.npy"))
+    assert done.returncode == 0, done.stderr
+    assert np.load(tmp_path / "v.npy").shape == (2, 384)
+    assert _asked_for(seen, MINILM) == [f"HEAD /{MINILM}/resolve/main/config.json HTTP/1.1"]
+    assert "Retry" not in done.stderr and "warning" not in done.stderr.lower(), done.stderr
+    assert {p: p.read_bytes() for p in [lines, *cache.rglob("*")] if p.is_file()} == before
+
+
+def test_an_output_into_the_cache_of_a_hub_id_is_refused(offline, capsys) -> None:
+    """The output rule sees a Hub id's snapshot (its files are links to blobs) and blobs."""
+    from bertjax.cli.main import main
+
+    snapshot = offline / f"models--{MINILM.replace('/', '--')}" / "snapshots" / COMMIT
+    blob = (snapshot / "config.json").resolve()
+    lines = offline.parent / "lines.txt"
+    lines.write_text("To be.\n")
+    before = {p: p.read_bytes() for p in offline.rglob("*") if p.is_file()}
+    for out in (snapshot / "config.json", blob):
+        assert main(["embed", MINILM, "--file", str(lines), "--out", str(out), "--force"]) == 2
+        line = capsys.readouterr().err.strip()
+        assert line.startswith(f"bertjax embed: error: --out {out} lies inside MODEL "), line
+    assert {p: p.read_bytes() for p in offline.rglob("*") if p.is_file()} == before

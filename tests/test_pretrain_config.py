@@ -158,12 +158,15 @@ def test_optim_section_is_the_optimizers_own_config() -> None:
             assert by_name[f"optim.{field.name}"].help == field.metadata["help"]
     for override, message in [
         ({"optim.optimizer": "adagrad"}, "optim.optimizer must be one of ['adamw'"),
-        ({"optim.grad_accum_steps": "0"}, "optim.grad_accum_steps must be an integer above 0, "
+        ({"optim.grad_accum_steps": "0"}, "optim.grad_accum_steps must be a positive integer, "
                                           "got '0'"),
-        ({"optim.learning_rate": "-1"}, "optim.learning_rate must be a finite number above 0, "
-                                        "got '-1'"),
-        ({"optim.learning_rate": "inf"}, "optim.learning_rate must be a finite number above 0"),
-        ({"optim.clip_norm": "-1"}, "optim.clip_norm must be a finite number >= 0, got '-1'"),
+        ({"optim.learning_rate": "-1"}, "optim.learning_rate must be a number above 0, got '-1'"),
+        ({"optim.learning_rate": "inf"}, "optim.learning_rate must be a number above 0"),
+        ({"optim.clip_norm": "-1"}, "optim.clip_norm must be a number >= 0, got '-1'"),
+        ({"optim.clip_norm": "nan"}, "optim.clip_norm must be a number >= 0, got 'nan'"),
+        ({"optim.b1": "1"}, "optim.b1 must be a probability in [0, 1), got '1'"),
+        ({"optim.eps": "inf"}, "optim.eps must be a number above 0, got 'inf'"),
+        ({"optim.weight_decay": "nan"}, "optim.weight_decay must be a number >= 0, got 'nan'"),
         ({"optim.total_steps": "9"}, "unknown option 'optim.total_steps'"),
     ]:
         with pytest.raises(ValueError, match=re.escape(message)):

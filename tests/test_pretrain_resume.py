@@ -182,9 +182,29 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path: Path) -> None:
     bad_step = int(line.split(" at step ")[1].split(":")[0])
     kept = sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit())
     assert kept and max(kept) == bad_step - 1
-    assert f"last good checkpoint is step {bad_step - 1}" in line
+    assert (f"The last good checkpoint is step {bad_step - 1} (kept); resuming would repeat the "
+            "same steps exactly, so lower optim.learning_rate or raise optim.warmup_steps and "
+            "start a new run (another --output-dir)") in line
     records = read_jsonl(run_dir / "metrics.jsonl", "train")
     assert all(np.isfinite(r["loss"]) for r in records if r["step"] < bad_step)
+
+
+def test_nan_loss_before_any_checkpoint_says_to_run_again_not_to_resume(tmp_path: Path) -> None:
+    """Issue 45: with no checkpoint there is nothing to resume; the advice is a command that
+    works: the same one, with other options, in the same --output-dir."""
+    run_dir = tmp_path / "run"
+    unstable = [*TINY, "--train.steps=40", "--train.checkpoint_every=1000",
+                "--train.eval_every=1000", "--optim.warmup_steps=0", f"--output-dir={run_dir}"]
+    proc = _cli([*unstable, "--optim.learning_rate=1e30"])
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    line = next(x for x in proc.stderr.splitlines() if "stopping" in x)
+    assert line.endswith("No checkpoint was saved before it, so there is nothing to resume: "
+                         "lower optim.learning_rate or raise optim.warmup_steps and run the "
+                         "command again (a run without a checkpoint starts afresh in the same "
+                         "--output-dir)"), line
+    again = _cli([*unstable[:-2], "--train.steps=2", "--optim.learning_rate=1e-3",
+                  f"--output-dir={run_dir}"])
+    assert again.returncode == 0, again.stderr[-3000:]
 
 
 def test_batch_not_divisible_by_devices(tmp_path: Path) -> None:

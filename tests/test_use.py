@@ -22,6 +22,7 @@ from use_helpers import count_row_sharing, peaked_checkpoint, pipeline_fill_mask
 import bertjax
 from bertjax import BertConfig, BertForPreTraining
 from bertjax.cli.main import main
+from bertjax.inputs import check_batch
 from bertjax.model import BertModel
 from bertjax.use.encode import TruncationWarning, encode
 from bertjax.use.fill_mask import fill_mask
@@ -234,12 +235,17 @@ def test_a_loaded_run_scores_what_the_run_recorded(run_dir):
 
 
 def test_a_tokenizer_larger_than_the_model_is_refused_not_clamped(peaked):
-    # under jit an id past the embedding table would be clamped to its last row, silently
+    # under jit an id past the embedding table would be clamped to its last row, silently; the
+    # tokenizer is refused before any text is encoded (issue 45), whatever ids the text has
     model, tokenizer = bertjax.from_pretrained(peaked)
     small = BertForPreTraining(model.config.replace(vocab_size=100), rngs=nnx.Rngs(0))
     assert tokenizer.vocab_size > 100
+    with pytest.raises(ValueError, match=rf"the tokenizer has {tokenizer.vocab_size} tokens but "
+                                         "the model's vocabulary has 100 rows"):
+        fill_mask(small, tokenizer, ["the king of [MASK] is dead"])
+    with pytest.raises(ValueError, match=r"vocabulary has 100 rows"):
+        next_sentence_probability(small, tokenizer, ["the king is dead"], ["long live the king"])
+    ids = {"input_ids": np.full((1, 4), 150, np.int32)}  # the batch check still stands behind it
     with pytest.raises(ValueError, match=r"input_ids has values outside \[0, vocab_size=100\).*"
                                          "check the tokenizer matches the model config"):
-        fill_mask(small, tokenizer, ["the king of [MASK] is dead"])
-    with pytest.raises(ValueError, match=r"outside \[0, vocab_size=100\)"):
-        next_sentence_probability(small, tokenizer, ["the king is dead"], ["long live the king"])
+        check_batch(small.config, ids)

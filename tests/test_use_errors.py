@@ -169,7 +169,8 @@ def test_finetune_refuses_an_output_dir_that_holds_files_and_leaves_it_alone(tmp
     assert snapshot(tmp_path) == before and (out / "old-model").is_dir()
     assert main(["finetune", str(tiny_checkpoint()), "--train", str(train), "--output-dir",
                  str(train)]) == 2
-    assert f"--output-dir {train} is a file" in error_line(capsys.readouterr().err, "finetune")
+    assert (f"--output-dir {train} is the --train this command reads: writing it would replace "
+            "your input" in error_line(capsys.readouterr().err, "finetune"))
     assert snapshot(tmp_path) == before
 
 

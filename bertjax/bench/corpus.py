@@ -25,7 +25,6 @@ depend on it.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import os
@@ -39,11 +38,13 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bertjax.bench.stamp import write_result
-from bertjax.common.files import check_output_file
+from bertjax.bench.options import SIZES_MB
+from bertjax.errors import InputError
 
 ROW_GROUP_ROWS = 4096  # rows per Parquet row group (scenes: about 20 MB of text)
 FORMATS = ("parquet", "jsonl", "jsonl.zst")
+# corpus sizes, MB of text: the smallest holds the two documents `bertjax data` needs (a scene is
+# about 5 KB), the largest 100 GB
 
 
 def shakespeare_texts(megabytes: float, seed: int = 0) -> Iterator[str]:
@@ -162,7 +163,9 @@ def run_corpus_benchmark(sizes_mb: Sequence[float] = (50, 200), formats: Sequenc
                          *, vocab: str | None = None, seq_len: int = 0, cpus: int | None = None,
                          workdir: str | None = None, seed: int = 0,
                          print_fn: Callable[[str], None] = print) -> dict[str, Any]:
-    """Generate each corpus, run `bertjax data` on it, report; the rows and the setting."""
+    """Generate each corpus, run `bertjax data` on it, report; the rows and the setting. A size
+    outside `SIZES_MB` (or NaN) is an InputError, before anything is written."""
+    check_sizes(sizes_mb)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     result: dict[str, Any] = {"cores": min(cpus or cores or 1, cores or 1), "seq_len": seq_len,
                               "python": sys.version.split()[0], "rows": []}
@@ -182,6 +185,15 @@ def run_corpus_benchmark(sizes_mb: Sequence[float] = (50, 200), formats: Sequenc
             shutil.rmtree(root / f"shards-{kind}-{size:g}")
     print_fn(_summary(result))
     return result
+
+
+def check_sizes(sizes_mb: Sequence[float]) -> None:
+    """InputError naming the first size that is no number of megabytes in `SIZES_MB`."""
+    low, high = SIZES_MB
+    for size in sizes_mb:
+        if not low <= size <= high:  # NaN too
+            raise InputError(f"corpus size {size} MB is out of range: give sizes from {low:g} to "
+                             f"{high:g} MB of text")
 
 
 def _row_line(row: dict[str, Any]) -> str:
@@ -205,34 +217,3 @@ def _summary(result: dict[str, Any]) -> str:
                 f"{small['max_rss_mb']:.0f} -> {large['max_rss_mb']:.0f} MB "
                 f"({large['max_rss_mb'] - small['max_rss_mb']:+.0f} MB)")
     return "\n".join(lines)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of `bertjax bench corpus`."""
-    parser.add_argument("--sizes-mb", type=float, nargs="+", default=[50, 200],
-                        help="corpus sizes in MB of text (default: 50 200)")
-    parser.add_argument("--formats", nargs="+", choices=FORMATS, default=["parquet"],
-                        help="corpus formats to generate (default: parquet)")
-    parser.add_argument("--vocab", default=None, help="vocabulary (default: train 8,000 tokens "
-                                                      "on the bundled plays)")
-    parser.add_argument("--seq-len", type=int, default=0,
-                        help="also make NSP pairs for this length (default: 0, none)")
-    parser.add_argument("--cpus", type=int, default=None,
-                        help="pin each run to the first N cores (default: all this process may use)")
-    parser.add_argument("--workdir", default=None, help="where the temporary corpora go "
-                                                        "(default: the system's temporary directory)")
-    parser.add_argument("--json", default=None, metavar="FILE",
-                        help="also write the numbers to this new file")
-    parser.add_argument("--force", action="store_true", help="replace an existing --json file")
-
-
-def run(args: argparse.Namespace) -> int:
-    """`bertjax bench corpus [--sizes-mb 50 200] [--formats parquet jsonl] ...`; --json is
-    checked before the benchmark runs, and written aside then renamed."""
-    if args.json:
-        check_output_file(args.json, what="--json", force=args.force, example="bench.json")
-    result = run_corpus_benchmark(args.sizes_mb, args.formats, vocab=args.vocab,
-                                  seq_len=args.seq_len, cpus=args.cpus, workdir=args.workdir)
-    if args.json:
-        write_result(result, args.json, "corpus")
-    return 0

@@ -64,6 +64,7 @@ def _option(default: Any, help: str, choices: tuple[str, ...] | None = None,  # 
 
 JSON_HELP = "also write every number as JSON to this new file (--force: replace one)"
 DEFAULT_MAX_TOKENS = 2048  # token slots per packed batch of `bench embed`'s packed row
+SIZES_MB = (0.1, 100_000.0)  # the corpus sizes `bench corpus` makes, in MB of text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,18 +240,24 @@ class CorpusBench:
     """`bertjax bench corpus`: `bertjax data` on generated corpora of several sizes."""
 
     sizes_mb: tuple[float, ...] = _option((50.0, 200.0), "corpus sizes in MB of text",
-                                          check="positive", maximum=1_000_000)
+                                          minimum=SIZES_MB[0], maximum=SIZES_MB[1])
     formats: tuple[str, ...] = _option(("parquet",), "corpus formats to generate",
                                        ("parquet", "jsonl", "jsonl.zst"))
     vocab: str | None = _option(None, "vocabulary", metavar="PATH",
                                 default_help="train 8,000 tokens on the bundled plays")
-    seq_len: int = _option(0, "also make NSP pairs for this length; 0: none",
-                           check="non_negative")
+    seq_len: int = _option(0, f"also make NSP pairs for this length (at least {MIN_PAIR_LEN}, "
+                              "[CLS] a [SEP] b [SEP]); 0: none", check="non_negative")
     cpus: int | None = _option(None, "pin each run to the first N cores", check="positive",
                                default_help="all this process may use")
     workdir: str | None = _option(None, "where the temporary corpora go", metavar="DIR",
                                   default_help="the system's temporary directory")
     json_path: str | None = _option(None, JSON_HELP, flag="--json", metavar="FILE")
+
+    def __post_init__(self) -> None:
+        if 0 < self.seq_len < MIN_PAIR_LEN:
+            raise InputError(f"seq_len must be 0 (no pairs) or at least {MIN_PAIR_LEN} (the "
+                             f"shortest sequence that holds [CLS] a [SEP] b [SEP]), got "
+                             f"{self.seq_len}")
 
 
 @dataclasses.dataclass(frozen=True)

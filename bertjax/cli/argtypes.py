@@ -60,6 +60,17 @@ def int_range(low: int, high: int | None = None) -> Callable[[str], int]:
     return parse
 
 
+def float_range(low: float, high: float) -> Callable[[str], float]:
+    """A parser of finite floats in [low, high]."""
+    expected = f"a number from {low:g} to {high:g}"
+
+    def parse(text: str) -> float:
+        return _checked(text, float, lambda v: low <= v <= high, expected)
+
+    parse.__name__ = "float"  # argparse's metavar and messages
+    return parse
+
+
 def subset_of(allowed: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
     """A parser of comma-separated names from `allowed` ("a,b"), in the order given, deduplicated."""
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from bertjax.cli.errors import CommandError, writing
 from bertjax.cli.model_options import add_model_argument, load_model, run_command
-from bertjax.cli.outputs import add_force_argument
+from bertjax.cli.outputs import add_force_argument, model_input
 from bertjax.common.files import atomic_directory, check_output_directory
 
 DEFAULT_OUT = "attention"
@@ -88,7 +88,8 @@ def is_attention_directory(path: Path) -> bool:
 def _attention(args: argparse.Namespace) -> int:
     sentence_a, sentence_b, text_name = _sentences(args)
     check_output_directory(args.out, is_ours=is_attention_directory,
-                           made_by="`bertjax attention`", replace=args.force)
+                           made_by="`bertjax attention`", replace=args.force,
+                           inputs={"MODEL": model_input(args.model), "--file": args.file})
 
     from bertjax.model import BertModel
     from bertjax.use.attention import attention_maps

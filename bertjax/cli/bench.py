@@ -33,9 +33,10 @@ from bertjax.cli.options import (
     print_config,
     settings_from_args,
 )
-from bertjax.cli.outputs import check_output_path
+from bertjax.cli.outputs import check_output_path, model_input
 from bertjax.common.options import options, parse_value
 from bertjax.config import BertConfig
+from bertjax.data.corpus import corpus_paths
 
 # Options a mode does not have (inference runs without dropout).
 EXCLUDED = {"train": (), "infer": ("dropout",)}
@@ -151,12 +152,13 @@ class Benchmark:
     settings: type
     run: Callable[[Any], Any]
     exclude: tuple[str, ...] = ()
-    inputs: tuple[str, ...] = ()  # settings naming files the benchmark reads
+    inputs: Callable[[Any], dict[str, Any]] = lambda settings: {}  # what it reads, by option
 
 
 BENCHMARKS: dict[str, Benchmark] = {
     "data": Benchmark("data pipeline: tokenisation MB/s, masked sequences/s (one core)",
-                      DataBench, _run_data),
+                      DataBench, _run_data,
+                      inputs=lambda s: {"--corpus": corpus_paths(s.corpus), "--vocab": s.vocab}),
     "train": Benchmark("training step (forward, backward, AdamW) tokens/s and MFU: bertjax "
                        "fp32/bf16, transformers eager/compiled, bert_torch side by side",
                        BenchSettings, _run_mode),
@@ -167,10 +169,12 @@ BENCHMARKS: dict[str, Benchmark] = {
                        "transformers eager with the same batches", EmbedBench, _run_embed,
                        inputs=("file",)),
     "corpus": Benchmark("`bertjax data` on generated Parquet / JSON-lines corpora of several "
-                        "sizes: input MB/s and peak RSS", CorpusBench, _run_corpus),
+                        "sizes: input MB/s and peak RSS", CorpusBench, _run_corpus,
+                        inputs=lambda s: {"--vocab": s.vocab}),
     "finetune": Benchmark("an epoch of each bundled fine-tuning task, padded batches against "
                           "packed (--max-tokens), two seeds: training wall time and validation "
-                          "scores", FinetuneBench, _run_finetune),
+                          "scores", FinetuneBench, _run_finetune,
+                          inputs=lambda s: {"--model": model_input(s.model)}),
     "pack": Benchmark("pre-training on short documents (the plays as speeches): the share of real "
                       "tokens per row and tokens of real text per second, unpacked against "
                       "packed", PackBench, _run_pack),
@@ -205,9 +209,8 @@ def run(args: argparse.Namespace) -> int:
         print(print_config(settings, exclude=bench.exclude), end="")
         return 0
     if settings.json_path:  # before the benchmark, not after it
-        inputs = {f"--{name}": getattr(settings, name) for name in bench.inputs}
-        check_output_path(settings.json_path, "--json", force=args.force, inputs=inputs,
-                          example="bench.json")
+        check_output_path(settings.json_path, "--json", force=args.force,
+                          inputs=bench.inputs(settings), example="bench.json")
     result = bench.run(settings)
     if isinstance(result, int):
         return result

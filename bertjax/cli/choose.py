@@ -31,9 +31,10 @@ def _choose(args: argparse.Namespace) -> int:
     if not 2 <= len(args.choice) <= MAX_CHOICES or not all(c.strip() for c in args.choice):
         raise CommandError(f"give 2 to {MAX_CHOICES} non-empty choices, each with --choice")
     model, tokenizer = load_model_with(args, "choice_classifier", "BertForMultipleChoice")
-    example = ChoiceExample(args.context, tuple(args.choice), 0, "the command line")
+    example = ChoiceExample(args.context, tuple(args.choice), 0, "--context")
     try:
-        probs = predict_choices(model, tokenizer, [example], max_length=args.max_length)[0]
+        probs = predict_choices(model, tokenizer, [example], max_length=args.max_length,
+                                warn=True, option="--max-length")[0]
     except ValueError as err:
         raise CommandError(str(err)) from err
     ranked = sorted(range(len(args.choice)), key=lambda i: -probs[i])

@@ -18,7 +18,7 @@ from bertjax.cli.model_options import (
     load_model,
     run_command,
 )
-from bertjax.cli.outputs import add_force_argument, check_output_path
+from bertjax.cli.outputs import add_force_argument, check_output_path, model_input
 
 DEFAULT_LABEL_FIELD = "label"
 DEFAULT_MAX_LENGTH = 128
@@ -72,8 +72,8 @@ def _classify(args: argparse.Namespace) -> int:
     from bertjax.use.encode import check_max_length
 
     if args.out:
-        check_output_path(args.out, "--out", force=args.force, inputs={"--file": args.file},
-                          example="predictions.jsonl")
+        check_output_path(args.out, "--out", force=args.force, example="predictions.jsonl",
+                          inputs={"MODEL": model_input(args.model), "--file": args.file})
     examples = _read(args)
     model, tokenizer = load_model(args, model_cls=BertForSequenceClassification,
                                   missing_heads="error")

@@ -23,6 +23,7 @@ import bertjax
 from bertjax.cli.argtypes import non_negative_int
 from bertjax.cli.errors import CommandError
 from bertjax.cli.model_options import add_model_argument, load_model, run_command
+from bertjax.cli.outputs import model_input
 
 # The classes `--as` offers: bertjax.heads.MODEL_CLASSES, named without importing JAX (the test
 # checks the two agree).
@@ -68,7 +69,9 @@ def _convert(args: argparse.Namespace) -> int:
         print("bertjax export: warning: `bertjax export` is deprecated: use `bertjax convert`, "
               "which does the same", file=sys.stderr)
     out = Path(args.out)
-    check_export_directory(out, what="OUT_DIR")  # before the (slow) load
+    inputs = {"MODEL": model_input(args.model)}
+    check_export_directory(out, what="OUT_DIR", made_by="`bertjax convert`",
+                           inputs=inputs)  # before the (slow) load
     model_cls = MODEL_CLASSES[args.as_class] if args.as_class else None
     model, tokenizer, report = load_model(args, model_cls=model_cls, seed=args.seed,
                                           output_loading_info=True)
@@ -84,7 +87,8 @@ def _convert(args: argparse.Namespace) -> int:
                                "was not written (an earlier export there stays as it was)"
                                ) from None
         tensors, parameters = tensors_written(written)
-        check_export_directory(out, what="OUT_DIR")  # still ours to replace
+        check_export_directory(out, what="OUT_DIR", made_by="`bertjax convert`",
+                               inputs=inputs)  # still ours to replace
     config, name = model.config, type(model).__name__
     print(f"wrote {out}: {name}, {config.num_hidden_layers} layers, hidden {config.hidden_size}, "
           f"vocabulary {tokenizer.vocab_size}")

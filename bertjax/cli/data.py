@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bertjax.cli.argtypes import fraction, positive_int
+from bertjax.cli.argtypes import fraction, non_negative_int, positive_int
 from bertjax.cli.corpus_options import add_corpus_arguments
+from bertjax.data.corpus import corpus_paths
 from bertjax.data.pairs import MIN_SEQ_LEN
 
 
@@ -50,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="probability in [0, 1] of a shorter target length (default: 0.1)")
     parser.add_argument("--dupe-factor", type=positive_int, default=1,
                         help="passes over the corpus with different pairs (default: 1)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the pair creation")
+    parser.add_argument("--seed", type=non_negative_int, default=0,
+                        help="seed of the pair creation (default: 0)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -59,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
     from bertjax.data.pairs import load_or_create_pairs
     from bertjax.data.shards import check_shard_output
 
-    check_shard_output(args.out, args.force)
+    check_shard_output(args.out, args.force,
+                       inputs={"--corpus": corpus_paths(args.corpus), "--vocab": args.vocab})
     tokenizer = WordPieceTokenizer.load(args.vocab, lowercase=not args.cased)
     documents = corpus_documents(args.corpus, text_field=args.text_field, split=args.split)
     name = ",".join(args.corpus) + (f":{args.split}" if "shakespeare" in args.corpus else "")
@@ -68,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
     def make_pairs(directory: Path) -> None:  # before the shards go into place: both or neither
         made["pairs"] = load_or_create_pairs(Shards(directory), args.seq_len,
                                              short_seq_prob=args.short_seq_prob,
-                                             dupe_factor=args.dupe_factor, seed=args.seed)
+                                             dupe_factor=args.dupe_factor, seed=args.seed,
+                                             cache=True)
 
     meta = write_shards(documents, tokenizer, args.out, corpus=name, overwrite=args.force,
                         min_documents=2, progress=not args.no_progress,

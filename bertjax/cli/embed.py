@@ -26,7 +26,7 @@ from bertjax.cli.model_options import (
     batch_size_of,
     run_command,
 )
-from bertjax.cli.outputs import add_force_argument, check_output_path
+from bertjax.cli.outputs import add_force_argument, check_output_path, model_input
 
 EPILOG = """\
 example:
@@ -137,8 +137,8 @@ def _embed(args: argparse.Namespace) -> int:
     from bertjax.common.files import write_npy_atomic
     from bertjax.use.embed import embed, read_lines
 
-    check_output_path(args.out, "--out", force=args.force, inputs={"--file": args.file},
-                      example="vectors.npy")
+    check_output_path(args.out, "--out", force=args.force, example="vectors.npy",
+                      inputs={"MODEL": model_input(args.model), "--file": args.file})
     if args.query is not None and not args.query.strip():
         raise CommandError("--query is empty; pass the text to search for")
     lines = read_lines(args.file, "--file")

@@ -1,10 +1,15 @@
-"""What the commands write, checked before any work by one rule (`bertjax.common.files`):
+"""What the commands write, checked before any work by one rule (`bertjax.common.files`,
+`bertjax.common.input_overlap`):
 
+- no output is, lies inside or holds one of the command's inputs - MODEL (a model or run
+  directory and every file in it; a Hub id's cache folder), `--file`, a corpus, a vocabulary -
+  however the path is spelt (`..`, symbolic links, hard links, a trailing "/"), with or without
+  `--force`;
 - a file (`embed --out`, `classify --out`, `bench ... --json`) is new, or an existing file that
-  `--force` replaces; never one of the command's inputs (its `--file`), even with `--force`, and
-  never a directory (a name ending in "/" names one);
-- a directory (`attention --out`, `vocab --out`, `data --out`) is new, empty, or - with `--force`
-  - one the command wrote and nothing else; a directory holding a user's files is never touched.
+  `--force` replaces; never a directory (a name ending in "/" names one);
+- a directory (`attention --out`, `convert OUT_DIR`, `vocab --out`, `data --out`, `finetune
+  --output-dir`) is new, empty, or - with `--force` - one the command wrote and nothing else; a
+  directory holding a user's files is never touched.
 
 Outputs are written aside and renamed into place, so a failure or Ctrl-C leaves the old one.
 """
@@ -13,9 +18,10 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping
+from pathlib import Path
 
 from bertjax.common.files import check_output_file
+from bertjax.common.input_overlap import Inputs
 
 
 def add_force_argument(parser: argparse.ArgumentParser, what: str = "--out",
@@ -28,10 +34,19 @@ def add_force_argument(parser: argparse.ArgumentParser, what: str = "--out",
 
 
 def check_output_path(path: str | os.PathLike, option: str, *, force: bool = False,
-                      inputs: Mapping[str, str | os.PathLike | None] | None = None,
-                      example: str = "out.txt") -> None:
+                      inputs: Inputs | None = None, example: str = "out.txt") -> None:
     """Refuse, before anything is computed, an output file `path` (given as `option`) that would
-    replace an input, an existing file without `force`, a directory, or that cannot be written
-    (a parent is a file, a directory is not writable). A missing parent is made when it is
-    written."""
+    replace, lie in or hold an input, an existing file without `force`, a directory, or that
+    cannot be written (a parent is a file, a directory is not writable). A missing parent is
+    made when it is written."""
     check_output_file(path, what=option, force=force, inputs=inputs, example=example)
+
+
+def model_input(model: str | None) -> Path | None:
+    """Where a MODEL argument (a directory, a run or a Hub id) lies, found without the network
+    (`bertjax.io.hub.local_place`); None when not given."""
+    if model is None:
+        return None
+    from bertjax.io.hub import local_place  # no framework import
+
+    return local_place(model)

@@ -16,6 +16,7 @@ from bertjax.cli.argtypes import int_range, non_negative_int
 from bertjax.cli.corpus_options import add_corpus_arguments
 from bertjax.common.files import atomic_directory, check_output_directory, temporary_name
 from bertjax.config import MAX_VOCAB_SIZE
+from bertjax.data.corpus import corpus_paths
 from bertjax.data.tokenizer import MIN_VOCAB_SIZE, SAVED_FILES
 
 # what `bertjax vocab` writes, and the temporary files of an interrupted write
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from bertjax.data import WordPieceTokenizer, corpus_documents
 
     check_output_directory(args.out, is_ours=is_vocab_directory, made_by="`bertjax vocab`",
-                           replace=args.force)
+                           replace=args.force, inputs={"--corpus": corpus_paths(args.corpus)})
     documents = corpus_documents(args.corpus, text_field=args.text_field, split=args.split)
     tokenizer = WordPieceTokenizer.train(
         (sentence for doc in documents for sentence in doc), args.vocab_size,

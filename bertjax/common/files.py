@@ -12,11 +12,13 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from bertjax.common.input_overlap import Inputs, check_not_an_input
 
 
 @contextlib.contextmanager
@@ -157,12 +159,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def check_creatable(path: str | os.PathLike, what: str = "path") -> None:
+def check_creatable(path: str | os.PathLike, what: str = "path", *, inside: bool = False) -> None:
     """Raise an OSError naming `what` and `path` if `path` could not be created (or renamed into
     place): a part of it is a file, or the nearest existing directory above it cannot be written.
-    Leaves nothing behind (writability is probed with an empty directory, removed at once)."""
+    With `inside`, an existing directory `path` must be writable itself (files go in it). Leaves
+    nothing behind (writability is probed with an empty directory, removed at once)."""
     path = Path(path)
-    for parent in path.parents:
+    for parent in ([path] if inside and path.is_dir() else []) + list(path.parents):
         if not parent.exists():
             continue
         if not parent.is_dir():
@@ -191,11 +194,14 @@ def check_output_directory(
     replace: bool = False,
     what: str = "--out",
     replace_hint: str = "pass --force to replace it",
+    inputs: Inputs | None = None,
 ) -> None:
     """Raise FileExistsError (naming `what`, `path` and the fix) unless `path` may become a
     directory written by `made_by`: it is new, an empty directory, or - with `replace` - a
     directory `is_ours` recognises as one `made_by` wrote. Anything else is never replaced, so a
-    mistyped path cannot lose a user's files. Call it before any work."""
+    mistyped path cannot lose a user's files; and never one that is, lies in or holds one of
+    `inputs` (option -> the path(s) it reads; `check_not_an_input`). Call it before any work."""
+    check_not_an_input(path, what, inputs)
     path = Path(path)
     check_creatable(path, what)
     if not path.exists() and not path.is_symlink():
@@ -221,14 +227,16 @@ def check_output_file(
     *,
     what: str = "--out",
     force: bool = False,
-    inputs: Mapping[str, str | os.PathLike | None] | None = None,
+    inputs: Inputs | None = None,
     example: str = "out.txt",
 ) -> None:
     """Raise an OSError naming `what`, `path` and the fix unless `path` may be written as a
-    file: new, or (with `force`) an existing file that is none of `inputs` (option -> the path
-    it reads). A directory - or a name ending in "/", which names one - is never written as a
+    file: new, or (with `force`) an existing file. Never one of `inputs` (option -> the path(s)
+    it reads), nor a path inside or holding one (`check_not_an_input`, an InputError), even with
+    `force`. A directory - or a name ending in "/", which names one - is never written as a
     file, and neither is a path whose parent is a file or cannot be written. Call it before any
     work, so a mistyped path fails before the work, not after it."""
+    check_not_an_input(path, what, inputs)
     text = os.fspath(path)
     target = Path(text)
     if target.is_dir() or text.endswith(("/", os.sep)):
@@ -238,11 +246,6 @@ def check_output_file(
     check_creatable(target, what)
     if not target.exists() and not target.is_symlink():
         return
-    for option, source in (inputs or {}).items():
-        if source is not None and target.exists() and Path(source).exists() \
-                and os.path.samefile(target, source):
-            raise FileExistsError(f"{what} {text} is the {option} this command reads: writing "
-                                  f"it would replace your input; choose another {what}")
     if not force:
         raise FileExistsError(f"{what} {text} already exists; pass --force to replace it, or "
                               f"choose another {what}")

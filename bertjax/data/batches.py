@@ -62,6 +62,10 @@ class PretrainingBatches:
     `get_state()` returns a JSON-serialisable dict; `set_state()` on a fresh iterator with the same
     arguments continues with exactly the batches the saved one would have produced.
 
+    `cache_pairs`: keep the NSP pairs made from the shards beside them (`pairs-*.npy`), for the
+    next iterator on them; off by default, so that reading someone's shards (a run's held-out
+    split) writes nothing there. The pre-training job, which owns its run's shards, turns it on.
+
     `packing`: "none" (a pair per row), "best-fit" (pairs packed into rows planned per epoch,
     `pair_packing.plan_rows`; a global batch is then `global_batch_size` rows and an epoch as
     many batches as its rows fill) or "auto" (best-fit where the pairs fill under
@@ -85,7 +89,7 @@ class PretrainingBatches:
         process_index: int = 0,
         process_count: int = 1,
         tokenizer: WordPieceTokenizer | None = None,
-        cache_pairs: bool = True,
+        cache_pairs: bool = False,
         packing: str = "none",
     ):
         self.shards = shards if isinstance(shards, Shards) else Shards(shards)

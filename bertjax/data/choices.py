@@ -9,7 +9,7 @@ import dataclasses
 from pathlib import Path
 
 from bertjax.common.files import read_text
-from bertjax.data.labelled import json_records
+from bertjax.data.records import json_records
 
 MAX_CHOICES = 16  # a limit on C in the (B, C, S) inputs: each choice is a whole sequence
 

@@ -109,6 +109,25 @@ Source = Callable[[], Iterator[Document]]  # the documents of one checked spec, 
 
 
 
+def corpus_paths(specs: object) -> list[Path]:
+    """The paths a corpus given as specs reads, without reading them: each spec's file or
+    directory, a glob's matches. Documents given in Python, datasets, 'shakespeare' and paths
+    that do not exist add none (what an output must keep out of: `bertjax.common.input_overlap`)."""
+    if isinstance(specs, str | os.PathLike):
+        specs = [specs]
+    if not isinstance(specs, list | tuple):
+        return []
+    paths: list[Path] = []
+    for spec in specs:
+        if not isinstance(spec, str | os.PathLike) or str(spec) == SHAKESPEARE:
+            continue
+        if any(c in str(spec) for c in "*?["):
+            paths += [Path(p) for p in glob.glob(str(spec), recursive=True)]
+        elif os.path.lexists(spec):
+            paths.append(Path(spec))
+    return paths
+
+
 def resolve_corpus_files(spec: str | os.PathLike, *, text_field: str = "text") -> list[Path]:
     """Files named by a path, a directory (recursively) or a glob; in reading order, never empty.
 

@@ -8,9 +8,7 @@ empty text, a record that does not parse.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import json
 import random
 from collections import Counter
@@ -20,6 +18,7 @@ from typing import TypeVar
 
 from bertjax.common.files import read_text
 from bertjax.data.corpus import shakespeare_genres, shakespeare_speeches
+from bertjax.data.records import csv_records, json_records
 
 T = TypeVar("T")
 
@@ -54,7 +53,7 @@ def read_examples(
     if suffix in (".jsonl", ".json"):
         records = json_records(path, content)
     elif suffix == ".csv":
-        records = _csv_rows(path, content)
+        records = csv_records(path, content)
     else:
         if require_labels:
             raise ValueError(f"{what} {path}: labelled examples need a .jsonl or .csv file with a "
@@ -151,31 +150,6 @@ def _all_or_none_labelled(examples: Sequence[Example], field: str) -> None:
     if labelled is not None and unlabelled is not None:
         raise ValueError(f"{unlabelled.where}: no label in field '{field}', though "
                          f"{labelled.where} has one; label every example or none")
-
-
-def json_records(path: Path, content: str) -> list[tuple[str, dict]]:
-    """("file:line", object) for each non-blank line of a JSON-lines file's `content`; a line
-    that is not a JSON object is a ValueError naming it."""
-    out = []
-    for n, line in enumerate(content.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{n} is not a JSON object: {err}") from err
-        if not isinstance(record, dict):
-            raise ValueError(f"{path}:{n} is not a JSON object")
-        out.append((f"{path}:{n}", record))
-    return out
-
-
-def _csv_rows(path: Path, content: str) -> list[tuple[str, dict]]:
-    reader = csv.DictReader(io.StringIO(content.removeprefix("\ufeff"), newline=""))  # Excel's BOM
-    try:
-        return [(f"{path}:{reader.line_num}", row) for row in reader]
-    except csv.Error as err:
-        raise ValueError(f"{path}:{reader.line_num} is not a CSV row: {err}") from err
 
 
 def label_names(examples: Sequence[Example]) -> tuple[str, ...]:

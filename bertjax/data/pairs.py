@@ -155,14 +155,13 @@ def load_or_create_pairs(
     short_seq_prob: float = 0.1,
     dupe_factor: int = 1,
     seed: int = 0,
-    cache: bool = True,
+    cache: bool = False,
 ) -> np.ndarray:
-    """Pairs from the shard directory's cache file (memory-mapped), made and cached if absent.
-
-    The cache is written atomically; a read-only shard directory just skips caching.
-    """
+    """Pairs from the shard directory's cache file (memory-mapped) if there is one, else made;
+    with `cache`, written there (atomically; a read-only shard directory just skips caching).
+    Writing is opt-in: a reader of shards it does not own leaves their directory as it was."""
     path = pairs_path(shards, seq_len, short_seq_prob, dupe_factor, seed)
-    if cache and path.is_file():
+    if path.is_file():
         return np.load(path, mmap_mode="r")
     pairs = create_pairs(shards, seq_len, short_seq_prob=short_seq_prob,
                          dupe_factor=dupe_factor, seed=seed)

@@ -36,6 +36,7 @@ import numpy as np
 from tqdm import tqdm
 
 from bertjax.common.files import atomic_directory, check_output_directory, temporary_name
+from bertjax.common.input_overlap import Inputs
 from bertjax.data.corpus import Document
 from bertjax.data.tokenizer import SAVED_FILES, SpecialTokens, WordPieceTokenizer
 
@@ -63,12 +64,14 @@ def is_shard_directory(path: str | os.PathLike) -> bool:
 
 
 def check_shard_output(out_dir: str | os.PathLike, overwrite: bool = False, *,
-                       what: str = "--out", force: str = "--force") -> None:
+                       what: str = "--out", force: str = "--force",
+                       inputs: Inputs | None = None) -> None:
     """Raise (naming `what`, the path and the fix) unless `out_dir` may receive shards: new,
-    empty, or - with `overwrite` (`force`) - a shard directory. Call it before any work."""
+    empty, or - with `overwrite` (`force`) - a shard directory, and none of `inputs` (the
+    corpus, the vocabulary: `bertjax.common.input_overlap`). Call it before any work."""
     check_output_directory(out_dir, is_ours=is_shard_directory, made_by="`bertjax data`",
                            replace=overwrite, what=what,
-                           replace_hint=f"pass {force} to replace it")
+                           replace_hint=f"pass {force} to replace it", inputs=inputs)
 
 
 def write_shards(

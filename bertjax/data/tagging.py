@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from bertjax.common.files import read_text
-from bertjax.data.labelled import json_records
+from bertjax.data.records import json_records
 from bertjax.data.tokenizer import WordPieceTokenizer
 
 IGNORE = -100  # the label of a position the loss skips (special tokens, padding, later pieces)

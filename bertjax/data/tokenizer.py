@@ -27,6 +27,9 @@ SPECIAL_TOKENS: dict[str, str] = {
 SAVED_FILES = ("tokenizer.json", "vocab.txt")  # what `WordPieceTokenizer.save` writes
 MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + 1  # the special tokens and one more
 CONTINUATION = "##"  # WordPiece's prefix of a piece that continues a word
+# A model's vocabulary may be padded past its tokenizer's (to a multiple of 8, 64 or 128, for
+# faster matmuls); more unused rows than this say the tokenizer is another model's.
+VOCAB_PADDING = 128
 _RESERVED = re.compile(r"^\[[^\]]+\]$")  # [unused0], [PAD], ... never random replacements
 
 
@@ -230,6 +233,12 @@ class WordPieceTokenizer:
 
 
 # --- deterministic training --------------------------------------------------------------------
+
+
+def fits_vocabulary(tokens: int, rows: int) -> bool:
+    """Whether a tokenizer of `tokens` ids can be the one of a model with `rows` embedding rows:
+    not more, and not so many fewer that the rest could not be padding (`VOCAB_PADDING`)."""
+    return tokens <= rows < tokens + VOCAB_PADDING
 
 
 def _word_counts(tokenizer: Tokenizer, sentences: Iterable[str]) -> Counter[str]:

@@ -25,6 +25,7 @@ import safetensors.numpy  # called through the module: tests replace save_file t
 from safetensors import SafetensorError
 
 from bertjax.common.files import atomic_directory, check_output_directory, follow_umask
+from bertjax.common.input_overlap import Inputs
 from bertjax.config import BertConfig
 from bertjax.data.tokenizer import SPECIAL_TOKENS
 from bertjax.io.flax_msgpack import FLAX_WEIGHTS, FLAX_WEIGHTS_INDEX, read_flax_tensors
@@ -260,8 +261,10 @@ def is_export(path: Path) -> bool:
     return {CONFIG, SAFETENSORS} <= names <= EXPORT_FILES
 
 
-def check_export_directory(path: str | Path, what: str = "output directory") -> None:
+def check_export_directory(path: str | Path, what: str = "output directory", *,
+                           made_by: str = "save_pretrained", inputs: Inputs | None = None) -> None:
     """Raise an OSError naming `what`, `path` and the fix unless `write_hf` may write `path`: a
-    new or empty directory, or an earlier export (replaced). Call it before any work."""
-    check_output_directory(path, is_ours=is_export, made_by="`bertjax export`", replace=True,
-                           what=what)
+    new or empty directory, or an earlier export (replaced; `made_by` is how messages name its
+    writer), and none of `inputs` (`bertjax.common.input_overlap`). Call it before any work."""
+    check_output_directory(path, is_ours=is_export, made_by=made_by, replace=True, what=what,
+                           inputs=inputs)

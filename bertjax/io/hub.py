@@ -27,19 +27,38 @@ SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "1_P
 WEIGHTS = (("model.safetensors", "model.safetensors.index.json"),
            ("pytorch_model.bin", "pytorch_model.bin.index.json"),
            ("flax_model.msgpack", "flax_model.msgpack.index.json"))
-# what `huggingface_hub` accepts as a repository id: `name` or `namespace/name`
-_REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
+# a Hub repository id as bertjax takes one: `owner/name` (the Hub redirects the old single names,
+# such as bert-base-uncased, to an owner's: google-bert/bert-base-uncased); anything else that is
+# not on disk is a path that does not exist, said at once, without asking the Hub
+_REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+# the HTTP libraries whose errors mean "no answer from the Hub" (no network, refused, timed out)
+_TRANSPORT_MODULES = ("httpx", "httpx2", "requests", "urllib3", "socket", "ssl")
 
 _resolved: dict[tuple[str, str | None, str | None], Path] = {}  # one lookup per process
 
 
 def looks_like_hub_id(name: str) -> bool:
-    """Whether `name` could be a Hub repository id and is no path on this machine: not there,
-    and not inside a directory that is (`runs/typo` is a mistyped run, not a Hub id)."""
+    """Whether `name` could be a Hub repository id (`owner/name`: one slash, no leading ./ or /)
+    and is no path on this machine: not there, and not inside a directory that is (`runs/typo`
+    is a mistyped run, not a Hub id)."""
     path = Path(name)
     return (bool(_REPO_ID.fullmatch(name)) and not path.exists() and ".." not in name
             and not name.startswith(".") and not name.endswith((".json", ".safetensors", ".bin"))
             and not (len(path.parts) > 1 and path.parent.is_dir()))
+
+
+def local_place(name: str | Path, *, cache_dir: str | Path | None = None) -> Path:
+    """Where the model `name` lies on this machine, found without asking the Hub: the path
+    itself if it exists or is no Hub id, else the Hub cache's folder of that id (its snapshots
+    and blobs; it may not exist yet). What a command that writes must keep its output out of."""
+    if Path(name).exists() or not looks_like_hub_id(str(name)):
+        return Path(name)
+    try:
+        from huggingface_hub import constants
+    except ImportError:
+        return Path(name)
+    folder = f"models--{str(name).replace('/', '--')}"
+    return Path(cache_dir if cache_dir is not None else constants.HF_HUB_CACHE) / folder
 
 
 def resolve_model(name: str | Path, *, revision: str | None = None,
@@ -74,7 +93,9 @@ def _quiet_retries() -> Iterator[None]:
 
 
 def _download(repo_id: str, revision: str | None, cache_dir: str | Path | None) -> Path:
-    """The snapshot directory holding config.json, the tokenizer files and one set of weights."""
+    """The snapshot directory holding config.json, the tokenizer files and one set of weights.
+    The Hub is asked once whether it answers; if not (no network), every file comes from the
+    cache, so a model missing there fails at once instead of after each file's retries."""
     try:
         import huggingface_hub as hub
         from huggingface_hub import constants, errors
@@ -82,11 +103,14 @@ def _download(repo_id: str, revision: str | None, cache_dir: str | Path | None) 
         raise FileNotFoundError(
             f"{repo_id}: no such local directory; as a Hugging Face Hub id it needs "
             "huggingface_hub (pip install 'bertjax[hub]')") from None
+    cache = Path(cache_dir if cache_dir is not None else constants.HF_HUB_CACHE)
+    offline = constants.is_offline_mode()
+    local_only = offline or not _hub_answers(repo_id, revision)
 
     def fetch(filename: str, required: bool = False) -> Path | None:
         try:
             return Path(hub.hf_hub_download(repo_id, filename, revision=revision,
-                                            cache_dir=cache_dir))
+                                            cache_dir=cache_dir, local_files_only=local_only))
         except errors.RepositoryNotFoundError:
             raise FileNotFoundError(
                 f"{repo_id}: no such local directory, and no model of that id on the Hugging Face "
@@ -97,7 +121,7 @@ def _download(repo_id: str, revision: str | None, cache_dir: str | Path | None) 
                                     "a branch, tag or commit it has") from None
         except errors.LocalEntryNotFoundError:
             if required:
-                raise _not_cached(repo_id, revision, constants.is_offline_mode()) from None
+                raise _not_cached(repo_id, revision, offline, cache) from None
             return None
         except errors.EntryNotFoundError:  # not in the repository
             if required:
@@ -117,17 +141,35 @@ def _download(repo_id: str, revision: str | None, cache_dir: str | Path | None) 
                                     .values())):
                 fetch(shard, required=True)
             return config.parent
-    if constants.is_offline_mode():
-        raise _not_cached(repo_id, revision, True)
+    if local_only:
+        raise _not_cached(repo_id, revision, offline, cache)
     raise FileNotFoundError(f"the Hub model {repo_id} holds no weights bertjax reads (none of "
                             f"{', '.join(w for pair in WEIGHTS for w in pair)})")
 
 
-def _not_cached(repo_id: str, revision: str | None, offline: bool) -> FileNotFoundError:
+def _hub_answers(repo_id: str, revision: str | None) -> bool:
+    """Whether the Hub answers one request (for the id's config.json, no retries): any HTTP
+    answer counts, an error of the connection does not."""
+    import huggingface_hub as hub
+    from huggingface_hub import errors
+
+    try:
+        hub.get_hf_file_metadata(hub.hf_hub_url(repo_id, CONFIG, revision=revision))
+    except errors.HfHubHTTPError:
+        return True  # it answered (no such model, gated, ...): the download says which
+    except Exception as err:
+        if type(err).__module__.split(".")[0] in _TRANSPORT_MODULES or isinstance(err, OSError):
+            return False
+        raise
+    return True
+
+
+def _not_cached(repo_id: str, revision: str | None, offline: bool, cache: Path
+                ) -> FileNotFoundError:
     at = f" (revision {revision})" if revision else ""
     why = "HF_HUB_OFFLINE is set" if offline else "the Hub cannot be reached"
     return FileNotFoundError(
         f"{repo_id}: no such local directory, and the Hub model of that id{at} is not in the "
-        f"local cache and {why}: download it first "
+        f"local cache ({cache}) and {why}: download it first "
         f"(hf download {repo_id}{' --revision ' + revision if revision else ''}) with network "
         "access, or pass a local directory")

@@ -109,6 +109,32 @@ def _read_chosen_step(run: RunDir, step: int, steps: list[int]) -> Any:
         raise InputError(f"in {run}, {err}; {fix}") from None
 
 
+def embedding_rows(params: Any) -> int | None:
+    """The rows of the word embeddings in saved parameters (None if they are not there)."""
+    table: Any = params
+    for key in ("bert", "embeddings", "word_embeddings", "embedding"):
+        table = table.get(key) if isinstance(table, dict) else None
+    table = table.get("value") if isinstance(table, dict) else table
+    shape = getattr(table, "shape", None)
+    return int(shape[0]) if shape else None
+
+
+def check_run_tokenizer(run: RunDir, tokenizer: WordPieceTokenizer, found: RunCheckpoint) -> None:
+    """InputError naming the run's tokenizer.json if it has another vocabulary than the one the
+    checkpoint was trained with (its word embeddings' rows): the tokenizer was replaced, the
+    checkpoint is fine."""
+    rows = embedding_rows(found.params)
+    if rows is None or rows == tokenizer.vocab_size:
+        return
+    copies = [p for p in (run.data(split) / "tokenizer.json" for split in ("train", "eval"))
+              if p.is_file() and WordPieceTokenizer.load(p).vocab_size == rows]
+    fix = (f"restore it from the copy its shards keep: cp {copies[0]} {run.tokenizer}" if copies
+           else "put back the run's own tokenizer.json and vocab.txt (from where it was made)")
+    raise InputError(f"{run.tokenizer} has {tokenizer.vocab_size} tokens but the checkpoint (step "
+                     f"{found.step}) was trained with a vocabulary of {rows}: the tokenizer is "
+                     f"not this run's; {fix}")
+
+
 def load_run_model(
     root: str | Path, *, model_cls: type, step: int | None = None, seed: int = 0,
     missing_heads: str = "init", **config_overrides: Any,
@@ -121,6 +147,7 @@ def load_run_model(
     if lacking and missing_heads == "error":  # said before a step is read (or found damaged)
         raise missing_heads_error(str(run), lacking, model_cls)
     found = read_run_checkpoint(run, step)
+    check_run_tokenizer(run, tokenizer, found)
     bert_config = config.bert_config(tokenizer.vocab_size).replace(
         **{"pad_token_id": tokenizer.special.pad, **config_overrides})
     model, report = build_model(saved_params_to_numpy(found.params), bert_config, model_cls,

@@ -308,6 +308,9 @@ def _heads_named(names: Iterable[str], heads: tuple[str, ...]) -> list[str]:
     return [h.removesuffix(".") for h in heads if any(n.startswith(h) for n in names)]
 
 
+MISSING_HEADS = ("init", "error")  # what a load does with heads the weights lack
+
+
 def missing_heads_error(source: str, heads: Iterable[str], model_cls: type) -> ValueError:
     """The error for weights at `source` that lack `heads` of `model_cls`: it names the command
     that makes such a model."""

@@ -88,9 +88,10 @@ class RunDir:
         """Shard directory of a corpus split ("train" or "eval")."""
         return self.data_root / split
 
-    def saved_config(self) -> dict[str, Any] | None:
+    def saved_config(self, *, reading: bool = False) -> dict[str, Any] | None:
         """The run configuration saved by an earlier start, if any; a ValueError naming the file
-        and the fix if it is not a JSON object of sections."""
+        and the fix if it is not a JSON object of sections (`reading`: the fix for a command
+        that reads the run, which has no --output-dir to change, rather than for pretrain)."""
         if not self.config.exists():
             return None
         try:
@@ -98,16 +99,16 @@ class RunDir:
         except (OSError, ValueError) as err:  # JSONDecodeError, UnicodeDecodeError
             reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
             raise InputError(f"{self.config} cannot be read as JSON ({reason}); "
-                             f"{self._config_fix()}") from None
+                             f"{self._config_fix(reading)}") from None
         if not isinstance(saved, dict) or not all(isinstance(v, dict) for v in saved.values()):
             raise InputError(f"{self.config} is not a JSON object of option sections; "
-                             f"{self._config_fix()}")
+                             f"{self._config_fix(reading)}")
         return complete_saved(saved)
 
     def finished_config(self) -> tuple[RunConfig, WordPieceTokenizer]:
         """The configuration and tokenizer of a run that has started: what reading a trained run
         (its model, its batches) needs. A ValueError if the directory holds no run."""
-        saved = self.saved_config()  # damaged: a ValueError naming the file and how to restore it
+        saved = self.saved_config(reading=True)  # damaged: an error naming how to restore it
         if not isinstance(saved, dict):
             raise InputError(f"{self.config} is missing or not a JSON object; pass a `bertjax "
                              "pretrain` run directory or a Hugging Face model")
@@ -125,7 +126,11 @@ class RunDir:
             return f"restore it from the copy its shards keep: cp {copies[0]} {self.tokenizer}"
         return "copy it back from where the run was made (the run cannot be read without it)"
 
-    def _config_fix(self) -> str:
+    def _config_fix(self, reading: bool = False) -> str:
+        if reading:
+            return ("restore it (`bertjax pretrain --resume --output-dir "
+                    f"{self.root}` writes it again from the newest checkpoint's copy), or pass "
+                    "another model")
         return (f"delete it: `bertjax pretrain --resume --output-dir {self.root}` writes it again "
                 "from the newest checkpoint's copy (a run without a checkpoint starts afresh), or "
                 "choose another --output-dir")

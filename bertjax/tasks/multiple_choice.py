@@ -29,6 +29,7 @@ from bertjax.tasks.task import TaskScores, write_report
 from bertjax.train.objectives import MULTIPLE_CHOICE, masked_choice_logits
 from bertjax.use.encode import check_max_length, encode, model_max_length
 from bertjax.use.packed import pack_arrays, packed_layouts, packing_options, row_limit
+from bertjax.use.truncation import warn_cut
 
 _WORD = re.compile(r"\w+")
 
@@ -93,13 +94,23 @@ class MultipleChoiceTask:
 
 
 def choice_inputs(tokenizer: WordPieceTokenizer, examples: Sequence[ChoiceExample],
-                  max_length: int, model_config: Any = None) -> dict[str, np.ndarray]:
+                  max_length: int, model_config: Any = None, *, warn: bool = False,
+                  option: str = "max_length") -> dict[str, np.ndarray]:
     """(B, C, S) inputs and the (B, C) `choice_mask` of a batch (C: its most choices); a padding
-    choice is [CLS] context [SEP] with mask 0. Long pairs are cut, the longer segment first."""
+    choice is [CLS] context [SEP] with mask 0. Long pairs are cut, the longer segment first;
+    with `warn`, with a warning naming each ("<where> + choice 2") and what raises the limit
+    (`option`; the model's positions need `model_config`)."""
     C = max(len(e.choices) for e in examples)
     texts = [e.context for e in examples for _ in range(C)]
     pairs = [e.choices[c] if c < len(e.choices) else None for e in examples for c in range(C)]
-    arrays = encode(tokenizer, texts, pairs, max_length=max_length, warn=False).arrays(model_config)
+    encoded = encode(tokenizer, texts, pairs, max_length=max_length, warn=False)
+    if warn:
+        names = [f"{e.where} + choice {c + 1}" for e in examples for c in range(C)]
+        real = [c < len(e.choices) for e in examples for c in range(C)]
+        encoded.cut = [cut if keep else 0 for cut, keep in zip(encoded.cut, real, strict=True)]
+        limit = model_config.max_position_embeddings if model_config is not None else max_length
+        warn_cut(encoded, names, max_length, limit, option, stacklevel=4)
+    arrays = encoded.arrays(model_config)
     B = len(examples)
     out = {k: v.reshape(B, C, -1) for k, v in arrays.items()}  # (B * C, S) -> (B, C, S)
     out["choice_mask"] = np.array([[c < len(e.choices) for c in range(C)] for e in examples],
@@ -134,14 +145,18 @@ def pack_choices(arrays: dict[str, np.ndarray], layout: RowLayout, pad_id: int
 
 def predict_choices(model: Any, tokenizer: WordPieceTokenizer,
                     examples: Sequence[ChoiceExample], *, max_length: int = 128,
-                    batch_size: int = 16, max_tokens: int | None = None) -> np.ndarray:
+                    batch_size: int = 16, max_tokens: int | None = None, warn: bool = False,
+                    option: str = "max_length") -> np.ndarray:
     """(N, most choices) probabilities of each choice (0 for choices an example lacks); in
-    batches of `batch_size` examples, or packed into batches of `max_tokens` token slots."""
-    check_max_length(max_length, model_max_length(model), "max_length")
+    batches of `batch_size` examples, or packed into batches of `max_tokens` token slots.
+    With `warn`, a context + choice longer than `max_length` tokens is cut with a warning
+    naming it and what raises the limit (`option`), as every command warns."""
+    check_max_length(max_length, model_max_length(model), option)
     most = max(len(e.choices) for e in examples)
     probs = np.zeros((len(examples), most), np.float32)
+    said = {"warn": warn, "option": option}
     if max_tokens is not None:
-        arrays = choice_inputs(tokenizer, examples, max_length, model.config)
+        arrays = choice_inputs(tokenizer, examples, max_length, model.config, **said)
         for members, layout in packed_layouts(choice_lengths(arrays).sum(1),
                                               max_tokens=max_tokens,
                                               limit=row_limit(arrays["input_ids"],
@@ -154,7 +169,8 @@ def predict_choices(model: Any, tokenizer: WordPieceTokenizer,
         return probs
     for start in range(0, len(examples), batch_size):
         chunk = examples[start:start + batch_size]
-        p = np.asarray(_probabilities(model, choice_inputs(tokenizer, chunk, max_length)))
+        p = np.asarray(_probabilities(model, choice_inputs(tokenizer, chunk, max_length,
+                                                           model.config, **said)))
         probs[start:start + len(chunk), :p.shape[1]] = p
     return probs
 

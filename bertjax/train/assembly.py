@@ -73,6 +73,10 @@ def assemble(
     `jax.pmap` of the step). The state shares the model's arrays, which the first (donating) step
     may delete: read the trained model as `nnx.merge(graphdef, state.params)`.
     """
+    if not isinstance(model, nnx.Module):
+        raise TypeError(f"assemble takes the model to train (a bertjax model, e.g. "
+                        f"bertjax.BertForPreTraining(config, rngs=nnx.Rngs(0))), got "
+                        f"{type(model).__name__}")
     strategy = SingleDevice() if strategy is None else strategy
     if isinstance(optimizer, OptimConfig):
         if grad_accum_steps not in (None, optimizer.grad_accum_steps):

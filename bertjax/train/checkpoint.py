@@ -34,6 +34,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from bertjax.common.files import check_creatable
 from bertjax.train.distributed import barrier
 from bertjax.train.manifest import write_manifest
 from bertjax.train.saved import (
@@ -92,7 +93,15 @@ class Checkpointer:
 
     def __init__(self, directory: str | Path, *, keep_last: int = 2, keep_best: int = 1,
                  quarantine: str | Path | None = None):
+        """The directory is checked here, not at the first save after training: a file in the
+        way or a directory that cannot be written is an OSError naming it and the fix."""
+        if not isinstance(directory, str | os.PathLike):
+            raise TypeError(f"Checkpointer takes a directory path, got {type(directory).__name__}")
         self.directory = Path(directory).absolute()
+        if self.directory.exists() and not self.directory.is_dir():
+            raise NotADirectoryError(f"checkpoint directory {directory} is a file, not a "
+                                     "directory; choose another path")
+        check_creatable(directory, "checkpoint directory", inside=True)  # steps are made in it
         # where unreadable steps are moved (default: `<directory>_corrupt` beside it)
         self.quarantine = (Path(quarantine).absolute() if quarantine is not None
                            else self.directory.with_name(self.directory.name + "_corrupt"))

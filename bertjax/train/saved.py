@@ -26,6 +26,7 @@ import orbax.checkpoint as ocp
 
 from bertjax.errors import InputError
 from bertjax.train.manifest import StepDamagedError, has_manifest, verify_manifest
+from bertjax.train.step_arrays import read_every_array
 
 __all__ = ["EVAL_LOSS_KEY", "ITEMS", "CheckpointCorruptWarning", "StepReadError", "best_step",
            "check_step_files", "finished_steps", "read_config", "read_state", "step_items", "step_metrics"]
@@ -97,13 +98,20 @@ def best_step(directory: str | Path) -> int | None:
 
 
 def check_step_files(step_dir: Path, step: int) -> None:
-    """StepReadError if `step_dir` has a manifest its files do not match (no manifest: nothing
-    to check here; the trainer checks the state's digest after reading)."""
+    """StepReadError if `step_dir` has a manifest its files do not match, or, saved without
+    one, if an array of its state cannot be read (`bertjax.train.step_arrays`: a failed read of
+    Orbax's own leaves TensorStore reads reporting into its closed event loop). The trainer also
+    checks the state's digest after reading."""
     if has_manifest(step_dir):
         try:
             verify_manifest(step_dir)
         except StepDamagedError as err:
             raise StepReadError(step, str(err)) from None
+    elif (step_dir / "state").is_dir():
+        try:
+            read_every_array(step_dir / "state")
+        except (ValueError, OSError) as err:  # TensorStore's errors are ValueErrors
+            raise StepReadError(step, reason(err)) from None
 
 
 def reason(err: BaseException) -> str:

@@ -11,9 +11,8 @@ a warm-up, exactly like both of those).
 from __future__ import annotations
 
 import dataclasses
-import math
 
-from bertjax.common.options import option_field
+from bertjax.common.options import check, option_field
 from bertjax.errors import InputError
 from bertjax.train.choices import OPTIMIZERS
 
@@ -48,17 +47,11 @@ class OptimConfig:
         "run resumes only with the setting it started with")
 
     def __post_init__(self) -> None:
-        """Raise InputError naming the field for a setting out of range (options parsed from a
-        command line or a file are checked as they are read; this covers Python callers)."""
-        if self.optimizer not in OPTIMIZERS:
-            raise InputError(f"optimizer is {self.optimizer!r}; choose one of {list(OPTIMIZERS)}")
-        for name in ("total_steps", "grad_accum_steps"):
-            if getattr(self, name) <= 0:
-                raise InputError(f"{name} must be positive, got {getattr(self, name)}")
-        if not 0 < self.learning_rate < math.inf:
-            raise InputError(f"learning_rate must be positive, got {self.learning_rate}")
-        if self.warmup_steps < 0 or self.weight_decay < 0 or self.clip_norm < 0:
-            raise InputError("warmup_steps, weight_decay and clip_norm must be >= 0")
+        """Raise InputError naming the field and its range for a setting out of range (each
+        option's as its metadata says: `bertjax.common.options.check`)."""
+        check(self)
+        if self.total_steps <= 0:
+            raise InputError(f"total_steps must be positive, got {self.total_steps}")
         if self.flatten and self.optimizer == "lamb":
             raise InputError("flatten takes adam, adamw or sgd: LAMB's trust ratio is per layer; "
                              "leave flatten off with lamb")

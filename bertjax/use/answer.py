@@ -22,6 +22,7 @@ import numpy as np
 
 from bertjax.data.squad import NO_OFFSET, QAExample, QAWindows, encode_squad
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.use.arguments import check_model_and_tokenizer
 from bertjax.use.encode import jitted_forward, model_max_length
 from bertjax.use.packed import packed_batches
 
@@ -48,6 +49,10 @@ def answer(
     context's windows into batches of that many token slots (`bertjax.use.packed`) instead of
     one padded batch (a short context's windows are shorter than `max_seq_len`); the same
     answers and scores within 1e-5."""
+    for argument, text in (("question", question), ("context", context)):
+        if not isinstance(text, str):
+            raise TypeError(f"{argument} must be a string, got {type(text).__name__}")
+    check_model_and_tokenizer(model, tokenizer, "answer", "qa_outputs", "BertForQuestionAnswering")
     if not question.strip() or not context.strip():
         raise ValueError("give a question and a context, neither empty")
     if top_k < 1 or max_answer_len < 1:

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from bertjax.use.arguments import check_model_and_tokenizer
 from bertjax.use.encode import check_max_length, encode, jitted_forward, model_max_length
 from bertjax.use.truncation import warn_cut
 
@@ -61,6 +62,10 @@ def attention_maps(
     pictures (default: the model's class name).
     Raises ValueError for an empty sentence or one that has no tokens.
     """
+    for argument, sentence in (("sentence_a", sentence_a), ("sentence_b", sentence_b)):
+        if sentence is not None and not isinstance(sentence, str):
+            raise TypeError(f"{argument} must be a string, got {type(sentence).__name__}")
+    check_model_and_tokenizer(model, tokenizer, "attention_maps")
     if not sentence_a.strip():
         raise ValueError("sentence A is empty")
     if sentence_b is not None and not sentence_b.strip():

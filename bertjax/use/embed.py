@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from bertjax.common.files import read_text
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.use.arguments import check_model_and_tokenizer
 from bertjax.use.encode import Encoded, encode, model_max_length
 from bertjax.use.packed import packed_batches, packing_options, sequence_mask
 from bertjax.use.truncation import warn_cut
@@ -116,6 +117,7 @@ def embed(
         raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
     check_lines(lines)
     encoder = getattr(model, "bert", model)
+    check_model_and_tokenizer(encoder, tokenizer, "embed")
     vectors = np.zeros((len(lines), int(encoder.config.hidden_size)), np.float32)  # (N, H)
     if not len(lines):
         return vectors

@@ -13,6 +13,7 @@ import numpy as np
 from flax import nnx
 
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.use.arguments import check_model_and_tokenizer, check_texts
 from bertjax.use.encode import encode, model_max_length
 from bertjax.use.packed import packed_batches, packing_options
 from bertjax.use.truncation import warn_cut
@@ -36,11 +37,14 @@ def fill_mask(
 ) -> list[list[list[Prediction]]]:
     """For each text, for each of its [MASK]s (left to right), the `top_k` predictions, best first.
 
-    `model` is a `BertForPreTraining`. A text without [MASK] or an empty text is a ValueError
+    `model` has the masked-LM head (`BertForMaskedLM`, `BertForPreTraining`; another class is a
+    TypeError, as is one string for `texts`). A text without [MASK] or an empty text is a ValueError
     naming it (`names`, default "line 1", ...); text longer than the model allows is cut with a
     warning (a [MASK] cut away is an error). `max_tokens`: pack the texts into batches of that
     many token slots (`bertjax.use.packed`) instead of one padded batch; the same predictions.
     """
+    check_texts(texts)
+    check_model_and_tokenizer(model, tokenizer, "fill_mask", "mlm_head", "BertForMaskedLM")
     names = list(names or [f"line {i + 1}" for i in range(len(texts))])
     if not 1 <= top_k <= model.config.vocab_size:
         raise ValueError(f"top_k must be in [1, vocab_size={model.config.vocab_size}], got {top_k}")

@@ -11,6 +11,7 @@ import numpy as np
 from flax import nnx
 
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.use.arguments import check_model_and_tokenizer, check_texts
 from bertjax.use.encode import encode, model_max_length
 from bertjax.use.packed import packed_batches, packing_options
 from bertjax.use.truncation import warn_cut
@@ -26,10 +27,15 @@ def next_sentence_probability(
     max_tokens: int | None = None,
 ) -> np.ndarray:
     """(N,) float32: P(IsNext) of each pair `(first[i], second[i])`; `model` is a
-    `BertForPreTraining`. An empty sentence is a ValueError naming it; a pair longer than the
-    model allows is cut (the longer sentence first) with a warning naming it (`names`, default
-    "pair 1", ...). `max_tokens`: pack the pairs into batches of that many token slots
-    (`bertjax.use.packed`) instead of one padded batch; the same probabilities within 1e-5."""
+    `BertForPreTraining` or `BertForNextSentencePrediction`. An empty sentence is a ValueError
+    naming it; a pair longer than the model allows is cut (the longer sentence first) with a
+    warning naming it (`names`, default "pair 1", ...). `max_tokens`: pack the pairs into
+    batches of that many token slots (`bertjax.use.packed`) instead of one padded batch; the
+    same probabilities within 1e-5."""
+    check_texts(first, "first")
+    check_texts(second, "second")
+    check_model_and_tokenizer(model, tokenizer, "next_sentence_probability", "nsp_head",
+                              "BertForNextSentencePrediction")
     if len(first) != len(second):
         raise ValueError(f"got {len(first)} first sentences but {len(second)} second sentences")
     names = list(names or [f"pair {i + 1}" for i in range(len(first))])

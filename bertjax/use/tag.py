@@ -28,6 +28,7 @@ import numpy as np
 from tokenizers import Encoding
 
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.use.arguments import check_model_and_tokenizer, check_texts
 from bertjax.use.encode import check_max_length, encode, jitted_forward, model_max_length
 from bertjax.use.packed import packed_batches
 from bertjax.use.truncation import warn_cut
@@ -79,6 +80,8 @@ def tag(
                          f" got {type(model).__name__}; load a checkpoint fine-tuned for token "
                          "classification with from_pretrained(path, "
                          "model_cls=BertForTokenClassification)")
+    check_texts(texts)
+    check_model_and_tokenizer(model, tokenizer, "tag")
     limit = model_max_length(model)
     max_length = limit if max_length is None else max_length
     check_max_length(max_length, limit)

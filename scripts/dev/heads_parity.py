@@ -1,8 +1,9 @@
 """Print the README's per-head parity table: every class against transformers and bert_torch
 (outputs and gradients) and its transformers-v4 Flax fixture against FlaxBert's outputs.
 
-Uses the tests' own models, batches and comparisons (tests/test_heads.py, tests/test_flax_v4.py),
-so the table measures exactly what the tests assert. Needs the test extra (torch, transformers).
+Uses the tests' own models, batches and outputs (tests/test_heads.py, tests/test_flax_v4.py), so
+the table measures the distances the tests judge (each within 1e-5, or 3 x the reference's own
+float32 noise where that is larger: `parity.noise`). Needs the test extra (torch, transformers).
 
     python scripts/heads_parity.py
 """
@@ -24,6 +25,14 @@ from bertjax.io.hf import hf_name  # noqa: E402
 from bertjax.io.names import HF_OUTPUT_FIELDS  # noqa: E402
 from bertjax.pretrained import load_hf  # noqa: E402
 from parity.convert import to_torch_model  # noqa: E402
+from parity.noise import judge  # noqa: E402
+
+
+def worst(ours: dict, theirs: dict, relative: bool = False) -> float:
+    """The largest difference over every array (`relative`: to max(1, the array's largest))."""
+    return max(judge(k, ours[k], theirs[k], theirs[k], 0.0, relative=relative,
+                     floor=1.0 if relative else 0.0).distance for k in ours)
+
 
 COLUMNS = ("class", "outputs vs transformers", "gradients vs transformers",
            "outputs vs `bert_torch`", "gradients vs `bert_torch`", "v4 Flax fixture vs FlaxBert")
@@ -43,9 +52,9 @@ def row(name: str) -> list[float]:
                                                {f: f for f in HF_OUTPUT_FIELDS[name]})
     torch_grads = {hf_name(k, type(ours).base_model_prefix): v for k, v in torch_grads.items()}
     path, saved = flax_v4._fixture(f"Flax{name}")
-    return [heads._worst(outputs, hf_outputs), heads._worst(grads, hf_grads, True),
-            heads._worst(outputs, torch_outputs), heads._worst(grads, torch_grads, True),
-            flax_v4._worst_difference(load_hf(path), saved)]
+    return [worst(outputs, hf_outputs), worst(grads, hf_grads, True),
+            worst(outputs, torch_outputs), worst(grads, torch_grads, True),
+            worst(*flax_v4.ours_and_flax(load_hf(path), saved))]
 
 
 def main() -> None:

@@ -33,6 +33,7 @@ from flax import nnx
 
 from bertjax.common.console import to_stderr
 from bertjax.common.files import atomic_directory, check_output_directory, write_json_atomic
+from bertjax.common.input_overlap import Inputs
 from bertjax.data.packing import RowLayout, pack_layout
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.io.models import save_model
@@ -108,11 +109,13 @@ def finetune(
         return _finish(run, best, test, say, started, out)
 
 
-def check_output_dir(path: Path, what: str = "output directory") -> None:
-    """Refuse an output directory that is a file, holds anything, or cannot be made."""
+def check_output_dir(path: Path, what: str = "output directory", *,
+                     inputs: Inputs | None = None) -> None:
+    """Refuse an output directory that is a file, holds anything, cannot be made, or is, lies in
+    or holds one of `inputs` (the model, the data files: `bertjax.common.input_overlap`)."""
     check_output_directory(path, is_ours=lambda p: (p / "summary.json").is_file(),
                            made_by="bertjax finetune", what=what,
-                           replace_hint="remove it to fine-tune again there")
+                           replace_hint="remove it to fine-tune again there", inputs=inputs)
 
 
 def check_inputs(task: Task, model_config: Any, train: Sequence[Any],

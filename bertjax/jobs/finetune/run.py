@@ -16,6 +16,7 @@ from typing import Any
 from flax import nnx
 
 from bertjax.errors import InputError
+from bertjax.io.hub import local_place
 from bertjax.io.report import FreshHeadsWarning
 from bertjax.jobs.finetune.config import DEFAULT_PER_GENRE, DEFAULT_VALIDATION_FRACTION, FinetuneJob
 from bertjax.jobs.finetune.job import FinetuneResult, check_output_dir, finetune
@@ -38,7 +39,9 @@ def run_job(model: str | Path, job: FinetuneJob, output_dir: str | Path, *,
             step: int | None = None) -> FinetuneResult:
     """Fine-tune `model` (a Hugging Face directory, a Hub id at `revision`, or a `bertjax
     pretrain` run at `step`) as `job` says, into the new or empty `output_dir`."""
-    check_output_dir(Path(output_dir), "--output-dir")
+    check_output_dir(Path(output_dir), "--output-dir", inputs={  # never over what it reads
+        "MODEL": local_place(model), "--train": job.train, "--validation": job.validation,
+        "--test": job.test})
     train, validation, test = read_job_examples(job)
     task, labels = _task_and_labels(job, train)
     with warnings.catch_warnings():  # a fresh head is what fine-tuning starts from

@@ -284,7 +284,7 @@ def _run_loop(job: _Job, state: TrainState, run: RunDir, start: RunStart, stop: 
                                resume_step=job.start_step if start.resume or start.restart
                                else None)
     pending = PendingMetrics(job.strategy.host_metrics, writer, on_step=on_step,
-                             advice=lambda: _nan_advice(job.checkpointer.steps()))
+                             advice=lambda: nan_advice(job.checkpointer.steps()))
     clock = TrainClock(total=config.train.steps, start=job.start_step,
                        tokens_per_step=config.data.batch_size * config.data.seq_len,
                        progress=progress and is_main, desc="pretrain")
@@ -386,9 +386,16 @@ def _held_out_means(job: _Job, params: nnx.State, batches: list) -> dict[str, fl
     return _means({k: sum(s[k] for s in sums) for k in sums[0]})
 
 
-def _nan_advice(good: list[int]) -> str:
-    return ("The last good checkpoint is " + (f"step {good[-1]}" if good else "none (none was saved)")
-            + "; lower optim.learning_rate or raise optim.warmup_steps and resume from it")
+def nan_advice(good: list[int]) -> str:
+    """What to do after a NaN/Inf stop, given the checkpoints kept (`good`): a resume repeats the
+    same steps exactly, so the fix is other options, in a new run."""
+    fix = "lower optim.learning_rate or raise optim.warmup_steps"
+    if not good:
+        return (f"No checkpoint was saved before it, so there is nothing to resume: {fix} and "
+                "run the command again (a run without a checkpoint starts afresh in the same "
+                "--output-dir)")
+    return (f"The last good checkpoint is step {good[-1]} (kept); resuming would repeat the same "
+            f"steps exactly, so {fix} and start a new run (another --output-dir)")
 
 
 def _means(sums: dict[str, float]) -> dict[str, float]:

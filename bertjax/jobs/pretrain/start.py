@@ -13,6 +13,8 @@ import shutil
 import jax
 
 from bertjax.common.files import check_creatable, listing, write_json_atomic
+from bertjax.common.input_overlap import check_not_an_input
+from bertjax.data.corpus import corpus_paths
 from bertjax.errors import InputError
 from bertjax.jobs.pretrain.data import CACHE_OPTIONS
 from bertjax.jobs.stop import Interrupted, StopRequest
@@ -44,7 +46,9 @@ class RunStart:
 
 def check_run_dir(run: RunDir, config: rc.RunConfig, resume: bool) -> RunStart:
     """How the job starts in `run`, or a PretrainError (ValueError for a damaged
-    run_config.json) saying why it cannot; reads only, writes nothing."""
+    run_config.json) saying why it cannot; reads only, writes nothing. Never a directory that
+    is, lies in or holds the corpus (an InputError: `bertjax.common.input_overlap`)."""
+    check_not_an_input(run.root, "--output-dir", {"data.corpus": corpus_paths(config.data.corpus)})
     if run.root.exists() and not run.root.is_dir():
         raise PretrainError(f"--output-dir {run} is a file, not a directory; choose another "
                             "--output-dir")
