@@ -29,8 +29,10 @@ HEAD_CLASSES = ("BertForPreTraining", "BertForMaskedLM", "BertForNextSentencePre
 _NAMES = {
     "BertModel": "bertjax.model", "BertOutput": "bertjax.model",
     "MODEL_CLASSES": "bertjax.heads", **dict.fromkeys(HEAD_CLASSES, "bertjax.heads"),
-    **dict.fromkeys(("from_pretrained", "load_hf", "save_pretrained", "checkpoint_class",
-                     "LoadReport"), "bertjax.pretrained"),
+    **dict.fromkeys(("from_pretrained", "load_hf", "save_pretrained", "checkpoint_class"),
+                    "bertjax.pretrained"),
+    **dict.fromkeys(("locate", "ModelSource"), "bertjax.io.source"),
+    "LoadReport": "bertjax.io.report",
     "WordPieceTokenizer": "bertjax.data.tokenizer",
     "fill_mask": "bertjax.use.fill_mask", "Prediction": "bertjax.use.fill_mask",
     "next_sentence_probability": "bertjax.use.next_sentence",

@@ -4,9 +4,11 @@ directory) is what every `bertjax` command that takes a MODEL argument calls; `l
 weights alone and `save_pretrained` writes a directory transformers loads.
 
 The public API, above the formats: `bertjax.io` takes the model class as an argument; the default
-class, `BertForPreTraining`, lives here. Hub ids resolve through `bertjax.io.hub`, run directories
-are read by `bertjax.io.runs` (read-only; a damaged checkpoint is skipped with a warning naming
-it). Every loader can say what it loaded (`output_loading_info=True`: a `LoadReport`).
+class, `BertForPreTraining`, lives here. A MODEL is resolved once (`bertjax.io.source.locate`: a
+Hub id through `bertjax.io.hub`, config.json read once) and every loader here also takes the
+`ModelSource` it gives; run directories are read by `bertjax.io.runs` (read-only; a damaged
+checkpoint is skipped with a warning naming it). Every loader can say what it loaded
+(`output_loading_info=True`: a `LoadReport`, made where the weights are built).
 """
 
 from __future__ import annotations
@@ -21,34 +23,32 @@ from bertjax.config import SHAPE_FIELDS, BertConfig
 from bertjax.data.tokenizer import WordPieceTokenizer, fits_vocabulary
 from bertjax.errors import InputError
 from bertjax.heads import MODEL_CLASSES, BertForPreTraining
-from bertjax.io.hf import architecture_of
-from bertjax.io.hub import resolve_model
 from bertjax.io.models import load_model, save_model
 from bertjax.io.report import LoadReport
 from bertjax.io.runs import load_run_model
+from bertjax.io.source import RUN, ModelSource, locate
 from bertjax.io.weights import MISSING_HEADS
-from bertjax.runs.layout import RunDir
 
-__all__ = ["DEFAULT_MODEL_CLASS", "LoadReport", "check_load_arguments", "checkpoint_class",
-           "from_pretrained", "load_hf", "model_directory", "save_pretrained"]
+__all__ = ["DEFAULT_MODEL_CLASS", "check_load_arguments", "checkpoint_class", "from_pretrained",
+           "load_hf", "save_pretrained"]
 
 # The class of a `bertjax pretrain` run, and of a Hugging Face directory whose config.json names
 # no class bertjax has: what `from_pretrained` and `load_hf` build unless told otherwise.
 DEFAULT_MODEL_CLASS: type[nnx.Module] = BertForPreTraining
 
 
-def checkpoint_class(path: str | Path, *, revision: str | None = None) -> type[nnx.Module]:
-    """The class the checkpoint at `path` (a directory or a Hub id) says it is: a run directory's
-    `BertForPreTraining`; the class a Hugging Face directory's config.json names (`architectures`,
-    v4 `FlaxBert*` names too), or `DEFAULT_MODEL_CLASS` if bertjax has no class of that name."""
-    path = resolve_model(path, revision=revision)
-    if RunDir(path).config.is_file():
-        return DEFAULT_MODEL_CLASS
-    return MODEL_CLASSES.get(architecture_of(path) or "", DEFAULT_MODEL_CLASS)
+def checkpoint_class(path: str | Path | ModelSource, *,
+                     revision: str | None = None) -> type[nnx.Module]:
+    """The class the checkpoint at `path` (a directory, a Hub id or its `ModelSource`) says it
+    is: a run directory's `BertForPreTraining`; the class a Hugging Face directory's config.json
+    names (`architectures`, v4 `FlaxBert*` names too), or `DEFAULT_MODEL_CLASS` if bertjax has no
+    class of that name."""
+    source = locate(path, revision=revision)
+    return MODEL_CLASSES.get(source.architecture or "", DEFAULT_MODEL_CLASS)
 
 
 def from_pretrained(
-    path: str | Path,
+    path: str | Path | ModelSource,
     *,
     revision: str | None = None,
     step: int | None = None,
@@ -63,36 +63,34 @@ def from_pretrained(
 
     `path` is a Hugging Face BERT directory (`config.json`, `model.safetensors`,
     `pytorch_model.bin` or `flax_model.msgpack`, and `tokenizer.json` or `vocab.txt`), a Hub id
-    (`google-bert/bert-base-uncased`, at `revision`; see `bertjax.io.hub`) or a `bertjax pretrain`
-    run directory: its best checkpoint by held-out MLM loss (the newest if none was evaluated; a
-    damaged one is skipped, with a warning, for the newest readable one), or checkpoint `step`
-    (damaged: an error naming the readable steps). `model_cls` is any bertjax model class (default:
-    the class config.json names); heads the weights lack are initialised from `seed` (with a
-    warning; `missing_heads="error"` refuses instead), heads of other tasks are left out.
+    (`google-bert/bert-base-uncased`, at `revision`; see `bertjax.io.hub`), a `bertjax pretrain`
+    run directory, or the `ModelSource` of any of them (`bertjax.io.source.locate`). A run gives
+    its best checkpoint by held-out MLM loss (the newest if none was evaluated; a damaged one is
+    skipped, with a warning, for the newest readable one), or checkpoint `step` (damaged: an
+    error naming the readable steps). `model_cls` is any bertjax model class (default: the class
+    config.json names); heads the weights lack are initialised from `seed` (with a warning;
+    `missing_heads="error"` refuses instead), heads of other tasks are left out.
     `config_overrides` change `BertConfig` fields that do not change the weights' shapes (e.g.
     `dtype="bfloat16"`, dropout).
     """
     check_load_arguments("from_pretrained", model_cls, missing_heads, config_overrides)
-    directory = model_directory(path, revision)
-    if RunDir(directory).config.is_file():
+    source = locate(path, revision=revision)
+    if source.kind == RUN:
         model, tokenizer, report = load_run_model(
-            directory, step=step, model_cls=model_cls or DEFAULT_MODEL_CLASS, seed=seed,
+            source, step=step, model_cls=model_cls or DEFAULT_MODEL_CLASS, seed=seed,
             missing_heads=missing_heads, **config_overrides)
-        report = report.replace(path=str(path), directory=str(directory))
         return (model, tokenizer, report) if output_loading_info else (model, tokenizer)
     if step is not None:
-        raise ValueError(f"{path} is not a `bertjax pretrain` run directory: step={step} only "
-                         "chooses a checkpoint of a run")
-    model, report = load_hf(directory, model_cls=model_cls, seed=seed,
-                            missing_heads=missing_heads, output_loading_info=True,
-                            **config_overrides)
-    tokenizer = WordPieceTokenizer.load(directory)
+        raise InputError(f"{source.given} is not a `bertjax pretrain` run directory: step={step} "
+                         "only chooses a checkpoint of a run")
+    model, report = _load_hf(source, model_cls, seed, missing_heads, config_overrides)
+    tokenizer = WordPieceTokenizer.load(source.directory)
     if not fits_vocabulary(tokenizer.vocab_size, model.config.vocab_size):  # another's tokenizer
         raise InputError(
-            f"{tokenizer.source} has {tokenizer.vocab_size} tokens but {directory / 'config.json'} "
-            f"has vocab_size {model.config.vocab_size}: the tokenizer is not the one these weights "
-            "were trained with; put the model's own tokenizer.json / vocab.txt beside them")
-    report = report.replace(path=str(path))
+            f"{tokenizer.source} has {tokenizer.vocab_size} tokens but "
+            f"{source.directory / 'config.json'} has vocab_size {model.config.vocab_size}: the "
+            "tokenizer is not the one these weights were trained with; put the model's own "
+            "tokenizer.json / vocab.txt beside them")
     return (model, tokenizer, report) if output_loading_info else (model, tokenizer)
 
 
@@ -129,32 +127,14 @@ def check_load_arguments(function: str, model_cls: Any, missing_heads: Any,
                 raise InputError(f"{function}({name}={value!r}): {err}") from None
 
 
-def model_directory(path: str | Path, revision: str | None = None) -> Path:
-    """The local directory of the model `path` (a Hub id resolved): one that holds a Hugging Face
-    model (config.json) or a run (run_config.json), or an error naming what to pass."""
-    directory = resolve_model(path, revision=revision)
-    if not directory.exists():
-        raise FileNotFoundError(
-            f"model {path} does not exist; pass a Hugging Face BERT directory (config.json + "
-            "model.safetensors + tokenizer.json/vocab.txt), a Hub id (organisation/name) or a "
-            "`bertjax pretrain` run directory")
-    if not directory.is_dir():
-        raise NotADirectoryError(f"model {path} is a file; pass the directory that holds it")
-    if not (directory / "config.json").is_file() and not RunDir(directory).config.is_file():
-        raise FileNotFoundError(
-            f"{path} holds neither config.json (a Hugging Face model) nor run_config.json (a "
-            "`bertjax pretrain` run); pass a directory that holds one")
-    return directory
-
-
 def load_hf(
-    path: str | Path, *, revision: str | None = None, model_cls: type[nnx.Module] | None = None,
-    seed: int = 0, missing_heads: str = "init", output_loading_info: bool = False,
-    **config_overrides: Any,
+    path: str | Path | ModelSource, *, revision: str | None = None,
+    model_cls: type[nnx.Module] | None = None, seed: int = 0, missing_heads: str = "init",
+    output_loading_info: bool = False, **config_overrides: Any,
 ) -> Any:
-    """A Hugging Face BERT directory or Hub id -> a bertjax `model_cls` (None: the class its
-    config.json names, `checkpoint_class`); with `output_loading_info=True`, (model,
-    `LoadReport`).
+    """A Hugging Face BERT directory, Hub id or its `ModelSource` -> a bertjax `model_cls` (None:
+    the class its config.json names, `checkpoint_class`); with `output_loading_info=True`,
+    (model, `LoadReport`).
 
     Reads checkpoints of every BERT class of transformers, as safetensors, `pytorch_model.bin` or
     transformers-v4 Flax msgpack (`bertjax.io.hf.read_hf`). Heads the class declares that the
@@ -164,14 +144,21 @@ def load_hf(
     one config.json names are errors.
     """
     check_load_arguments("load_hf", model_cls, missing_heads, config_overrides)
-    directory = resolve_model(path, revision=revision)
-    has_config = (directory / "config.json").is_file()  # else read_hf names what is missing
-    source_cls = MODEL_CLASSES.get(architecture_of(directory) or "") if has_config else None
-    model, report = load_model(directory, model_cls or source_cls or DEFAULT_MODEL_CLASS,
-                               source_cls=source_cls, seed=seed, missing_heads=missing_heads,
-                               **config_overrides)
-    report = report.replace(path=str(path))
+    source = locate(path, revision=revision)
+    if source.kind == RUN:
+        raise InputError(f"{source.given} is a `bertjax pretrain` run directory, not a Hugging "
+                         "Face one; load it with bertjax.from_pretrained")
+    model, report = _load_hf(source, model_cls, seed, missing_heads, config_overrides)
     return (model, report) if output_loading_info else model
+
+
+def _load_hf(source: ModelSource, model_cls: type[nnx.Module] | None, seed: int,
+             missing_heads: str, config_overrides: dict[str, Any]) -> tuple[Any, LoadReport]:
+    """A Hugging Face source as `model_cls` (None: the class config.json names)."""
+    source_cls = MODEL_CLASSES.get(source.architecture or "")
+    return load_model(source, model_cls or source_cls or DEFAULT_MODEL_CLASS,
+                      source_cls=source_cls, seed=seed, missing_heads=missing_heads,
+                      **config_overrides)
 
 
 def save_pretrained(model: nnx.Module, directory: str | Path, tokenizer: Any = None) -> Path:

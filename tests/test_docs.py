@@ -146,7 +146,6 @@ def sandbox(template, tmp_path, monkeypatch) -> Path:
     """A copy of the template as the working directory, offline, with its Hub cache."""
     from huggingface_hub import constants
 
-    from bertjax.io import hub
 
     work = tmp_path / "work"
     shutil.copytree(template, work, symlinks=True)
@@ -155,7 +154,6 @@ def sandbox(template, tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(hub, "_resolved", {})
     monkeypatch.chdir(work)
     return work
 

@@ -73,7 +73,6 @@ def offline(cache, monkeypatch) -> Path:
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(hub, "_resolved", {})
     return cache
 
 
@@ -177,7 +176,6 @@ def test_every_command_takes_a_hub_id(cache, tmp_path) -> None:
 
 def test_without_huggingface_hub_an_id_says_what_to_install(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)
-    monkeypatch.setattr(hub, "_resolved", {})
     with pytest.raises(FileNotFoundError, match=r"org/name: no such local directory; as a Hugging "
                                                 r"Face Hub id it needs huggingface_hub \(pip "
                                                 r"install 'bertjax\[hub\]'\)"):

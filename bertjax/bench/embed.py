@@ -40,10 +40,10 @@ from bertjax.bench.options import DEFAULT_MAX_TOKENS
 from bertjax.common.console import say_unless
 from bertjax.data import corpus_documents
 from bertjax.data.tokenizer import WordPieceTokenizer
-from bertjax.io.models import load_model, save_model
-from bertjax.io.runs import load_run_model
+from bertjax.io.models import save_model
+from bertjax.io.source import RUN, locate
 from bertjax.model import BertModel
-from bertjax.runs.layout import RunDir
+from bertjax.pretrained import from_pretrained
 from bertjax.use.embed import check_lines, embed, sentence_transformers_settings, sorted_batches
 from bertjax.use.encode import Encoded, TruncationWarning, encode, model_max_length
 from bertjax.use.packed import packed_layouts
@@ -146,16 +146,13 @@ def _bertjax_model(model_dir: Path, stack: contextlib.ExitStack
                    ) -> tuple[Any, WordPieceTokenizer, Path]:
     """(BertModel, tokenizer, a Hugging Face directory of the same weights for transformers). A
     run directory's best checkpoint is exported to a temporary directory (removed by `stack`)."""
-    if RunDir(model_dir).config.is_file():
-        ours, tokenizer, _ = load_run_model(model_dir, model_cls=BertModel)
+    source = locate(model_dir)
+    ours, tokenizer = from_pretrained(source, model_cls=BertModel)
+    if source.kind == RUN:
         hf_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bertjax-bench-")))
         save_model(ours, hf_dir / "model", tokenizer=tokenizer)
         return ours, tokenizer, hf_dir / "model"
-    if not (model_dir / "config.json").is_file() and model_dir.is_dir():
-        raise FileNotFoundError(
-            f"--model {model_dir} holds neither config.json (a Hugging Face BERT directory) nor "
-            "run_config.json (a `bertjax pretrain` run directory); pass one of those")
-    return load_model(model_dir, BertModel)[0], WordPieceTokenizer.load(model_dir), model_dir
+    return ours, tokenizer, source.directory
 
 
 def _transformers_model(model_dir: Path, attn_implementation: str) -> tuple[Any, str]:

@@ -14,10 +14,10 @@ directory, removed after.
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 import statistics
 import tempfile
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,9 +28,11 @@ from bertjax.bench.embed import default_model_dir
 from bertjax.common.console import say_unless
 from bertjax.config import BertConfig
 from bertjax.data.tokenizer import WordPieceTokenizer
-from bertjax.io.models import load_model
+from bertjax.io.report import FreshHeadsWarning
+from bertjax.io.source import ModelSource, locate
 from bertjax.jobs.finetune.config import FinetuneConfig
 from bertjax.jobs.finetune.job import finetune
+from bertjax.pretrained import from_pretrained
 from bertjax.tasks.registry import BUNDLED, bundled_examples, make_task
 from bertjax.use.packed import row_limit, token_budget
 
@@ -50,15 +52,16 @@ def matching_max_tokens(task: Any, tokenizer: Any, train: Sequence[Any], config:
     return row * max(1, round(config.batch_size * float(lengths.mean()) / row))
 
 
-def _run(name: str, model_dir: Path, config: FinetuneConfig, data: tuple[list, list],
+def _run(name: str, source: ModelSource, config: FinetuneConfig, data: tuple[list, list],
          quiet: bool, packed: bool, max_tokens: int | None) -> dict[str, Any]:
     """One fine-tuning run of the bundled task `name`, `packed` by `max_tokens` (None: the
     matching budget) or not: its steps, times and validation scores."""
     train, validation = data
     task, labels = make_task(name, train)
     named = {} if labels is None else {"id2label": labels}
-    model = load_model(model_dir, task.model_class, **named)[0]  # the task's head: fresh
-    tokenizer = WordPieceTokenizer.load(model_dir)
+    with warnings.catch_warnings():  # the task's head is fresh: that is the point
+        warnings.simplefilter("ignore", FreshHeadsWarning)
+        model, tokenizer = from_pretrained(source, model_cls=task.model_class, **named)
     if packed:  # by default as many steps as the padded runs
         config = dataclasses.replace(config, max_tokens=max_tokens or matching_max_tokens(
             task, tokenizer, train, config, model.config))
@@ -90,10 +93,10 @@ def run_finetune_benchmark(
     None gives the packed runs `matching_max_tokens`; `limit` keeps that many training and
     validation examples, drawn with a fixed seed (a quick check). Returns the runs, a summary per task and the
     settings; prints a table unless `quiet`."""
-    model_dir = Path(model) if model is not None else default_model_dir()
+    source = locate(model if model is not None else default_model_dir())
     if max_tokens is not None:  # a budget too small for a later task fails before any run
         for name in tasks:
-            _check_budget(name, model_dir, max_tokens, max_length)
+            _check_budget(name, source, max_tokens, max_length)
     runs = []
     for name in tasks:
         train, validation, _ = bundled_examples(name)
@@ -104,9 +107,10 @@ def run_finetune_benchmark(
                                         learning_rate=learning_rate, max_length=max_length,
                                         seed=seed)
                 say_unless(quiet, f"{name}, seed {seed}, {'packed' if packed else 'padded'} ...")
-                runs.append(_run(name, model_dir, config, data, quiet, packed, max_tokens))
-    result = {"model": str(model_dir),
-              "model_name": "all-MiniLM-L6-v2" if model is None else model_dir.name, "epochs": epochs,
+                runs.append(_run(name, source, config, data, quiet, packed, max_tokens))
+    result = {"model": str(source.directory),
+              "model_name": "all-MiniLM-L6-v2" if model is None else source.directory.name,
+              "epochs": epochs,
               "batch_size": batch_size, "max_length": max_length, "learning_rate": learning_rate,
               "seeds": list(seeds), "limit": limit, "runs": runs, "tasks": _summary(runs),
               "device": f"jax {jax.default_backend()} ({jax.devices()[0].device_kind})",
@@ -116,12 +120,13 @@ def run_finetune_benchmark(
     return result
 
 
-def _check_budget(name: str, model_dir: Path, max_tokens: int, max_length: int) -> None:
+def _check_budget(name: str, source: ModelSource, max_tokens: int, max_length: int) -> None:
     """A ValueError naming the task if `max_tokens` holds no packed row of its training units."""
     train, _, _ = bundled_examples(name)
     task, labels = make_task(name, train)
-    tokenizer = WordPieceTokenizer.load(model_dir)
-    model_config = BertConfig.from_hf_dict(json.loads((model_dir / "config.json").read_text()))
+    tokenizer = WordPieceTokenizer.load(source.directory)
+    model_config = (BertConfig.from_hf_dict(dict(source.config)) if source.config is not None
+                    else from_pretrained(source, model_cls=task.model_class)[0].config)
     model_config = model_config if labels is None else model_config.replace(id2label=labels)
     arrays = task.batch(tokenizer, task.units(tokenizer, train, max_length), max_length,
                         model_config)

@@ -14,7 +14,6 @@ earlier export stays as it was) and nothing beside it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 import bertjax
 from bertjax.cli.argtypes import non_negative_int
 from bertjax.cli.errors import CommandError
-from bertjax.cli.model_options import add_model_argument, load_model, run_command
+from bertjax.cli.model_options import add_model_argument, load_model, model_source, run_command
 from bertjax.cli.outputs import model_input
 
 # The classes `--as` offers: bertjax.heads.MODEL_CLASSES, named without importing JAX (the test
@@ -76,8 +75,7 @@ def _convert(args: argparse.Namespace) -> int:
     model, tokenizer, report = load_model(args, model_cls=model_cls, seed=args.seed,
                                           output_loading_info=True)
     source = describe_source(report)
-    with contextlib.suppress(OSError, ValueError):  # loaded, so readable; the name is a nicety
-        source += f", {checkpoint_class(report.directory).__name__}"
+    source += f", {checkpoint_class(model_source(args)).__name__}"
     with atomic_directory(out, replace=True) as written:  # renamed to OUT_DIR once checked
         save_pretrained(model, written, tokenizer)
         try:

@@ -109,8 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     if _runs_jax(argv):
         keep_freed_memory()  # before JAX starts its threads: a CPU step reuses its memory
     # Orbax logs its own bookkeeping (a read-only manager, a step saved without metrics) as
-    # absl warnings: not the user's business at a command line; errors still show
-    logging.getLogger("absl").setLevel(logging.ERROR)
+    # absl warnings, huggingface_hub each retry of an unreachable Hub: not the user's business at
+    # a command line, where bertjax says the outcome once; errors still show
+    for noisy in ("absl", "huggingface_hub"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
     with ctrl_c_blocked() if _command(argv) in STOPPABLE else contextlib.nullcontext():
         return _run(argv, name)
 

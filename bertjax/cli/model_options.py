@@ -57,14 +57,28 @@ def batch_size_of(args: argparse.Namespace) -> int:
 
 
 def load_model(args: argparse.Namespace, **kwargs: Any) -> tuple[Any, Any]:
-    """(model, tokenizer) of `args.model`; a missing, damaged or unusable directory is a
-    CommandError of one line."""
+    """(model, tokenizer) of `args.model` (resolved once: `model_source`); a missing, damaged or
+    unusable directory is a CommandError of one line."""
     from bertjax.pretrained import from_pretrained
 
+    source = model_source(args)
     try:
-        return from_pretrained(args.model, step=args.step, revision=args.revision, **kwargs)
+        return from_pretrained(source, step=args.step, **kwargs)
     except (OSError, ValueError) as err:
         raise CommandError(one_line(describe(err))) from err
+
+
+def model_source(args: argparse.Namespace) -> Any:
+    """`args.model` at `args.revision` located once (`bertjax.io.source.locate`), kept on `args`
+    for every later question about it; a bad MODEL is a CommandError of one line."""
+    if not hasattr(args, "model_source"):
+        from bertjax.io.source import locate
+
+        try:
+            args.model_source = locate(args.model, revision=args.revision)
+        except (OSError, ValueError) as err:
+            raise CommandError(one_line(describe(err))) from err
+    return args.model_source
 
 
 def load_model_with(args: argparse.Namespace, head: str, fallback: str) -> tuple[Any, Any]:
@@ -74,11 +88,8 @@ def load_model_with(args: argparse.Namespace, head: str, fallback: str) -> tuple
     from bertjax.heads import MODEL_CLASSES
     from bertjax.pretrained import checkpoint_class
 
-    try:
-        own = checkpoint_class(args.model, revision=args.revision)
-    except (OSError, ValueError):
-        own = None  # from_pretrained names what is wrong with the directory
-    model_cls = own if own is not None and head in own.head_modules else MODEL_CLASSES[fallback]
+    own = checkpoint_class(model_source(args))
+    model_cls = own if head in own.head_modules else MODEL_CLASSES[fallback]
     return load_model(args, model_cls=model_cls, missing_heads="error")
 
 

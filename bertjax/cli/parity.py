@@ -55,20 +55,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _load(args: argparse.Namespace) -> tuple[Any, str]:
     """(model, what it is) for --hf: any class, as the checkpoint says (a run: BertForPreTraining)."""
     from bertjax.cli.model_options import one_line
-    from bertjax.pretrained import checkpoint_class, from_pretrained, load_hf, model_directory
-    from bertjax.runs.layout import RunDir
+    from bertjax.io.source import RUN, locate
+    from bertjax.pretrained import checkpoint_class, from_pretrained, load_hf
 
     try:
-        directory = model_directory(args.hf, args.revision)
-        if RunDir(directory).config.is_file():
-            model, _, report = from_pretrained(directory, step=args.step, seed=args.seed,
+        source = locate(args.hf, revision=args.revision)
+        if source.kind == RUN:
+            model, _, report = from_pretrained(source, step=args.step, seed=args.seed,
                                                output_loading_info=True)
             return model, f"{args.hf} (step {report.step})"
         if args.step is not None:
             raise CommandError(f"--step chooses a checkpoint of a `bertjax pretrain` run; "
                                f"{args.hf} is not one: leave out --step")
-        return load_hf(directory, model_cls=checkpoint_class(directory), seed=args.seed), \
-            str(args.hf)
+        return load_hf(source, model_cls=checkpoint_class(source), seed=args.seed), str(args.hf)
     except (OSError, ValueError) as err:
         raise CommandError(one_line(describe(err))) from err
 

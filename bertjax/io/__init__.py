@@ -11,6 +11,7 @@ and `bertjax pretrain` run directories is `bertjax.pretrained`, one layer up.
     models.py      whole models of any class in and out of Hugging Face directories
     report.py      LoadReport: what a load read and built (no framework)
     hub.py         Hugging Face Hub ids as local directories (huggingface_hub, optional)
+    source.py      a MODEL resolved once (`locate`): its directory, kind and config.json
     runs.py        the model of a `bertjax pretrain` run directory, read-only
     verify.py      checking an exported directory: bertjax reloads it, transformers agrees
 
@@ -29,6 +30,7 @@ _NAMES = {
     **dict.fromkeys(("load_model", "save_model"), "bertjax.io.models"),
     **dict.fromkeys(("LoadReport", "FreshHeadsWarning"), "bertjax.io.report"),
     "resolve_model": "bertjax.io.hub",
+    **dict.fromkeys(("locate", "ModelSource"), "bertjax.io.source"),
     **dict.fromkeys(("load_run_model", "read_run_checkpoint"), "bertjax.io.runs"),
     **dict.fromkeys(("verify_export", "ExportCheckError"), "bertjax.io.verify"),
     **dict.fromkeys(("build_model", "model_to_numpy", "state_to_numpy"), "bertjax.io.weights"),

@@ -138,8 +138,10 @@ def _read_pytorch_bin(file: Path) -> dict[str, np.ndarray]:
             for k, v in state.items()}
 
 
-def read_hf(path: str | Path, **config_overrides: Any) -> tuple[BertConfig, dict[str, np.ndarray]]:
-    """A Hugging Face BERT directory -> its config and its weights under checkpoint names.
+def read_hf(path: str | Path, config_data: Mapping[str, Any] | None = None,
+            **config_overrides: Any) -> tuple[BertConfig, dict[str, np.ndarray]]:
+    """A Hugging Face BERT directory -> its config and its weights under checkpoint names
+    (`config_data`: its config.json as already read, `bertjax.io.source.locate`).
 
     Reads checkpoints of every BERT class of transformers (`bertjax.heads`) and bare BertModel
     ones (with or without the `bert.` prefix, TF-era gamma/beta names too), as safetensors,
@@ -151,13 +153,13 @@ def read_hf(path: str | Path, **config_overrides: Any) -> tuple[BertConfig, dict
     if not path.is_dir():
         raise FileNotFoundError(f"{path} is not a directory; pass a Hugging Face BERT checkpoint "
                                 "directory (config.json + model.safetensors)")
-    data = _read_config_json(path)
+    data = read_config_json(path) if config_data is None else dict(config_data)
     try:
         config = BertConfig.from_hf_dict(data, **config_overrides)
     except (TypeError, ValueError) as err:
         raise ValueError(f"{path / CONFIG}: {_one_line(err)}; fix it, or pass a directory whose "
                          "config.json describes a BERT") from err
-    architecture = _architecture(data)
+    architecture = architecture_in(data)
     tensors = {normalise_hf_key(k): v for k, v in read_hf_tensors(path).items()}
     _check_tied(tensors)
     arrays = {from_hf_name(k, architecture=architecture): v for k, v in tensors.items()
@@ -169,11 +171,12 @@ def read_hf(path: str | Path, **config_overrides: Any) -> tuple[BertConfig, dict
 
 def architecture_of(path: str | Path) -> str | None:
     """The class a Hugging Face directory's config.json says its weights are (`architectures`),
-    or None if it names none."""
-    return _architecture(_read_config_json(Path(path)))
+    a v4 Flax class as the class it mirrors; None if it names none."""
+    return architecture_in(read_config_json(Path(path)))
 
 
-def _architecture(data: dict[str, Any]) -> str | None:
+def architecture_in(data: Mapping[str, Any]) -> str | None:
+    """`architecture_of` for config.json's content."""
     names = data.get("architectures")
     if not isinstance(names, list) or not names:
         return None
@@ -181,7 +184,9 @@ def _architecture(data: dict[str, Any]) -> str | None:
     return name[len("Flax"):] if name.startswith("FlaxBert") else name  # a v4 Flax checkpoint's
 
 
-def _read_config_json(path: Path) -> dict[str, Any]:
+def read_config_json(path: Path) -> dict[str, Any]:
+    """The config.json of the directory `path`, as a dict (missing or damaged: an error naming
+    the file)."""
     file = path / CONFIG
     if not file.is_file():
         raise FileNotFoundError(f"no {CONFIG} in {path}; a Hugging Face model directory has one")

@@ -12,11 +12,8 @@ the id and how to get it.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 CONFIG = "config.json"
@@ -33,8 +30,6 @@ WEIGHTS = (("model.safetensors", "model.safetensors.index.json"),
 _REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 # the HTTP libraries whose errors mean "no answer from the Hub" (no network, refused, timed out)
 _TRANSPORT_MODULES = ("httpx", "httpx2", "requests", "urllib3", "socket", "ssl")
-
-_resolved: dict[tuple[str, str | None, str | None], Path] = {}  # one lookup per process
 
 
 def looks_like_hub_id(name: str) -> bool:
@@ -72,24 +67,7 @@ def resolve_model(name: str | Path, *, revision: str | None = None,
             raise ValueError(f"{name} is a local directory: revision={revision!r} only chooses a "
                              "version of a Hub model")
         return path
-    key = (str(name), revision, None if cache_dir is None else str(cache_dir))
-    if key not in _resolved:
-        with _quiet_retries():
-            _resolved[key] = _download(str(name), revision, cache_dir)
-    return _resolved[key]
-
-
-@contextlib.contextmanager
-def _quiet_retries() -> Iterator[None]:
-    """huggingface_hub's warnings while it tries the Hub (one per retry when it cannot be
-    reached) are held back: the outcome is said once, by the error or the model."""
-    logger = logging.getLogger("huggingface_hub")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
+    return _download(str(name), revision, cache_dir)
 
 
 def _download(repo_id: str, revision: str | None, cache_dir: str | Path | None) -> Path:

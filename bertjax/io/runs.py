@@ -20,6 +20,7 @@ from typing import Any
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.errors import InputError
 from bertjax.io.report import LoadReport
+from bertjax.io.source import RUN, ModelSource
 from bertjax.io.weights import build_model, missing_heads_error, saved_params_to_numpy
 from bertjax.runs.layout import RunDir
 from bertjax.train.saved import (
@@ -30,7 +31,6 @@ from bertjax.train.saved import (
     read_state,
 )
 
-RUN_FORMAT = "bertjax pretrain run"
 # the head modules every run's checkpoint holds: `bertjax pretrain` trains a BertForPreTraining
 RUN_HEADS = ("pooler", "mlm_head", "nsp_head")
 
@@ -136,12 +136,14 @@ def check_run_tokenizer(run: RunDir, tokenizer: WordPieceTokenizer, found: RunCh
 
 
 def load_run_model(
-    root: str | Path, *, model_cls: type, step: int | None = None, seed: int = 0,
+    root: str | Path | ModelSource, *, model_cls: type, step: int | None = None, seed: int = 0,
     missing_heads: str = "init", **config_overrides: Any,
 ) -> tuple[Any, WordPieceTokenizer, LoadReport]:
-    """(model, tokenizer, report) of a `bertjax pretrain` run directory: its checkpoint `step`,
-    by default the best (`read_run_checkpoint`), as a `model_cls` (`bertjax.io.weights.build_model`)."""
-    run = RunDir(root)
+    """(model, tokenizer, report) of a `bertjax pretrain` run directory (or its `ModelSource`):
+    its checkpoint `step`, by default the best (`read_run_checkpoint`), as a `model_cls`
+    (`bertjax.io.weights.build_model`)."""
+    source = root if isinstance(root, ModelSource) else ModelSource(str(root), Path(root), RUN)
+    run = RunDir(source.directory)
     config, tokenizer = run.finished_config()
     lacking = [h for h in model_cls.head_modules if h not in RUN_HEADS]
     if lacking and missing_heads == "error":  # said before a step is read (or found damaged)
@@ -150,8 +152,9 @@ def load_run_model(
     check_run_tokenizer(run, tokenizer, found)
     bert_config = config.bert_config(tokenizer.vocab_size).replace(
         **{"pad_token_id": tokenizer.special.pad, **config_overrides})
-    model, report = build_model(saved_params_to_numpy(found.params), bert_config, model_cls,
-                                seed=seed, source=f"{run} step {found.step}",
-                                missing_heads=missing_heads)
-    return model, tokenizer, report.replace(path=str(root), directory=str(root), format=RUN_FORMAT,
-                                            step=found.step, skipped_steps=found.skipped)
+    model, report = build_model(
+        saved_params_to_numpy(found.params), bert_config, model_cls, seed=seed,
+        source=f"{run} step {found.step}", missing_heads=missing_heads,
+        origin={"path": source.given, "directory": str(source.directory), "format": RUN,
+                "step": found.step, "skipped_steps": found.skipped})
+    return model, tokenizer, report

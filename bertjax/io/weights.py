@@ -257,10 +257,12 @@ def check_architecture(arrays: Mapping[str, Any], config: BertConfig, source_cls
 def build_model(
     arrays: Mapping[str, Any], config: BertConfig, model_cls: type, *, seed: int = 0,
     source: str = "the weights", missing_heads: str = "init",
+    origin: Mapping[str, Any] | None = None,
 ) -> tuple[Any, LoadReport]:
     """A `model_cls` from arrays under checkpoint names (`bertjax.io.names.checkpoint_name`: the
     encoder under `bert.`, heads beside it, as a pre-training run and Hugging Face hold them), and
-    the report of its heads.
+    the report of the load: its heads, and `origin`'s fields (where it came from: `path`,
+    `directory`, `format`, a run's `step` and `skipped_steps`).
 
     Heads the class declares (`head_prefixes`) that the arrays lack are initialised from `seed`,
     with a warning naming them (`missing_heads="init"`), or refused (`"error"`); other classes'
@@ -286,7 +288,8 @@ def build_model(
     loaded = [h for h in _heads_named([n for k, n in ours.items() if k in arrays], heads)
               if h not in fresh]
     report = LoadReport(model_class=model_cls.__name__, loaded_heads=tuple(loaded),
-                        initialised_heads=tuple(fresh), left_out_heads=tuple(left_out), seed=seed)
+                        initialised_heads=tuple(fresh), left_out_heads=tuple(left_out), seed=seed,
+                        **(origin or {}))
     return model_from_numpy(state, config, model_cls, what=source), report
 
 
