@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from bertjax import numerics
+from bertjax.errors import InputError
 
 __all__ = ["dropout_rows", "exact_attention", "fused_attention", "take_rows"]
 
@@ -124,7 +125,7 @@ def dropout_rows(dropout: nnx.Dropout, x: jax.Array, positions: jax.Array | None
     if dropout.rate == 1.0:
         return jnp.zeros_like(x)
     if rngs is None:
-        raise ValueError("dropout at some rows needs rngs: call the model with "
+        raise InputError("dropout at some rows needs rngs: call the model with "
                          "deterministic=False and a dropout_rng")
     keep = 1.0 - dropout.rate
     key = rngs[dropout.rng_collection]()

@@ -74,38 +74,38 @@ class BertConfig:
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"BertConfig.{name} must be a positive integer, got {value!r}")
+                raise InputError(f"BertConfig.{name} must be a positive integer, got {value!r}")
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
+            raise InputError(
                 f"BertConfig.hidden_size ({self.hidden_size}) must be divisible by "
                 f"num_attention_heads ({self.num_attention_heads})"
             )
         if self.hidden_act not in ACTIVATIONS:
-            raise ValueError(
+            raise InputError(
                 f"BertConfig.hidden_act {self.hidden_act!r} is not supported; use one of {ACTIVATIONS}"
             )
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
-                raise ValueError(f"BertConfig.{name} must be in [0, 1), got {value!r}")
+                raise InputError(f"BertConfig.{name} must be in [0, 1), got {value!r}")
         for name in ("initializer_range", "layer_norm_eps"):
             value = getattr(self, name)
             if not 0 < value < math.inf:  # NaN too
                 raise InputError(f"BertConfig.{name} must be a finite number above 0, got {value!r}")
         if not 0 <= self.pad_token_id < self.vocab_size:
-            raise ValueError(
+            raise InputError(
                 f"BertConfig.pad_token_id ({self.pad_token_id}) must be in [0, vocab_size="
                 f"{self.vocab_size})"
             )
         if not self.id2label or len(set(self.id2label)) != len(self.id2label):
-            raise ValueError(f"BertConfig.id2label must name each label once, got {self.id2label!r}")
+            raise InputError(f"BertConfig.id2label must name each label once, got {self.id2label!r}")
         if self.classifier_dropout is not None and not 0.0 <= self.classifier_dropout < 1.0:
-            raise ValueError(
+            raise InputError(
                 f"BertConfig.classifier_dropout must be None or in [0, 1), got {self.classifier_dropout!r}")
         if self.dtype not in COMPUTE_DTYPES:
-            raise ValueError(f"BertConfig.dtype {self.dtype!r} is not one of {COMPUTE_DTYPES}")
+            raise InputError(f"BertConfig.dtype {self.dtype!r} is not one of {COMPUTE_DTYPES}")
         if self.attn_implementation not in ATTENTION_IMPLEMENTATIONS:
-            raise ValueError(f"BertConfig.attn_implementation {self.attn_implementation!r} is not one "
+            raise InputError(f"BertConfig.attn_implementation {self.attn_implementation!r} is not one "
                              f"of {ATTENTION_IMPLEMENTATIONS}")
 
     @property
@@ -129,7 +129,7 @@ class BertConfig:
     def from_preset(cls, name: str, **overrides: Any) -> BertConfig:
         """One of PRESETS (tiny, mini, small, medium, base, large), with optional overrides."""
         if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+            raise InputError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
         return cls(**{**PRESETS[name], **overrides})
 
     # --- Hugging Face config.json -------------------------------------------------------------
@@ -151,21 +151,21 @@ class BertConfig:
     def from_hf_dict(cls, data: dict[str, Any], **overrides: Any) -> BertConfig:
         """Read the fields we model; refuse settings that would change the architecture."""
         if data.get("model_type", "bert") != "bert":
-            raise ValueError(f"config.json has model_type {data['model_type']!r}; expected 'bert'")
+            raise InputError(f"config.json has model_type {data['model_type']!r}; expected 'bert'")
         position_type = data.get("position_embedding_type", "absolute")
         if position_type != "absolute":
-            raise ValueError(
+            raise InputError(
                 f"config.json has position_embedding_type {position_type!r}; only 'absolute' "
                 "is supported"
             )
         if data.get("is_decoder") or data.get("add_cross_attention"):
-            raise ValueError("config.json describes a decoder / cross-attention BERT; not supported")
+            raise InputError("config.json describes a decoder / cross-attention BERT; not supported")
         known = {f.name for f in dataclasses.fields(cls)} - {*COMPUTE_FIELDS, "id2label"}
         kwargs = {k: v for k, v in data.items() if k in known}
         if isinstance(data.get("id2label"), dict) and data["id2label"]:
             labels = {int(i): str(name) for i, name in data["id2label"].items()}
             if sorted(labels) != list(range(len(labels))):
-                raise ValueError(f"config.json's id2label ids must be 0..n-1, got {sorted(labels)}")
+                raise InputError(f"config.json's id2label ids must be 0..n-1, got {sorted(labels)}")
             kwargs["id2label"] = tuple(labels[i] for i in range(len(labels)))
         if kwargs.get("pad_token_id") is None:
             kwargs.pop("pad_token_id", None)
@@ -185,7 +185,7 @@ class BertConfig:
         try:
             data = json.loads(path.read_text())
         except json.JSONDecodeError as err:
-            raise ValueError(f"{path} is not valid JSON: {err}") from err
+            raise InputError(f"{path} is not valid JSON: {err}") from err
         return cls.from_hf_dict(data, **overrides)
 
 

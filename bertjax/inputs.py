@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bertjax.config import BertConfig
+from bertjax.errors import InputError
 from bertjax.numerics import cudnn_attention_applies
 
 # The packing arguments every model class takes (keyword-only), in `packing_inputs`'s order.
@@ -52,23 +53,23 @@ def check_inputs(
     call `check_batch` on the host first, since out-of-range ids would silently clamp.
     """
     if input_ids.ndim != 2:
-        raise ValueError(f"input_ids must have shape (batch, seq_len), got {input_ids.shape}")
+        raise InputError(f"input_ids must have shape (batch, seq_len), got {input_ids.shape}")
     B, S = input_ids.shape
     if S > config.max_position_embeddings and not packed:  # packed: each sequence's, below
-        raise ValueError(
+        raise InputError(
             f"input_ids has seq_len {S} > max_position_embeddings "
             f"({config.max_position_embeddings}); truncate the input or use a config with more "
             "positions"
         )
     if not jnp.issubdtype(input_ids.dtype, jnp.integer):
-        raise ValueError(f"input_ids must be integers, got dtype {input_ids.dtype}")
+        raise InputError(f"input_ids must be integers, got dtype {input_ids.dtype}")
     if token_type_ids is None:
         token_type_ids = jnp.zeros_like(input_ids)
     if attention_mask is None:
         attention_mask = jnp.ones_like(input_ids)
     for name, arr in (("token_type_ids", token_type_ids), ("attention_mask", attention_mask)):
         if arr.shape != (B, S):
-            raise ValueError(f"{name} must have the shape of input_ids {(B, S)}, got {arr.shape}")
+            raise InputError(f"{name} must have the shape of input_ids {(B, S)}, got {arr.shape}")
     if not packed and _is_concrete(attention_mask) and may_fuse_attention(config):
         _check_right_padding(attention_mask)
     if _is_concrete(input_ids):
@@ -90,7 +91,7 @@ def _check_right_padding(attention_mask: jax.Array) -> None:
     lengths = mask.sum(axis=1)
     bad = np.flatnonzero((mask != (np.arange(mask.shape[1])[None, :] < lengths[:, None])).any(1))
     if bad.size:
-        raise ValueError(
+        raise InputError(
             f"attention_mask rows {bad[:5].tolist()} are not right padding (ones, then zeros), "
             "which fused attention reads as sequence lengths: pad at the end, or use "
             "attn_implementation='exact'")
@@ -128,13 +129,13 @@ def check_packing(
         if arr is None:
             continue
         if arr.shape != (B, S):
-            raise ValueError(f"{name} must have the shape of input_ids {(B, S)}, got {arr.shape}")
+            raise InputError(f"{name} must have the shape of input_ids {(B, S)}, got {arr.shape}")
         if not jnp.issubdtype(arr.dtype, jnp.integer):
-            raise ValueError(f"{name} must be integers, got dtype {arr.dtype}")
+            raise InputError(f"{name} must be integers, got dtype {arr.dtype}")
     lowest = int(np.asarray(sequence_ids).min(initial=0)) if (
         sequence_ids is not None and _is_concrete(sequence_ids)) else 0
     if lowest < 0:
-        raise ValueError("sequence_ids must be 0 (padding) or a packed sequence's number (1, 2, "
+        raise InputError("sequence_ids must be 0 (padding) or a packed sequence's number (1, 2, "
                          f"...), got {lowest}")
     if position_ids is not None and _is_concrete(position_ids):
         _check_range("position_ids", position_ids, config.max_position_embeddings,
@@ -145,7 +146,7 @@ def check_packing(
         rows = np.repeat(np.arange(B), S).reshape(B, S)  # (B, S): each token's row
         _, counts = np.unique(np.stack([rows[ids > 0], ids[ids > 0]]), axis=1, return_counts=True)
         if counts.size and counts.max() > config.max_position_embeddings:
-            raise ValueError(f"a packed sequence of {counts.max()} tokens is longer than "
+            raise InputError(f"a packed sequence of {counts.max()} tokens is longer than "
                              f"max_position_embeddings ({config.max_position_embeddings}); "
                              "truncate it")
     if cls_positions is not None:
@@ -157,7 +158,7 @@ def _check_cls_positions(cls_positions: jax.Array, input_ids: jax.Array,
     """(B, K) positions in [0, S), or -1 for an empty slot; each on a token of some sequence."""
     B, S = input_ids.shape
     if cls_positions.ndim != 2 or cls_positions.shape[0] != B:
-        raise ValueError(f"cls_positions must have shape (batch={B}, sequences per row), "
+        raise InputError(f"cls_positions must have shape (batch={B}, sequences per row), "
                          f"got {cls_positions.shape}")
     if not _is_concrete(cls_positions):
         return
@@ -167,7 +168,7 @@ def _check_cls_positions(cls_positions: jax.Array, input_ids: jax.Array,
         on = np.take_along_axis(np.asarray(sequence_ids), np.maximum(cls, 0), axis=1)  # (B, K)
         rows = np.flatnonzero(((cls >= 0) & (on == 0)).any(axis=1))
         if rows.size:
-            raise ValueError(f"cls_positions of rows {rows[:5].tolist()} point at padding "
+            raise InputError(f"cls_positions of rows {rows[:5].tolist()} point at padding "
                              "(sequence id 0): mark an empty slot -1")
 
 
@@ -199,7 +200,7 @@ def check_masked_positions(input_ids: jax.Array, masked_positions: jax.Array,
     """Positions (B, P) into input_ids (B, S): the shape always, the range where concrete."""
     B, S = input_ids.shape
     if masked_positions.ndim != 2 or masked_positions.shape[0] != B:
-        raise ValueError(
+        raise InputError(
             f"{name} must have shape (batch={B}, num_predictions), "
             f"got {masked_positions.shape}"
         )
@@ -214,7 +215,7 @@ def _check_range(name: str, arr: jax.Array, limit: int, limit_name: str, low: in
     lo, hi = int(values.min()), int(values.max())
     if lo < low or hi >= limit:
         bad = values[(values < low) | (values >= limit)]
-        raise ValueError(
+        raise InputError(
             f"{name} has values outside [{low}, {limit_name}={limit}): e.g. {bad[:5].tolist()} "
             f"(min {lo}, max {hi}); check the tokenizer matches the model config"
         )
@@ -237,14 +238,14 @@ def flatten_choices(
     """Multiple-choice inputs (B, C, S) -> ((B * C, S) each, (B, C)); a missing token-type or
     mask array stays None (the encoder fills it in)."""
     if input_ids.ndim != 3:
-        raise ValueError("multiple choice takes input_ids of shape (batch, num_choices, seq_len), "
+        raise InputError("multiple choice takes input_ids of shape (batch, num_choices, seq_len), "
                          f"got {input_ids.shape}; stack each example's choices on axis 1, or pack "
                          "them into one row with sequence_ids and cls_positions (batch, "
                          "num_choices)")
     B, C, S = input_ids.shape
     for name, arr in (("token_type_ids", token_type_ids), ("attention_mask", attention_mask)):
         if arr is not None and arr.shape != input_ids.shape:
-            raise ValueError(f"{name} must have the shape of input_ids {(B, C, S)}, got {arr.shape}")
+            raise InputError(f"{name} must have the shape of input_ids {(B, C, S)}, got {arr.shape}")
     flat = tuple(None if a is None else a.reshape(B * C, S)  # (B, C, S) -> (B * C, S)
                  for a in (input_ids, token_type_ids, attention_mask))
     return flat, (B, C)
@@ -258,7 +259,7 @@ def packed_choices(input_ids: jax.Array, options: dict[str, Any]) -> bool:
     if input_ids.ndim == 2 and "cls_positions" in given:
         return True
     if input_ids.ndim == 3 and given:
-        raise ValueError(f"{', '.join(given)} apply to packed multiple choice, whose input_ids are "
+        raise InputError(f"{', '.join(given)} apply to packed multiple choice, whose input_ids are "
                          f"rows (batch, seq_len), got {input_ids.shape}: pack each example's "
                          "choices into one row, or leave the packing arguments out")
     return False

@@ -20,6 +20,7 @@ from flax import nnx, struct
 from bertjax import inputs, numerics
 from bertjax.attention import dropout_rows, exact_attention, fused_attention, take_rows
 from bertjax.config import BertConfig
+from bertjax.errors import InputError
 
 
 @struct.dataclass
@@ -320,7 +321,7 @@ class BertModel(nnx.Module):
             self.config, input_ids, token_type_ids, attention_mask, packed=sequence_ids is not None
         )
         if self.pooler is not None and sequence_ids is not None and cls_positions is None:
-            raise ValueError("packed rows (sequence_ids) need cls_positions for the pooler: where "
+            raise InputError("packed rows (sequence_ids) need cls_positions for the pooler: where "
                              "each sequence's [CLS] is, -1 for an empty slot")
         attention_mask, position_ids = inputs.packing_inputs(  # (B, S) or (B, S, S); (B, S)
             self.config, input_ids, attention_mask, sequence_ids, position_ids, cls_positions)

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from bertjax.config import BertConfig
+from bertjax.errors import InputError
 
 
 def compute_dtype(config: BertConfig) -> jnp.dtype:
@@ -195,7 +196,7 @@ def dropout_rngs(deterministic: bool, dropout_rng: jax.Array | None) -> nnx.Rngs
     if deterministic:
         return None
     if dropout_rng is None:
-        raise ValueError("deterministic=False needs dropout_rng=jax.random.key(...) for dropout")
+        raise InputError("deterministic=False needs dropout_rng=jax.random.key(...) for dropout")
     return nnx.Rngs(dropout=dropout_rng)
 
 
@@ -253,7 +254,7 @@ def use_fused_attention(
     if implementation == "exact":
         return False
     if implementation == "fused" and drops_probs:
-        raise ValueError(
+        raise InputError(
             "attn_implementation='fused' applies no dropout to attention probabilities, but "
             "attention_probs_dropout_prob > 0 in training: set it to 0, or use 'exact' (or 'auto', "
             "which takes the exact path when probability dropout is due)")

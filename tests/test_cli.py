@@ -84,3 +84,31 @@ def test_parity_without_torch_says_how_to_install_it():
     assert proc.returncode == 2
     assert "bertjax parity compares bertjax with its PyTorch mirror, which needs PyTorch" in proc.stderr
     assert "pip install 'bertjax[torch]'" in proc.stderr
+
+
+def test_a_bug_keeps_its_traceback_and_exits_1_while_bad_input_is_one_line(
+        tmp_path, monkeypatch, capsys):
+    """A ValueError from deep inside (as a shape bug in JAX would raise) is no user's mistake:
+    its traceback, a line asking for a report, exit status 1. The same command given bad input
+    still answers in one line with exit status 2, and the bug writes nothing."""
+    from bertjax.cli.errors import BUG_REPORT
+    from bertjax.data.tokenizer import WordPieceTokenizer
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("to be or not to be\nthat is the question\n\nwhether tis nobler\n")
+
+    def shape_bug(*args, **kwargs):
+        raise ValueError("dot_general requires contracting dimensions to have the same shape")
+
+    monkeypatch.setattr(WordPieceTokenizer, "train", shape_bug)
+    assert main(["vocab", "--corpus", str(corpus), "--out", str(tmp_path / "vocab")]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "in shape_bug" in err
+    assert err.rstrip().endswith(f"bertjax vocab: error: {BUG_REPORT}")
+    assert not (tmp_path / "vocab").exists()
+    monkeypatch.undo()
+    assert main(["vocab", "--corpus", str(tmp_path / "missing.txt"), "--out",
+                 str(tmp_path / "vocab")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("bertjax vocab: error: ") and "missing.txt" in err

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from bertjax.config import BertConfig
+from bertjax.errors import InputError
 
 MASK_RATE = 0.15  # BERT's share of masked tokens
 MIN_SEQ_LEN = 2  # the shortest row: [CLS] and one token to mask
@@ -28,9 +29,9 @@ def pretraining_batch(
 ) -> dict[str, np.ndarray]:
     """A random pre-training batch (int32 arrays, float32 weights) and transformers' `labels`."""
     if seq_len < MIN_SEQ_LEN:
-        raise ValueError(f"seq_len must be at least {MIN_SEQ_LEN} ([CLS] and a token to mask)")
+        raise InputError(f"seq_len must be at least {MIN_SEQ_LEN} ([CLS] and a token to mask)")
     if not 1 <= predictions <= seq_len:
-        raise ValueError(f"predictions must be in [1, seq_len={seq_len}], got {predictions}")
+        raise InputError(f"predictions must be in [1, seq_len={seq_len}], got {predictions}")
     rng = np.random.default_rng(seed)
     B, S, P = batch_size, seq_len, predictions
     lengths = rng.integers(max(2, S // 2), S + 1, size=B)  # (B,) real tokens per row

@@ -95,7 +95,7 @@ def write_corpus(path: Path, megabytes: float, kind: str, *, seed: int = 0,
             if out is not raw:
                 out.flush(zstandard.FLUSH_FRAME)
     else:
-        raise ValueError(f"unknown corpus format {kind!r}; choose one of {', '.join(FORMATS)}")
+        raise InputError(f"unknown corpus format {kind!r}; choose one of {', '.join(FORMATS)}")
     return {"text_mb": round(text_bytes / 1e6, 3), "rows": rows,
             "file_mb": round(path.stat().st_size / 1e6, 3)}
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from bertjax.data import PretrainingBatches, Shards, WordPieceTokenizer, corpus_documents, write_shards
 from bertjax.data.pairs import create_pairs
+from bertjax.errors import InputError
 
 
 @contextlib.contextmanager
@@ -33,7 +34,7 @@ def one_core(cpu: int | None = None) -> Iterator[int | None]:
             yield None
         else:
             if cpu is not None and cpu not in saved:
-                raise ValueError(f"--cpu {cpu} is not a core this process may use; choose one of "
+                raise InputError(f"--cpu {cpu} is not a core this process may use; choose one of "
                                  f"{', '.join(map(str, sorted(saved)))}")
             cpu = min(saved) if cpu is None else cpu
             os.sched_setaffinity(0, {cpu})

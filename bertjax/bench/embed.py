@@ -40,6 +40,7 @@ from bertjax.bench.options import DEFAULT_MAX_TOKENS
 from bertjax.common.console import say_unless
 from bertjax.data import corpus_documents
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.errors import InputError
 from bertjax.io.models import save_model
 from bertjax.io.source import RUN, locate
 from bertjax.model import BertModel
@@ -92,11 +93,11 @@ def run_embed_benchmark(
     import transformers
 
     if repeats < 1:
-        raise ValueError(f"repeats must be at least 1, got {repeats}")
+        raise InputError(f"repeats must be at least 1, got {repeats}")
     lines = list(lines)
     check_lines(lines)
     if not lines:
-        raise ValueError("no lines to embed")
+        raise InputError("no lines to embed")
     model_dir = Path(model) if model is not None else default_model_dir()
     with contextlib.ExitStack() as stack:
         ours, tokenizer, hf_dir = _bertjax_model(model_dir, stack)

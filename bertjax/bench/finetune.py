@@ -28,6 +28,7 @@ from bertjax.bench.embed import default_model_dir
 from bertjax.common.console import say_unless
 from bertjax.config import BertConfig
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.errors import InputError
 from bertjax.io.report import FreshHeadsWarning
 from bertjax.io.source import ModelSource, locate
 from bertjax.jobs.finetune.config import FinetuneConfig
@@ -134,7 +135,7 @@ def _check_budget(name: str, source: ModelSource, max_tokens: int, max_length: i
         token_budget(max_tokens, int(task.pack_lengths(arrays).max()),
                      row_limit(arrays["input_ids"], model_config.max_position_embeddings))
     except ValueError as err:
-        raise ValueError(f"{name}: {err}") from None
+        raise InputError(f"{name}: {err}") from None
 
 
 def _sample(examples: list, n: int) -> list:

@@ -14,6 +14,7 @@ from bertjax.cli.model_options import (
     load_model_with,
     run_command,
 )
+from bertjax.errors import InputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,7 +64,7 @@ def _answer(args: argparse.Namespace) -> int:
                          max_seq_len=args.max_seq_len,
                          handle_impossible_answer=args.handle_impossible_answer,
                          align_to_words=args.align_to_words, max_tokens=args.max_tokens)
-    except ValueError as err:
+    except InputError as err:
         raise CommandError(str(err)) from err
     if args.json:
         print(json.dumps(answers[0] if len(answers) == 1 else answers, ensure_ascii=False))

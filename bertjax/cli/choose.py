@@ -9,6 +9,7 @@ import json
 from bertjax.cli.argtypes import int_range
 from bertjax.cli.errors import CommandError
 from bertjax.cli.model_options import add_model_argument, load_model_with, run_command
+from bertjax.errors import InputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +36,7 @@ def _choose(args: argparse.Namespace) -> int:
     try:
         probs = predict_choices(model, tokenizer, [example], max_length=args.max_length,
                                 warn=True, option="--max-length")[0]
-    except ValueError as err:
+    except InputError as err:
         raise CommandError(str(err)) from err
     ranked = sorted(range(len(args.choice)), key=lambda i: -probs[i])
     rows = [{"choice": args.choice[i], "index": i, "probability": float(probs[i])} for i in ranked]

@@ -1,8 +1,8 @@
-"""How the command line reports bad input: one line `bertjax COMMAND: error: ...`, exit status 2.
-
-A command raises `CommandError` (or lets an `OSError`, `UnicodeDecodeError` or `ValueError` with a
-message meant for the user through); `main` prints it as one line, no traceback. Set
-BERTJAX_TRACEBACK=1 to see the traceback of such an error as well (for bug reports).
+"""How the command line reports errors. Bad input is one line `bertjax COMMAND: error: ...` and
+exit status 2: a command's `CommandError`, the library's `bertjax.InputError`, and an `OSError` or
+`UnicodeDecodeError` about a file the user named. Anything else is a bug, in bertjax or a library
+it uses: its traceback, a line asking for a report, and exit status 1. Set BERTJAX_TRACEBACK=1 to
+see the traceback of bad input as well.
 """
 
 from __future__ import annotations
@@ -13,16 +13,22 @@ import os
 import sys
 from collections.abc import Iterator
 
-EXIT_BAD_INPUT = 2  # argparse's own convention; 1 is a training failure (NaN loss, a failed row)
+from bertjax.errors import InputError
+
+EXIT_BAD_INPUT = 2  # argparse's own convention
+EXIT_FAILED = 1  # a bug, or a training failure (NaN loss, a failed row)
+BUG_REPORT = ("this is a bug in bertjax or a library it uses, not a mistake in your input; "
+              "please report it with the traceback above and the command that ran")
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 
 class CommandError(Exception):
     """Bad input to a command: printed as `bertjax COMMAND: error: ...`, exit status 2."""
 
 
-# The errors that are about the user's input, not bugs in bertjax (UnicodeDecodeError is a
-# ValueError); anything else keeps its traceback.
-USER_ERRORS: tuple[type[BaseException], ...] = (CommandError, OSError, ValueError)
+# The errors that are about the user's input (a file the user named cannot be read, is not
+# UTF-8); anything else is a bug and keeps its traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (CommandError, InputError, OSError,
+                                                UnicodeDecodeError)
 
 
 def describe(err: BaseException) -> str:

@@ -18,7 +18,9 @@ import sys
 import traceback
 
 from bertjax.cli.errors import (
+    BUG_REPORT,
     EXIT_BAD_INPUT,
+    EXIT_FAILED,
     EXIT_INTERRUPTED,
     USER_ERRORS,
     OneLineParser,
@@ -102,8 +104,8 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str], argparse.Arg
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command: its exit status, 2 for bad input (one line, no traceback), 130 for Ctrl-C
-    (also while the command's modules are still being imported)."""
+    """Run one command: its exit status, 2 for bad input (one line, no traceback), 1 for a bug (its
+    traceback) or a failed run, 130 for Ctrl-C (also while the command's modules are imported)."""
     argv = sys.argv[1:] if argv is None else argv
     name = " ".join(argv[:1]) or "bertjax"
     if _runs_jax(argv):
@@ -136,6 +138,10 @@ def _run(argv: list[str], name: str) -> int:
     except KeyboardInterrupt:
         print(f"\nbertjax {name}: interrupted (Ctrl-C)", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception:  # a bug: its traceback, and how to report it
+        traceback.print_exc()
+        print_error(name, BUG_REPORT)
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from typing import Any
 
 from bertjax.cli.argtypes import non_negative_int
 from bertjax.cli.errors import CommandError, describe
+from bertjax.errors import InputError
 
 MODEL_HELP = ("a Hugging Face BERT directory (config.json; model.safetensors, pytorch_model.bin or a "
               "transformers-v4 flax_model.msgpack; tokenizer.json or vocab.txt), a Hugging Face "
@@ -64,7 +65,7 @@ def load_model(args: argparse.Namespace, **kwargs: Any) -> tuple[Any, Any]:
     source = model_source(args)
     try:
         return from_pretrained(source, step=args.step, **kwargs)
-    except (OSError, ValueError) as err:
+    except (OSError, InputError) as err:
         raise CommandError(one_line(describe(err))) from err
 
 
@@ -76,7 +77,7 @@ def model_source(args: argparse.Namespace) -> Any:
 
         try:
             args.model_source = locate(args.model, revision=args.revision)
-        except (OSError, ValueError) as err:
+        except (OSError, InputError) as err:
             raise CommandError(one_line(describe(err))) from err
     return args.model_source
 

@@ -11,6 +11,7 @@ from bertjax.cli.argtypes import int_range, non_negative_int, positive_float, po
 from bertjax.cli.errors import CommandError, describe
 from bertjax.config import PRESETS
 from bertjax.data.pairs import MIN_SEQ_LEN as PAIR_MIN_SEQ_LEN
+from bertjax.errors import InputError
 from parity.noise import NOISE_FACTOR
 
 MIN_SEQ_LEN = 2  # [CLS] and one more token: the rows of random_batch are at least this long
@@ -68,7 +69,7 @@ def _load(args: argparse.Namespace) -> tuple[Any, str]:
             raise CommandError(f"--step chooses a checkpoint of a `bertjax pretrain` run; "
                                f"{args.hf} is not one: leave out --step")
         return load_hf(source, model_cls=checkpoint_class(source), seed=args.seed), str(args.hf)
-    except (OSError, ValueError) as err:
+    except (OSError, InputError) as err:
         raise CommandError(one_line(describe(err))) from err
 
 

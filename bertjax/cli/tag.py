@@ -14,6 +14,7 @@ from bertjax.cli.model_options import (
     load_model_with,
     run_command,
 )
+from bertjax.errors import InputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,7 +47,7 @@ def _tag(args: argparse.Namespace) -> int:
     try:
         results = tag(model, tokenizer, args.texts, aggregation=args.aggregation, names=names,
                       max_tokens=args.max_tokens)
-    except ValueError as err:
+    except InputError as err:
         raise CommandError(str(err)) from err
     if args.json:
         print(json.dumps(results, ensure_ascii=False))

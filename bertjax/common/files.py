@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from bertjax.common.input_overlap import Inputs, check_not_an_input
+from bertjax.errors import InputError
 
 
 @contextlib.contextmanager
@@ -256,13 +257,13 @@ def read_text(path: str | os.PathLike, what: str = "file") -> str:
     `what` (e.g. "--file") and the path, and what to do."""
     path = Path(path)
     if path.is_dir():
-        raise ValueError(f"{what} {path} is a directory; give a text file")
+        raise InputError(f"{what} {path} is a directory; give a text file")
     if not path.is_file():
-        raise ValueError(f"{what} {path} does not exist; check the path")
+        raise InputError(f"{what} {path} does not exist; check the path")
     data = path.read_bytes()
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
         kind = "binary" if b"\0" in data[:8192] else "not UTF-8"
-        raise ValueError(f"{what} {path} is {kind} ({err.reason} at byte {err.start}); give a "
+        raise InputError(f"{what} {path} is {kind} ({err.reason} at byte {err.start}); give a "
                          "UTF-8 text file") from None

@@ -140,38 +140,38 @@ def unknown_option(name: str, source: str | None, valid: list[str]) -> InputErro
 def _parse_bool(value: Any) -> bool:
     if isinstance(value, str):
         if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
-            raise ValueError(value)
+            raise InputError(value)
         return value.lower() in ("true", "1", "yes")
     if not isinstance(value, bool | int) or value not in (0, 1):
-        raise ValueError(value)
+        raise InputError(value)
     return bool(value)
 
 
 def _parse_int(value: Any) -> int:
     if isinstance(value, bool):
-        raise ValueError(value)
+        raise InputError(value)
     if isinstance(value, float) and not value.is_integer():
-        raise ValueError(value)
+        raise InputError(value)
     if isinstance(value, str):
         number = float(value)  # accepts "1e3"
         if not number.is_integer():
-            raise ValueError(value)
+            raise InputError(value)
         return int(number)
     return int(value)
 
 
 def _parse_float(value: Any) -> float:
     if isinstance(value, bool):
-        raise ValueError(value)
+        raise InputError(value)
     number = float(value)
     if not math.isfinite(number):
-        raise ValueError(value)
+        raise InputError(value)
     return number
 
 
 def _parse_str(value: Any) -> str:
     if not isinstance(value, str):
-        raise ValueError(value)
+        raise InputError(value)
     return value
 
 
@@ -187,7 +187,7 @@ def _parse_tuple(value: Any, item: type) -> tuple:
     if isinstance(value, str):
         value = [v.strip() for v in value.split(",") if v.strip()]
     if not isinstance(value, list | tuple):
-        raise ValueError(value)
+        raise InputError(value)
     if item is tuple:
         return tuple(tuple(v) if isinstance(v, list) else v for v in value)
     return tuple(_PARSERS[item](v) for v in value)
@@ -238,7 +238,7 @@ def parse_value(option: Option, value: Any, source: str | None = None) -> Any:
         else:
             parsed = _PARSERS[option.type](value)
         if not _accepts(option, parsed):
-            raise ValueError(value)
+            raise InputError(value)
     except (TypeError, ValueError):
         where = f"{source}: {option.name}" if source else option.name
         raise InputError(f"{where} must be {expected(option)}, got {value!r}") from None

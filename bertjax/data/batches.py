@@ -48,6 +48,7 @@ from bertjax.data.pair_packing import (
 from bertjax.data.pairs import load_or_create_pairs
 from bertjax.data.shards import Shards
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.errors import InputError
 
 STATE_VERSION = 1
 _CHECKED = ("seed", "num_pairs", "global_batch_size", "seq_len", "max_predictions", "packing")
@@ -94,14 +95,14 @@ class PretrainingBatches:
     ):
         self.shards = shards if isinstance(shards, Shards) else Shards(shards)
         if process_count < 1 or not 0 <= process_index < process_count:
-            raise ValueError(f"process_index {process_index} must be in [0, {process_count})")
+            raise InputError(f"process_index {process_index} must be in [0, {process_count})")
         if global_batch_size % process_count:
-            raise ValueError(f"global_batch_size {global_batch_size} is not divisible by "
+            raise InputError(f"global_batch_size {global_batch_size} is not divisible by "
                              f"process_count {process_count}")
         if not 0 < max_predictions <= seq_len:
-            raise ValueError(f"max_predictions must be in [1, seq_len], got {max_predictions}")
+            raise InputError(f"max_predictions must be in [1, seq_len], got {max_predictions}")
         if not 0.0 < mask_prob < 1.0:
-            raise ValueError(f"mask_prob must be in (0, 1), got {mask_prob}")
+            raise InputError(f"mask_prob must be in (0, 1), got {mask_prob}")
         tokenizer = tokenizer or self.shards.tokenizer()
         self.shards.check_vocabulary(tokenizer)
         self.special = tokenizer.special
@@ -122,7 +123,7 @@ class PretrainingBatches:
         self.steps_per_epoch = self.steps_in(0)
         if self.steps_per_epoch == 0:
             rows = "" if self.packing == "none" else f" (packed into {self.plan(0).num_rows} rows)"
-            raise ValueError(
+            raise InputError(
                 f"{self.shards.directory} yields {self.num_pairs} pairs at seq_len {seq_len}"
                 f"{rows}, fewer than one global batch of {global_batch_size}; use a smaller "
                 "batch, a larger corpus or a larger dupe_factor"
@@ -249,12 +250,12 @@ class PretrainingBatches:
     def set_state(self, state: dict[str, Any]) -> None:
         """Continue from `get_state()` of an iterator over the same data and settings."""
         if state.get("version") != STATE_VERSION:
-            raise ValueError(f"data state version {state.get('version')!r}, expected "
+            raise InputError(f"data state version {state.get('version')!r}, expected "
                              f"{STATE_VERSION}")
         state = {"packing": "none", **state}  # saved before packing existed: unpacked
         mismatched = [k for k in _CHECKED if state.get(k) != getattr(self, k)]
         if mismatched:
-            raise ValueError(
+            raise InputError(
                 "data state does not match this iterator: " + ", ".join(
                     f"{k} saved {state.get(k)!r} vs now {getattr(self, k)!r}" for k in mismatched)
                 + "; resume with the same shards and data settings"

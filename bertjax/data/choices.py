@@ -10,6 +10,7 @@ from pathlib import Path
 
 from bertjax.common.files import read_text
 from bertjax.data.records import json_records
+from bertjax.errors import InputError
 
 MAX_CHOICES = 16  # a limit on C in the (B, C, S) inputs: each choice is a whole sequence
 
@@ -36,24 +37,24 @@ def read_choices(
     choice, a label that is not an integer index of a choice; and a file with no examples."""
     path = Path(path)
     if path.suffix.lower() not in (".jsonl", ".json"):
-        raise ValueError(f"{what} {path}: multiple-choice examples are JSON lines (.jsonl) with "
+        raise InputError(f"{what} {path}: multiple-choice examples are JSON lines (.jsonl) with "
                          f"'{context_field}', '{choices_field}' and '{label_field}'")
     out = []
     for where, record in json_records(path, read_text(path, what)):
         context = record.get(context_field)
         if not isinstance(context, str) or not context.strip():
-            raise ValueError(f"{where}: no text in field '{context_field}'")
+            raise InputError(f"{where}: no text in field '{context_field}'")
         choices = record.get(choices_field)
         if not isinstance(choices, list) or not 2 <= len(choices) <= max_choices:
-            raise ValueError(f"{where}: field '{choices_field}' must be a list of 2 to "
+            raise InputError(f"{where}: field '{choices_field}' must be a list of 2 to "
                              f"{max_choices} strings")
         if not all(isinstance(c, str) and c.strip() for c in choices):
-            raise ValueError(f"{where}: every choice in '{choices_field}' must be non-empty text")
+            raise InputError(f"{where}: every choice in '{choices_field}' must be non-empty text")
         label = record.get(label_field)
         if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < len(choices):
-            raise ValueError(f"{where}: field '{label_field}' must be the index of the right "
+            raise InputError(f"{where}: field '{label_field}' must be the index of the right "
                              f"choice, an integer from 0 to {len(choices) - 1}; got {label!r}")
         out.append(ChoiceExample(context, tuple(choices), label, where))
     if not out:
-        raise ValueError(f"{what} {path} holds no examples")
+        raise InputError(f"{what} {path} holds no examples")
     return out

@@ -84,6 +84,7 @@ from bertjax.data.shakespeare import (
     shakespeare_speeches,
     spoken_scenes,
 )
+from bertjax.errors import InputError
 
 __all__ = [
     "BOM", "CORPUS_HELP", "CORPUS_SUFFIXES", "EVAL_PLAYS", "SHAKESPEARE", "SPLITS", "TEXT_SUFFIXES",
@@ -139,7 +140,7 @@ def resolve_corpus_files(spec: str | os.PathLike, *, text_field: str = "text") -
         files = sorted(Path(p) for p in glob.glob(spec, recursive=True)
                        if Path(p).is_file() and not _is_saved_metadata(Path(p)))
         if not files:
-            raise ValueError(f"corpus glob {spec!r} matches no files; check the pattern (and "
+            raise InputError(f"corpus glob {spec!r} matches no files; check the pattern (and "
                              "quote it, so that the shell does not expand it)")
         return _with_text(files, f"every file corpus glob {spec!r} matches", text_field)
     path = Path(spec)
@@ -149,7 +150,7 @@ def resolve_corpus_files(spec: str | os.PathLike, *, text_field: str = "text") -
             return _with_text(saved, f"the dataset saved in {path}", text_field)
         files = _directory_files(path)
         if not files:
-            raise ValueError(
+            raise InputError(
                 f"corpus directory {path} holds no {SUFFIXES_HINT} files and no dataset saved "
                 f"by datasets; put the corpus in such files ({FORMAT_HINT}) or name the files"
             )
@@ -200,7 +201,7 @@ def _with_text(files: list[Path], what: str, text_field: str,
         except ValueError as err:
             raise _hint_other_files(err, file, files, directory) from None
     if not kept:
-        raise ValueError(f"{what} is empty: no document (no rows, or nothing but white space); "
+        raise InputError(f"{what} is empty: no document (no rows, or nothing but white space); "
                          f"give text: {FORMAT_HINT}")
     return kept
 
@@ -232,16 +233,16 @@ def _specs(specs: object) -> list[object]:
     if isinstance(specs, str | os.PathLike) or dataset_kind(specs):
         return [specs]
     if isinstance(specs, dict):
-        raise ValueError("a corpus cannot be one dict; pass records as an iterable of dicts, "
+        raise InputError("a corpus cannot be one dict; pass records as an iterable of dicts, "
                          "e.g. [record]")
     if not isinstance(specs, Iterable):
-        raise ValueError(f"a corpus of type {type(specs).__name__} cannot be read; pass a path, "
+        raise InputError(f"a corpus of type {type(specs).__name__} cannot be read; pass a path, "
                          f"glob or {SHAKESPEARE!r}, a datasets.Dataset, or an iterable of texts")
     items = iter(specs)
     first = next(items, _Items)
     if first is _Items:
         what = "no corpus given" if isinstance(specs, list | tuple) else "the corpus iterable is empty"
-        raise ValueError(f"{what}; pass --corpus SPEC (a file, directory, glob or "
+        raise InputError(f"{what}; pass --corpus SPEC (a file, directory, glob or "
                          f"{SHAKESPEARE!r}) or documents")
     is_spec = isinstance(first, os.PathLike) or dataset_kind(first)
     if is_spec or (isinstance(specs, list | tuple) and isinstance(first, str)):
@@ -258,7 +259,7 @@ def _source(spec: object, text_field: str, split: str, eval_plays: Sequence[str]
         check_dataset(spec, text_field)
         return lambda: dataset_documents(spec, text_field)
     if not isinstance(spec, str | os.PathLike):
-        raise ValueError(f"corpus spec {spec!r} is a {type(spec).__name__}; in a list, give paths, "
+        raise InputError(f"corpus spec {spec!r} is a {type(spec).__name__}; in a list, give paths, "
                          f"globs, {SHAKESPEARE!r} or datasets (several corpora), or pass the "
                          "documents themselves as the corpus, not in a list of specs")
     if str(spec) == SHAKESPEARE:
@@ -295,7 +296,7 @@ def _check_first_item(first: object, text_field: str) -> None:
     item_document(first, text_field, 0)
     if isinstance(first, str) and (first == SHAKESPEARE or (
             len(first.split()) == 1 and len(first) < 4096 and os.path.exists(first))):
-        raise ValueError(
+        raise InputError(
             f"the corpus is an iterable of texts, but its first text {first!r} names a corpus; "
             "to read corpora by name pass a list of them (list(specs)); to read these strings as "
             "texts pass iterable_documents(texts)"

@@ -19,6 +19,7 @@ from typing import TypeVar
 from bertjax.common.files import read_text
 from bertjax.data.corpus import shakespeare_genres, shakespeare_speeches
 from bertjax.data.records import csv_records, json_records
+from bertjax.errors import InputError
 
 T = TypeVar("T")
 
@@ -56,7 +57,7 @@ def read_examples(
         records = csv_records(path, content)
     else:
         if require_labels:
-            raise ValueError(f"{what} {path}: labelled examples need a .jsonl or .csv file with a "
+            raise InputError(f"{what} {path}: labelled examples need a .jsonl or .csv file with a "
                              f"'{label_field}' field")
         records = [(f"{path}:{n}", {text_field: line})
                    for n, line in enumerate(content.splitlines(), 1) if line.strip()]
@@ -66,19 +67,19 @@ def read_examples(
         text = _text(record, text_field, where, "--text-field")
         pair = record.get(pair_field)
         if pair is not None and not isinstance(pair, str):
-            raise ValueError(f"{where}: field '{pair_field}' is {_json_type(pair)}, not text; "
+            raise InputError(f"{where}: field '{pair_field}' is {_json_type(pair)}, not text; "
                              "give the second text as a string (or set --pair-field)")
         label = labels.read(record.get(label_field), where)
         if label is None and require_labels:
             if label_field in record:  # there, but null or blank: the field is the right one
-                raise ValueError(f"{where}: the label in field '{label_field}' is "
+                raise InputError(f"{where}: the label in field '{label_field}' is "
                                  f"{_empty(record[label_field])}; give this example its label, "
                                  "or leave the example out")
-            raise ValueError(f"{where}: no label in field '{label_field}' (fields: "
+            raise InputError(f"{where}: no label in field '{label_field}' (fields: "
                              f"{_fields(record)}); set --label-field")
         examples.append(Example(text, pair if pair and pair.strip() else None, label, where))
     if not examples:
-        raise ValueError(f"{what} {path} holds no examples; give one example per line")
+        raise InputError(f"{what} {path} holds no examples; give one example per line")
     _all_or_none_labelled(examples, label_field)
     return examples
 
@@ -86,13 +87,13 @@ def read_examples(
 def _text(record: dict, field: str, where: str, option: str) -> str:
     text = record.get(field)
     if text is not None and not isinstance(text, str):
-        raise ValueError(f"{where}: field '{field}' is {_json_type(text)}, not text; give the "
+        raise InputError(f"{where}: field '{field}' is {_json_type(text)}, not text; give the "
                          f"text as a string (or set {option})")
     if field in record and (text is None or not text.strip()):
-        raise ValueError(f"{where}: the text in field '{field}' is {_empty(text)}; give this "
+        raise InputError(f"{where}: the text in field '{field}' is {_empty(text)}; give this "
                          "example its text, or leave the example out")
     if text is None:
-        raise ValueError(f"{where}: no text in field '{field}' (fields: {_fields(record)}); "
+        raise InputError(f"{where}: no text in field '{field}' (fields: {_fields(record)}); "
                          f"set {option}")
     return text
 
@@ -131,14 +132,14 @@ class _LabelType:
         if isinstance(value, bool) or not isinstance(value, (str, int)):
             fix = (f"write {int(value)} or \"{value}\"" if isinstance(value, float)
                    and value.is_integer() else 'e.g. "positive" or 1')
-            raise ValueError(f"{where}: the label in field '{self.field}' is "
+            raise InputError(f"{where}: the label in field '{self.field}' is "
                              f"{_json_type(value)}; labels are strings or integers ({fix})")
         kind = type(value)
         if self.first is None:
             self.first = (kind, where)
         elif kind is not self.first[0]:
             names = {str: "a string", int: "an integer"}
-            raise ValueError(f"{where}: the label {value!r} is {names[kind]} but the label at "
+            raise InputError(f"{where}: the label {value!r} is {names[kind]} but the label at "
                              f"{self.first[1]} is {names[self.first[0]]}; use one type of label "
                              "per file (all strings or all integers)")
         return value.strip() if isinstance(value, str) else str(value)
@@ -148,7 +149,7 @@ def _all_or_none_labelled(examples: Sequence[Example], field: str) -> None:
     labelled = next((e for e in examples if e.label is not None), None)
     unlabelled = next((e for e in examples if e.label is None), None)
     if labelled is not None and unlabelled is not None:
-        raise ValueError(f"{unlabelled.where}: no label in field '{field}', though "
+        raise InputError(f"{unlabelled.where}: no label in field '{field}', though "
                          f"{labelled.where} has one; label every example or none")
 
 
@@ -174,7 +175,7 @@ def check_labels(examples: Sequence[Example], labels: Sequence[str], what: str) 
     unseen = [e for e in examples if e.label is not None and e.label not in labels]
     if unseen:
         names = sorted({e.label for e in unseen})
-        raise ValueError(f"{what} has labels the model was not trained on: {', '.join(names)} (e.g. "
+        raise InputError(f"{what} has labels the model was not trained on: {', '.join(names)} (e.g. "
                          f"{unseen[0].where}); known labels: {', '.join(labels)}")
 
 
@@ -190,10 +191,10 @@ def split_examples(examples: Sequence[T], fraction: float, seed: int,
     one. `unit` names a group in errors.
     """
     if not 0.0 < fraction < 1.0:
-        raise ValueError(f"the validation fraction must be in (0, 1), got {fraction}")
+        raise InputError(f"the validation fraction must be in (0, 1), got {fraction}")
     n = max(1, round(fraction * len(examples)))
     if n >= len(examples):
-        raise ValueError(f"{len(examples)} examples are too few to hold {fraction:.0%} out")
+        raise InputError(f"{len(examples)} examples are too few to hold {fraction:.0%} out")
     members: dict[Hashable, list[int]] = {}
     for i, e in enumerate(examples):
         members.setdefault(group(e) if group is not None else i, []).append(i)
@@ -206,7 +207,7 @@ def split_examples(examples: Sequence[T], fraction: float, seed: int,
     if not held:  # every group is larger than the fraction
         held = members[min(order, key=lambda k: len(members[k]))]
     if len(held) == len(examples):
-        raise ValueError(f"{len(examples)} examples are all about one {unit}: none can be held "
+        raise InputError(f"{len(examples)} examples are all about one {unit}: none can be held "
                          f"out a {unit} at a time")
     chosen = set(held)
     return ([e for i, e in enumerate(examples) if i not in chosen],
@@ -243,7 +244,7 @@ def genre_examples(split: str, *, per_genre: int | None = None, seed: int = 0) -
     elif split in GENRE_HELD_OUT:
         plays = list(GENRE_HELD_OUT[split])
     else:
-        raise ValueError(f"unknown split {split!r}; choose train, validation or test")
+        raise InputError(f"unknown split {split!r}; choose train, validation or test")
     by_genre: dict[str, list[Example]] = {}
     for play in plays:
         for n, speech in enumerate(shakespeare_speeches(play), 1):

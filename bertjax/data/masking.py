@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from bertjax.errors import InputError
+
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -73,7 +75,7 @@ def mask_tokens(
     B, S = input_ids.shape
     P = max_predictions
     if not 0 < P <= S:
-        raise ValueError(f"max_predictions must be in [1, seq_len={S}], got {P}")
+        raise InputError(f"max_predictions must be in [1, seq_len={S}], got {P}")
     n_cand = candidates.sum(axis=1)
     n_pred = np.minimum(P, np.maximum(1, np.rint(n_cand * mask_prob))).astype(np.int64)
     n_pred = np.where(n_cand > 0, np.minimum(n_pred, n_cand), 0)
@@ -117,7 +119,7 @@ def _whole_word_positions(
     """(B, P) sorted positions of whole words chosen in hash order; S marks empty slots."""
     B, S = input_ids.shape
     if S > 1024:
-        raise ValueError(f"whole-word masking supports seq_len <= 1024, got {S}")
+        raise InputError(f"whole-word masking supports seq_len <= 1024, got {S}")
     cont = continuation[input_ids] & candidates
     cont[:, 0] = False
     cont &= np.concatenate([np.zeros((B, 1), bool), candidates[:, :-1]], axis=1)

@@ -27,6 +27,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bertjax.errors import InputError
+
 
 def best_fit_decreasing(lengths: Sequence[int], seq_len: int, max_per_row: int | None = None,
                         costs: Sequence[int] | None = None, cost_limit: int | None = None
@@ -157,7 +159,7 @@ class RowLayout:
         """The rows (in `order`, default as packed) cut into batches of `rows_per_batch` rows,
         the last one completed with empty rows: (the members of each batch, its layout)."""
         if rows_per_batch < 1:
-            raise ValueError(f"rows_per_batch must be at least 1, got {rows_per_batch}")
+            raise InputError(f"rows_per_batch must be at least 1, got {rows_per_batch}")
         order = np.arange(self.num_rows) if order is None else np.asarray(order)
         where = np.full(self.num_rows, -1, np.int64)  # each row's place in `order`
         where[order] = np.arange(len(order))
@@ -207,7 +209,7 @@ def check_lengths(lengths: np.ndarray, seq_len: int, what: str = "sequences") ->
     """A ValueError naming empty sequences and those longer than `seq_len`."""
     for name, bad in (("empty", lengths == 0), (f"longer than seq_len={seq_len}", lengths > seq_len)):
         if bad.any():
-            raise ValueError(f"{what} {np.flatnonzero(bad)[:5].tolist()} are {name}: "
+            raise InputError(f"{what} {np.flatnonzero(bad)[:5].tolist()} are {name}: "
                              "cut or drop them before packing")
 
 
@@ -217,7 +219,7 @@ def pack_layout(lengths: Sequence[int], seq_len: int, max_per_row: int | None = 
     lengths = np.asarray(lengths, np.int64)
     check_lengths(lengths, seq_len)
     if max_per_row is not None and max_per_row < 1:
-        raise ValueError(f"max_per_row must be at least 1, got {max_per_row}")
+        raise InputError(f"max_per_row must be at least 1, got {max_per_row}")
     rows = best_fit_decreasing(lengths.tolist(), seq_len, max_per_row)
     return RowLayout.of(rows, lengths, seq_len, max_per_row)
 
@@ -239,7 +241,7 @@ def pack_sequences(
     """
     lengths = np.array([len(s) for s in sequences], np.int32)
     if token_types is not None and [len(t) for t in token_types] != lengths.tolist():
-        raise ValueError("token_types must give one type per token of each sequence")
+        raise InputError("token_types must give one type per token of each sequence")
     layout = pack_layout(lengths, seq_len, max_per_row)
     arrays = layout.inputs()
     types = (layout.tokens(pad_sequences(token_types)) if token_types is not None

@@ -22,6 +22,7 @@ import numpy as np
 
 from bertjax.data.packing import RowLayout, best_fit_decreasing
 from bertjax.data.pairs import SPECIAL_PER_PAIR
+from bertjax.errors import InputError
 
 PACKINGS = ("auto", "none", "best-fit")
 CHUNK = 8192  # pairs packed together: rows planned within a chunk
@@ -60,7 +61,7 @@ def resolve_packing(packing: str, lengths: np.ndarray, seq_len: int) -> str:
     """"none" or "best-fit": "auto" packs where the pairs fill under `AUTO_MAX_FILL` of their
     unpacked rows."""
     if packing not in PACKINGS:
-        raise ValueError(f"packing must be one of {', '.join(PACKINGS)}, got {packing!r}")
+        raise InputError(f"packing must be one of {', '.join(PACKINGS)}, got {packing!r}")
     if packing != "auto":
         return packing
     return "best-fit" if real_token_share(lengths, seq_len) < AUTO_MAX_FILL else "none"
@@ -131,7 +132,7 @@ def pack_pair_batch(batch: dict[str, np.ndarray], layout: RowLayout, pad_id: int
     member, slot, rows = member[order], slot[order], rows[order]
     rank = np.arange(len(rows)) - np.searchsorted(rows, rows)  # place among the row's
     if len(rank) and rank.max() >= P:
-        raise ValueError(f"a packed row got {rank.max() + 1} predictions, more than "
+        raise InputError(f"a packed row got {rank.max() + 1} predictions, more than "
                          f"max_predictions={P}: the rows were planned for another mask_prob")
     R = layout.num_rows
     out["masked_positions"] = np.zeros((R, P), np.int32)

@@ -37,6 +37,7 @@ import numpy as np
 
 from bertjax.common.files import write_npy_atomic
 from bertjax.data.shards import Shards
+from bertjax.errors import InputError
 
 COLUMNS = ("a_start", "a_end", "b_start", "b_end", "label", "boundary")
 IS_NEXT, NOT_NEXT = 0, 1
@@ -48,12 +49,12 @@ def check_pair_options(seq_len: int, short_seq_prob: float = 0.1, dupe_factor: i
     """Raise ValueError for options no pair can be made with (the command line checks the same
     ranges when it parses its options, before any work)."""
     if seq_len < MIN_SEQ_LEN:
-        raise ValueError(f"seq_len must be at least {MIN_SEQ_LEN} ([CLS] a [SEP] b [SEP]), "
+        raise InputError(f"seq_len must be at least {MIN_SEQ_LEN} ([CLS] a [SEP] b [SEP]), "
                          f"got {seq_len}")
     if not 0.0 <= short_seq_prob <= 1.0:
-        raise ValueError(f"short_seq_prob must be in [0, 1], got {short_seq_prob}")
+        raise InputError(f"short_seq_prob must be in [0, 1], got {short_seq_prob}")
     if dupe_factor < 1:
-        raise ValueError(f"dupe_factor must be at least 1, got {dupe_factor}")
+        raise InputError(f"dupe_factor must be at least 1, got {dupe_factor}")
 
 
 def _truncate(a0: int, a1: int, b0: int, b1: int, max_tokens: int, rng: random.Random):
@@ -88,7 +89,7 @@ def create_pairs(
     check_pair_options(seq_len, short_seq_prob, dupe_factor)
     n_docs = shards.num_documents
     if n_docs < 2:
-        raise ValueError(
+        raise InputError(
             f"corpus in {shards.directory} has {n_docs} document(s); next-sentence prediction "
             "needs at least two: add documents (a blank line separates documents in text files)"
         )

@@ -25,6 +25,7 @@ from bertjax.data.corpus import shakespeare_genres, shakespeare_scenes, split_se
 from bertjax.data.labelled import GENRE_HELD_OUT
 from bertjax.data.squad import QAExample
 from bertjax.data.tagging import TaggedSentence
+from bertjax.errors import InputError
 
 CHARACTERS_TASK = "shakespeare-characters"
 SPEAKERS_TASK = "shakespeare-speakers"
@@ -43,7 +44,7 @@ def split_plays(split: str) -> list[str]:
     if split in GENRE_HELD_OUT:
         return list(GENRE_HELD_OUT[split])
     if split != "train":
-        raise ValueError(f"unknown split {split!r}; choose train, validation or test")
+        raise InputError(f"unknown split {split!r}; choose train, validation or test")
     held = {p for plays in GENRE_HELD_OUT.values() for p in plays}
     return [p for p in shakespeare_genres() if p not in held]
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from bertjax.data.formats.text import Document, read_utf8, split_sentences
+from bertjax.errors import InputError
 
 SHAKESPEARE = "shakespeare"
 # Two whole plays held out for evaluation (a comedy and a tragedy); training never sees them.
@@ -48,11 +49,11 @@ def shakespeare_play_files() -> dict[str, Path]:
 def shakespeare_plays(split: str = "train", eval_plays: Sequence[str] = EVAL_PLAYS) -> list[str]:
     """Names of the plays in a split: "eval" is `eval_plays`, "train" the rest, "all" every play."""
     if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; choose one of {SPLITS}")
+        raise InputError(f"unknown split {split!r}; choose one of {SPLITS}")
     names = list(shakespeare_play_files())
     unknown = sorted(set(eval_plays) - set(names))
     if unknown:
-        raise ValueError(f"unknown eval plays {unknown}; choose from {names}")
+        raise InputError(f"unknown eval plays {unknown}; choose from {names}")
     if split == "all":
         return names
     held = set(eval_plays)

@@ -39,6 +39,7 @@ from bertjax.common.files import atomic_directory, check_output_directory, tempo
 from bertjax.common.input_overlap import Inputs
 from bertjax.data.corpus import Document
 from bertjax.data.tokenizer import SAVED_FILES, SpecialTokens, WordPieceTokenizer
+from bertjax.errors import InputError
 
 FORMAT = "bertjax-shards-1"
 META = "meta.json"
@@ -173,7 +174,7 @@ def _encode_batches(documents: Iterable[Document], encode_chars: int) -> Iterato
     chars = 0
     for doc in documents:
         if isinstance(doc, str):  # its characters would become sentences
-            raise ValueError(
+            raise InputError(
                 f"a document is a list of sentences, not a string (got {doc[:40]!r}); pass "
                 "corpus_documents(texts) to split texts into documents"
             )
@@ -189,13 +190,13 @@ def _encode_batches(documents: Iterable[Document], encode_chars: int) -> Iterato
 def _check_documents(documents: int, corpus: str, min_documents: int) -> None:
     """Raise ValueError for a corpus with no, or too few, documents that kept a sentence."""
     if documents == 0:
-        raise ValueError(
+        raise InputError(
             f"corpus {corpus or '<documents>'} is empty: no document has a sentence with "
             "tokens; check the path, the file format (one sentence per line, blank line "
             "between documents) or --text-field"
         )
     if documents < min_documents:
-        raise ValueError(
+        raise InputError(
             f"corpus {corpus or '<documents>'} has {documents} document(s); "
             f"at least {min_documents} are needed (next-sentence prediction draws B from "
             "another document): add documents, separated by a blank line in text files"
@@ -239,7 +240,7 @@ class Shards:
             )
         self.meta = json.loads(meta_path.read_text())
         if self.meta.get("format") != FORMAT:
-            raise ValueError(
+            raise InputError(
                 f"{meta_path}: format {self.meta.get('format')!r}, expected {FORMAT!r}"
             )
         n_tok, n_sent, n_doc = (self.meta[k] for k in ("tokens", "sentences", "documents"))
@@ -270,7 +271,7 @@ class Shards:
 
     def check_vocabulary(self, tokenizer: WordPieceTokenizer) -> None:
         if tokenizer.vocab_hash != self.meta["vocab_sha256"]:
-            raise ValueError(
+            raise InputError(
                 f"{self.directory} was tokenised with another vocabulary (sha256 "
                 f"{self.meta['vocab_sha256'][:12]}, given {tokenizer.vocab_hash[:12]}); "
                 "re-run `bertjax data` with this vocabulary"

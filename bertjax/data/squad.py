@@ -20,6 +20,7 @@ import numpy as np
 
 from bertjax.common.files import read_text
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.errors import InputError
 
 NO_OFFSET = -1  # the offsets of a piece that is not context ([CLS], question, [SEP], padding)
 
@@ -48,10 +49,10 @@ def read_squad(path: str | Path, *, what: str = "file") -> list[QAExample]:
     try:
         document = json.loads(read_text(path, what))
     except json.JSONDecodeError as err:
-        raise ValueError(f"{what} {path} is not JSON ({err}); give a SQuAD v1.1 or v2.0 file") \
+        raise InputError(f"{what} {path} is not JSON ({err}); give a SQuAD v1.1 or v2.0 file") \
             from err
     if not isinstance(document, dict) or not isinstance(document.get("data"), list):
-        raise ValueError(f"{what} {path} has no 'data' list: not SQuAD's layout ({{\"data\": "
+        raise InputError(f"{what} {path} has no 'data' list: not SQuAD's layout ({{\"data\": "
                          "[{\"paragraphs\": [{\"context\", \"qas\"}]}]})")
     examples, seen = [], set()
     for a, article in enumerate(document["data"]):
@@ -61,18 +62,18 @@ def read_squad(path: str | Path, *, what: str = "file") -> list[QAExample]:
             for q, qa in enumerate(_list(paragraph, "qas", where)):
                 example = _example(qa, context, f"{where}.qas[{q}]", path)
                 if example.id in seen:
-                    raise ValueError(f"{example.where}: the id {example.id!r} is used twice; "
+                    raise InputError(f"{example.where}: the id {example.id!r} is used twice; "
                                      "give every question its own id")
                 seen.add(example.id)
                 examples.append(example)
     if not examples:
-        raise ValueError(f"{what} {path} holds no questions")
+        raise InputError(f"{what} {path} holds no questions")
     return examples
 
 
 def _example(qa: object, context: str, where: str, path: Path) -> QAExample:
     if not isinstance(qa, dict):
-        raise ValueError(f"{where}: a question is an object with 'id', 'question', 'answers'")
+        raise InputError(f"{where}: a question is an object with 'id', 'question', 'answers'")
     qid = str(qa.get("id", where))
     named = f"{path}: question {qid!r}"
     question = _string(qa, "question", named)
@@ -82,15 +83,15 @@ def _example(qa: object, context: str, where: str, path: Path) -> QAExample:
         text = _string(answer, "text", named) if isinstance(answer, dict) else None
         start = answer.get("answer_start") if isinstance(answer, dict) else None
         if text is None or not isinstance(start, int) or isinstance(start, bool):
-            raise ValueError(f"{named}: an answer is {{\"text\": str, \"answer_start\": int}}")
+            raise InputError(f"{named}: an answer is {{\"text\": str, \"answer_start\": int}}")
         if context[start:start + len(text)] != text:
             found = context.find(text)
             hint = (f"the text is at {found}" if found >= 0 else "the text is not in the context")
-            raise ValueError(f"{named}: the answer {text!r} is not at answer_start {start} of its "
+            raise InputError(f"{named}: the answer {text!r} is not at answer_start {start} of its "
                              f"context ({hint}); fix answer_start")
         answers.append((text, start))
     if not impossible and not answers:
-        raise ValueError(f"{named}: no answers and not marked is_impossible; give an answer or "
+        raise InputError(f"{named}: no answers and not marked is_impossible; give an answer or "
                          "\"is_impossible\": true (SQuAD v2.0)")
     return QAExample(qid, question, context, tuple(answers), named)
 
@@ -98,14 +99,14 @@ def _example(qa: object, context: str, where: str, path: Path) -> QAExample:
 def _list(record: object, field: str, where: str) -> list:
     value = record.get(field) if isinstance(record, dict) else None
     if not isinstance(value, list):
-        raise ValueError(f"{where}: no '{field}' list")
+        raise InputError(f"{where}: no '{field}' list")
     return value
 
 
 def _string(record: object, field: str, where: str) -> str:
     value = record.get(field) if isinstance(record, dict) else None
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{where}: no text in '{field}'")
+        raise InputError(f"{where}: no text in '{field}'")
     return value
 
 
@@ -198,14 +199,14 @@ def default_doc_stride(max_length: int, max_query_length: int) -> int:
 def check_window(max_length: int, doc_stride: int, max_query_length: int) -> None:
     """A ValueError naming the option unless windows can hold a question and move forward."""
     if max_query_length < 1:
-        raise ValueError(f"max_query_length must be at least 1, got {max_query_length}")
+        raise InputError(f"max_query_length must be at least 1, got {max_query_length}")
     room = max_length - max_query_length - 3
     if room < 1:
-        raise ValueError(f"max_length {max_length} leaves no room for context after a question "
+        raise InputError(f"max_length {max_length} leaves no room for context after a question "
                          f"of {max_query_length} pieces and [CLS] [SEP] [SEP]; raise max_length "
                          f"or lower max_query_length")
     if not 0 <= doc_stride < room:
-        raise ValueError(f"doc_stride {doc_stride} must be below the {room} context pieces a "
+        raise InputError(f"doc_stride {doc_stride} must be below the {room} context pieces a "
                          f"window holds (max_length {max_length} - question {max_query_length} "
                          "- 3), or windows would not move forward; lower doc_stride")
 

@@ -25,6 +25,7 @@ import numpy as np
 from bertjax.common.files import read_text
 from bertjax.data.records import json_records
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.errors import InputError
 
 IGNORE = -100  # the label of a position the loss skips (special tokens, padding, later pieces)
 _BIO = re.compile(r"^[BI]-\S+$")
@@ -58,7 +59,7 @@ def read_tagged(
     else:
         sentences = _conll_sentences(path, content)
     if not sentences:
-        raise ValueError(f"{what} {path} holds no sentences; give one token and its tag per line "
+        raise InputError(f"{what} {path} holds no sentences; give one token and its tag per line "
                          "with a blank line between sentences (CoNLL), or one JSON object per "
                          f"line with '{tokens_field}' and '{tags_field}' (.jsonl)")
     return sentences
@@ -82,7 +83,7 @@ def _conll_sentences(path: Path, content: str) -> list[TaggedSentence]:
             close()
             continue
         if len(columns) == 1:
-            raise ValueError(f"{path}:{n} has one column ({columns[0]!r}); give the token first "
+            raise InputError(f"{path}:{n} has one column ({columns[0]!r}); give the token first "
                              "and its tag last, separated by whitespace (a blank line ends a "
                              "sentence)")
         rows.append((n, columns[0], columns[-1]))
@@ -97,10 +98,10 @@ def _json_sentences(path: Path, content: str, tokens_field: str, tags_field: str
         tokens = _string_list(record, tokens_field, where, "token", "--tokens-field")
         tags = _string_list(record, tags_field, where, "tag", "--tags-field")
         if len(tags) != len(tokens):
-            raise ValueError(f"{where}: {len(tokens)} tokens but {len(tags)} tags; give one tag "
+            raise InputError(f"{where}: {len(tokens)} tokens but {len(tags)} tags; give one tag "
                              "per token")
         if not tokens:
-            raise ValueError(f"{where}: the sentence has no tokens; drop the line")
+            raise InputError(f"{where}: the sentence has no tokens; drop the line")
         _check_bio(tags, lambda i, where=where: f"{where}: tag {i + 1}")
         sentences.append(TaggedSentence(tuple(tokens), tuple(tags), where))
     return sentences
@@ -110,16 +111,16 @@ def _string_list(record: dict, field: str, where: str, item: str, option: str) -
     """`record[field]`, a list of non-empty strings (tokens or tags)."""
     if field not in record:
         fields = ", ".join(map(str, record)) or "none"
-        raise ValueError(f"{where}: no field '{field}' (fields: {fields}); set {option}")
+        raise InputError(f"{where}: no field '{field}' (fields: {fields}); set {option}")
     values = record[field]
     if not isinstance(values, list):
-        raise ValueError(f"{where}: field '{field}' is not a list; give a list of {item}s")
+        raise InputError(f"{where}: field '{field}' is not a list; give a list of {item}s")
     for i, value in enumerate(values):
         if isinstance(value, int) and not isinstance(value, bool) and item == "tag":
-            raise ValueError(f"{where}: tag {i + 1} is the integer {value}; give tag names "
+            raise InputError(f"{where}: tag {i + 1} is the integer {value}; give tag names "
                              "(e.g. \"B-PER\"), not their ids")
         if not isinstance(value, str) or not value.strip():
-            raise ValueError(f"{where}: {item} {i + 1} is {json.dumps(value)}; every {item} is "
+            raise InputError(f"{where}: {item} {i + 1} is {json.dumps(value)}; every {item} is "
                              "a non-empty string")
     return values
 
@@ -131,11 +132,11 @@ def _check_bio(tags: Sequence[str], where: Callable[[int], str]) -> None:
         if tag != "O" and not _BIO.match(tag):
             hint = (" (IOBES/BILOU tags are not read: convert them to BIO)"
                     if _OTHER_SCHEME.match(tag) else "")
-            raise ValueError(f"{where(i)}: tag {tag!r} is not a BIO tag; BIO/IOB2 is expected: "
+            raise InputError(f"{where(i)}: tag {tag!r} is not a BIO tag; BIO/IOB2 is expected: "
                              f"O, B-TYPE or I-TYPE{hint}")
         if tag.startswith("I-") and prev not in (f"B-{tag[2:]}", tag):
             after = f"follows {prev!r}" if prev else "starts the sentence"
-            raise ValueError(f"{where(i)}: tag {tag!r} {after}; in BIO/IOB2 an entity begins "
+            raise InputError(f"{where(i)}: tag {tag!r} {after}; in BIO/IOB2 an entity begins "
                              f"with B-{tag[2:]} (an I- that opens an entity is IOB1: convert it "
                              "to B-)")
         prev = tag
@@ -172,7 +173,7 @@ def align_labels(
     first piece of a word gets its label, the others `ignore`, or with `label_all_pieces` the
     word's label mapped through `b_to_i` (see `b_to_i_ids`)."""
     if label_all_pieces and b_to_i is None:
-        raise ValueError("label_all_pieces needs b_to_i (from b_to_i_ids): a word's later pieces "
+        raise InputError("label_all_pieces needs b_to_i (from b_to_i_ids): a word's later pieces "
                          "get I-X, not B-X, or each piece would begin an entity")
     labels, seen = [], set()
     for w in word_ids:
@@ -180,7 +181,7 @@ def align_labels(
             labels.append(ignore)
             continue
         if not 0 <= w < len(tag_ids):
-            raise ValueError(f"word id {w} has no tag: the sentence has {len(tag_ids)} words")
+            raise InputError(f"word id {w} has no tag: the sentence has {len(tag_ids)} words")
         if w not in seen:
             labels.append(tag_ids[w])
             seen.add(w)
@@ -227,7 +228,7 @@ def encode_tagged(
     (tag -> id) aligned by `align_labels`. A word the tokenizer turns into no pieces (a control
     or zero-width character) becomes [UNK], so every word keeps a position and a label."""
     if max_length < 3:
-        raise ValueError(f"max_length {max_length} leaves no room for a word after [CLS] and "
+        raise InputError(f"max_length {max_length} leaves no room for a word after [CLS] and "
                          "[SEP]; give at least 3")
     b_to_i = b_to_i_ids(label_ids)
     shape = (len(sentences), max_length)
@@ -252,7 +253,7 @@ def encode_tagged(
 def _tag_ids(sentence: TaggedSentence, label_ids: Mapping[str, int]) -> list[int]:
     unknown = sorted({t for t in sentence.tags if t not in label_ids})
     if unknown:
-        raise ValueError(f"{sentence.where}: tags the model does not know: {', '.join(unknown)} "
+        raise InputError(f"{sentence.where}: tags the model does not know: {', '.join(unknown)} "
                          f"(known: {', '.join(label_ids)})")
     return [label_ids[t] for t in sentence.tags]
 

@@ -20,6 +20,7 @@ from tokenizers.processors import BertProcessing
 
 from bertjax.common.files import read_text, write_text_atomic
 from bertjax.config import MAX_VOCAB_SIZE
+from bertjax.errors import InputError
 
 SPECIAL_TOKENS: dict[str, str] = {
     "pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]",
@@ -66,7 +67,7 @@ class WordPieceTokenizer:
         vocab = tokenizer.get_vocab(with_added_tokens=True)
         missing = [tok for tok in SPECIAL_TOKENS.values() if tok not in vocab]
         if missing:
-            raise ValueError(
+            raise InputError(
                 f"vocabulary {source} lacks the special tokens {', '.join(missing)}; add them "
                 "(one per line in vocab.txt) or train a vocabulary with `bertjax vocab`"
             )
@@ -101,14 +102,14 @@ class WordPieceTokenizer:
         then character, so nothing is left to the hash order.
         """
         if not MIN_VOCAB_SIZE <= vocab_size <= MAX_VOCAB_SIZE:
-            raise ValueError(f"vocab_size must be from {MIN_VOCAB_SIZE} to {MAX_VOCAB_SIZE:,}, "
+            raise InputError(f"vocab_size must be from {MIN_VOCAB_SIZE} to {MAX_VOCAB_SIZE:,}, "
                              f"got {vocab_size:,}")
         if limit_alphabet < 1:
-            raise ValueError(f"limit_alphabet must be at least 1, got {limit_alphabet}")
+            raise InputError(f"limit_alphabet must be at least 1, got {limit_alphabet}")
         wp = BertWordPieceTokenizer(lowercase=lowercase, strip_accents=None if lowercase else False)
         words = _word_counts(wp._tokenizer, sentences)
         if not words:
-            raise ValueError("cannot train a vocabulary on an empty corpus; check --corpus")
+            raise InputError("cannot train a vocabulary on an empty corpus; check --corpus")
         alphabet = _alphabet(words, limit_alphabet)
         continuations = sorted({CONTINUATION + c for w in words for c in w[1:] if c in alphabet})
         wp.train_from_iterator(
@@ -149,15 +150,15 @@ class WordPieceTokenizer:
                 tokenizer = Tokenizer.from_file(str(path))
             except Exception as err:  # tokenizers raises a bare Exception
                 reason = " ".join(str(err).split())
-                raise ValueError(f"{path} is not a valid tokenizer.json ({reason}); give a "
+                raise InputError(f"{path} is not a valid tokenizer.json ({reason}); give a "
                                  "tokenizer.json written by tokenizers or `bertjax vocab`") from err
         else:
             tokens = read_text(path, what="vocabulary").splitlines()
             if not any(t.strip() for t in tokens):
-                raise ValueError(f"vocabulary {path} is empty; one token per line expected")
+                raise InputError(f"vocabulary {path} is empty; one token per line expected")
             missing = [t for t in SPECIAL_TOKENS.values() if t not in tokens]
             if missing:  # checked before tokenizers, which would fail with a vaguer message
-                raise ValueError(
+                raise InputError(
                     f"vocabulary {path} lacks the special tokens {', '.join(missing)}; add them "
                     "(one per line) or train a vocabulary with `bertjax vocab`"
                 )

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from bertjax.errors import InputError
 from bertjax.io.names import LEAF_RENAMES
 
 FLAX_WEIGHTS = "flax_model.msgpack"
@@ -33,7 +34,7 @@ def read_flax_tensors(files: list[Path]) -> dict[str, np.ndarray]:
     for file in files:
         flat.update(_read_msgpack(file))
     if not any(path[-3:] == _WORD_EMBEDDINGS for path in flat):
-        raise ValueError(
+        raise InputError(
             f"{files[0] if len(files) == 1 else files[0].parent} holds no BERT weights (no "
             f"{'/'.join(_WORD_EMBEDDINGS)}; found {', '.join(sorted({p[0] for p in flat})[:5])}): "
             "pass the directory of a FlaxBert* checkpoint")
@@ -48,11 +49,11 @@ def _read_msgpack(file: Path) -> dict[tuple[str, ...], np.ndarray]:
     try:
         tree = msgpack_restore(file.read_bytes())
     except Exception as err:  # noqa: BLE001 - msgpack raises ExtraData, ValueError, ... on damage
-        raise ValueError(f"{file} is not a readable Flax msgpack checkpoint "
+        raise InputError(f"{file} is not a readable Flax msgpack checkpoint "
                          f"({type(err).__name__}: {' '.join(str(err).split())[:200]}); it is "
                          "damaged or incomplete: copy (or save) it again") from err
     if not isinstance(tree, Mapping):
-        raise ValueError(f"{file} holds a msgpack {type(tree).__name__}, not a dict of "
+        raise InputError(f"{file} holds a msgpack {type(tree).__name__}, not a dict of "
                          "parameters: pass the directory of a FlaxBert* checkpoint")
     flat: dict[tuple[str, ...], np.ndarray] = {}
     _flatten(tree, (), flat, file)
@@ -66,7 +67,7 @@ def _flatten(tree: Any, path: tuple[str, ...], out: dict[tuple[str, ...], np.nda
             _flatten(sub, (*path, *str(key).split("/")), out, file)
         return
     if not isinstance(tree, np.ndarray):
-        raise ValueError(f"{file} holds a {type(tree).__name__} at {'/'.join(path)}, not an "
+        raise InputError(f"{file} holds a {type(tree).__name__} at {'/'.join(path)}, not an "
                          "array: it is not a Flax parameter checkpoint")
     out[path] = tree
 
@@ -77,7 +78,7 @@ def _torch_named(path: tuple[str, ...], value: np.ndarray,
     the array transposed to PyTorch's (out, in)), as transformers 4 converted Flax to PyTorch."""
     *modules, leaf = path
     if leaf not in LEAF_RENAMES:
-        raise ValueError(f"{files[0].parent}: parameter {'/'.join(path)} has the leaf {leaf!r}, "
+        raise InputError(f"{files[0].parent}: parameter {'/'.join(path)} has the leaf {leaf!r}, "
                          f"which no BERT parameter has ({', '.join(LEAF_RENAMES)}): not a "
                          "FlaxBert* checkpoint")
     name, transposed = LEAF_RENAMES[leaf]

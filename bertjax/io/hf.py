@@ -28,6 +28,7 @@ from bertjax.common.files import atomic_directory, check_output_directory, follo
 from bertjax.common.input_overlap import Inputs
 from bertjax.config import BertConfig
 from bertjax.data.tokenizer import SPECIAL_TOKENS
+from bertjax.errors import InputError
 from bertjax.io.flax_msgpack import FLAX_WEIGHTS, FLAX_WEIGHTS_INDEX, read_flax_tensors
 from bertjax.io.names import (
     BASE_PREFIX,
@@ -86,7 +87,7 @@ def _index_files(index_file: Path) -> list[Path]:
     names (each must exist)."""
     weight_map = _read_json(index_file).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
-        raise ValueError(f"{index_file} has no weight_map of tensor names to shard files; restore "
+        raise InputError(f"{index_file} has no weight_map of tensor names to shard files; restore "
                          "it (or download the model again)")
     files = sorted({index_file.parent / str(f) for f in weight_map.values()})
     missing = [f.name for f in files if not f.is_file()]
@@ -102,7 +103,7 @@ def _read_safetensors(files: list[Path]) -> dict[str, np.ndarray]:
         try:
             tensors.update(safetensors.numpy.load_file(file))
         except (SafetensorError, OSError, ValueError, TypeError) as err:  # TypeError: a dtype
-            raise ValueError(f"{file} is not a readable safetensors file ({_one_line(err)}); "
+            raise InputError(f"{file} is not a readable safetensors file ({_one_line(err)}); "
                              "it is damaged or incomplete: download (or export) it again") from err
     return tensors
 
@@ -122,17 +123,17 @@ def _read_pytorch_bin(file: Path) -> dict[str, np.ndarray]:
     try:
         state = torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
-        raise ValueError(
+        raise InputError(
             f"refusing to load {file}: it is damaged or not a plain tensor checkpoint (torch.load "
             "with weights_only=True rejected it); download it again, or convert it to "
             "safetensors in a trusted environment"
         ) from err
     except Exception as err:  # noqa: BLE001 - torch raises RuntimeError, EOFError, ... on damage
-        raise ValueError(f"{file} is not a readable PyTorch checkpoint ({_one_line(err)}); it is "
+        raise InputError(f"{file} is not a readable PyTorch checkpoint ({_one_line(err)}); it is "
                          "damaged or incomplete: download it again") from err
     if not isinstance(state, dict) or not all(hasattr(v, "is_floating_point")
                                               for v in state.values()):
-        raise ValueError(f"{file} is not a state dict of tensors; pass a Hugging Face BERT "
+        raise InputError(f"{file} is not a state dict of tensors; pass a Hugging Face BERT "
                          "checkpoint directory")
     return {k: v.detach().float().numpy() if v.is_floating_point() else v.numpy()
             for k, v in state.items()}
@@ -157,7 +158,7 @@ def read_hf(path: str | Path, config_data: Mapping[str, Any] | None = None,
     try:
         config = BertConfig.from_hf_dict(data, **config_overrides)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{path / CONFIG}: {_one_line(err)}; fix it, or pass a directory whose "
+        raise InputError(f"{path / CONFIG}: {_one_line(err)}; fix it, or pass a directory whose "
                          "config.json describes a BERT") from err
     architecture = architecture_in(data)
     tensors = {normalise_hf_key(k): v for k, v in read_hf_tensors(path).items()}
@@ -199,10 +200,10 @@ def _read_json(file: Path) -> dict[str, Any]:
     try:
         data = json.loads(file.read_bytes())
     except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
-        raise ValueError(f"{file} is not valid JSON ({_one_line(err)}); it is damaged: restore "
+        raise InputError(f"{file} is not valid JSON ({_one_line(err)}); it is damaged: restore "
                          "it (or download the model again)") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{file} holds a JSON {type(data).__name__}, not an object; it is "
+        raise InputError(f"{file} holds a JSON {type(data).__name__}, not an object; it is "
                          "damaged: restore it (or download the model again)")
     return data
 
@@ -211,7 +212,7 @@ def _check_tied(tensors: dict[str, np.ndarray]) -> None:
     decoder = tensors.get("cls.predictions.decoder.weight")
     words = tensors.get("bert.embeddings.word_embeddings.weight")
     if decoder is not None and words is not None and not np.array_equal(decoder, words):
-        raise ValueError(
+        raise InputError(
             "cls.predictions.decoder.weight differs from bert.embeddings.word_embeddings.weight: "
             "this checkpoint has an untied MLM decoder, which bertjax (tied, as BERT) cannot hold"
         )

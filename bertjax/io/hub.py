@@ -16,6 +16,8 @@ import json
 import re
 from pathlib import Path
 
+from bertjax.errors import InputError
+
 CONFIG = "config.json"
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 # a sentence-transformers model's pooling and maximum length (`bertjax embed` follows them)
@@ -64,7 +66,7 @@ def resolve_model(name: str | Path, *, revision: str | None = None,
     path = Path(name)
     if path.exists() or not looks_like_hub_id(str(name)):
         if revision is not None and path.exists():
-            raise ValueError(f"{name} is a local directory: revision={revision!r} only chooses a "
+            raise InputError(f"{name} is a local directory: revision={revision!r} only chooses a "
                              "version of a Hub model")
         return path
     return _download(str(name), revision, cache_dir)

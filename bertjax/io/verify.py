@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bertjax.config import COMPUTE_FIELDS
+from bertjax.errors import InputError
 from bertjax.io.hf import SAFETENSORS
 from bertjax.io.models import load_model
 from bertjax.io.names import HF_OUTPUT_FIELDS
@@ -45,7 +46,7 @@ FIRST_ORDINARY_ID = 5  # probe ids are drawn from [5, vocabulary): past the usua
 Batch = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
-class ExportCheckError(ValueError):
+class ExportCheckError(InputError):
     """A written directory that does not reproduce its model (the message says where)."""
 
 

@@ -24,6 +24,7 @@ import numpy as np
 from flax import nnx
 
 from bertjax.config import BertConfig, stacked_at
+from bertjax.errors import InputError
 from bertjax.io.names import (
     HEAD_PREFIXES,
     MADE_BY,
@@ -118,7 +119,7 @@ def check_state_dict(
             problems.append(f"  wrong shape for {k}: expected {tuple(expected[k])}, found {found}")
     if problems:
         hint = _layer_hint(state_dict, expected)
-        raise ValueError(
+        raise InputError(
             f"{what} does not match the model config ({len(problems)} problems):\n"
             + "\n".join(problems)
             + (f"\n{hint}" if hint else "")
@@ -247,7 +248,7 @@ def check_architecture(arrays: Mapping[str, Any], config: BertConfig, source_cls
     own = [h for h in checkpoint_heads(config, source_cls) if h != POOLER]
     held = [h for h in heads_held(arrays) if h != POOLER.removesuffix(".")]
     if own and held and not any(n.startswith(tuple(own)) for n in arrays):
-        raise ValueError(
+        raise InputError(
             f"{where} names {source_cls.__name__}, but the weights hold no "
             f"{', '.join(h.removesuffix('.') for h in own)} and hold {', '.join(held)}, the head "
             f"of another class: fix `architectures` in {where} (or put back the weights it "
@@ -301,7 +302,7 @@ def check_finite(arrays: Mapping[str, Any], source: str) -> None:
                  and not np.isfinite(value).all())
     if bad:
         shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
-        raise ValueError(f"{source} has NaN or Inf in {len(bad)} weight(s) ({shown}): its file "
+        raise InputError(f"{source} has NaN or Inf in {len(bad)} weight(s) ({shown}): its file "
                          "is damaged or the model diverged; download, convert or train it again")
 
 

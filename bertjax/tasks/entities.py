@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from bertjax.errors import InputError
+
 _CLOSE_AFTER = frozenset("ES")  # an E- or S- tag always closes its entity
 _OUTSIDE = frozenset("O.")  # seqeval's "not in an entity" first letters
 
@@ -59,10 +61,10 @@ def _starts(prev_tag: str, tag: str, prev_type: str, type_: str) -> bool:
 
 def _check_tags(tags: Sequence[str], what: str) -> None:
     if isinstance(tags, str):
-        raise ValueError(f"{what} must be a sequence of tags, not the string {tags!r}")
+        raise InputError(f"{what} must be a sequence of tags, not the string {tags!r}")
     for i, tag in enumerate(tags):
         if not isinstance(tag, str) or not tag:
-            raise ValueError(f"{what}[{i}] is {tag!r}; every tag is a non-empty string "
+            raise InputError(f"{what}[{i}] is {tag!r}; every tag is a non-empty string "
                              "(e.g. 'O', 'B-PER', 'I-PER')")
 
 
@@ -130,13 +132,13 @@ def _average(per_type: dict[str, dict], weighted: bool) -> dict[str, float]:
 
 def _check_pairs(true_seqs: Sequence[Sequence[str]], pred_seqs: Sequence[Sequence[str]]) -> None:
     if len(true_seqs) != len(pred_seqs):
-        raise ValueError(f"{len(true_seqs)} true sentences but {len(pred_seqs)} predicted; give "
+        raise InputError(f"{len(true_seqs)} true sentences but {len(pred_seqs)} predicted; give "
                          "one prediction per sentence")
     if not any(len(seq) for seq in true_seqs):
-        raise ValueError("no tokens to score; give at least one tagged sentence")
+        raise InputError("no tokens to score; give at least one tagged sentence")
     for i, (true, pred) in enumerate(zip(true_seqs, pred_seqs, strict=True)):
         if len(true) != len(pred):
-            raise ValueError(f"sentence {i} has {len(true)} true tags but {len(pred)} predicted; "
+            raise InputError(f"sentence {i} has {len(true)} true tags but {len(pred)} predicted; "
                              "give one predicted tag per token")
         _check_tags(true, f"true sentence {i}")
         _check_tags(pred, f"predicted sentence {i}")

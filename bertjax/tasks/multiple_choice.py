@@ -23,6 +23,7 @@ from flax import nnx
 from bertjax.data.choices import ChoiceExample
 from bertjax.data.packing import RowLayout
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.errors import InputError
 from bertjax.heads import BertForMultipleChoice
 from bertjax.losses import IGNORE_INDEX
 from bertjax.tasks.task import TaskScores, write_report
@@ -46,7 +47,7 @@ class MultipleChoiceTask:
 
     def check_length(self, max_length: int) -> None:
         if max_length < 5:
-            raise ValueError(f"--max-length {max_length} leaves no room for a context and a "
+            raise InputError(f"--max-length {max_length} leaves no room for a context and a "
                              "choice ([CLS] A [SEP] B [SEP]); pass 5 or more")
 
     def units(self, tokenizer: WordPieceTokenizer, examples: Sequence[ChoiceExample],

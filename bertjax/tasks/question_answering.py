@@ -28,6 +28,7 @@ from flax import nnx
 from bertjax.data.packing import RowLayout
 from bertjax.data.squad import QAExample, QAWindows, check_window, default_doc_stride, encode_squad
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.errors import InputError
 from bertjax.heads import BertForQuestionAnswering
 from bertjax.losses import IGNORE_INDEX, packed_question_answering_sums
 from bertjax.tasks.squad_metric import squad_scores
@@ -74,7 +75,7 @@ class QuestionAnsweringTask:
     def check(self, examples: Sequence[QAExample], labels: Sequence[str], what: str) -> None:
         # read_squad checked every answer against its context
         if not self.version_2 and any(not e.answerable for e in examples):
-            raise ValueError(f"{what} holds questions with no answer (SQuAD v2.0) but the task "
+            raise InputError(f"{what} holds questions with no answer (SQuAD v2.0) but the task "
                              "is SQuAD v1.1, which never answers \"\": train on data with such "
                              "questions (bertjax finetune then answers \"\" too) or pass "
                              "QuestionAnsweringTask(version_2=True)")

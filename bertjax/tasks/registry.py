@@ -20,6 +20,7 @@ from typing import Any
 
 from bertjax.data.labelled import GENRE_TASK
 from bertjax.data.scene_tasks import CHARACTERS_TASK, NEXT_LINE_TASK, SPEAKERS_TASK
+from bertjax.errors import InputError
 
 __all__ = ["BUNDLED", "KINDS", "Fields", "TaskOptions", "bundled_examples", "hold_out",
            "kind_of", "make_task", "read_task_examples"]
@@ -60,7 +61,7 @@ def kind_of(name: str) -> str:
         return name
     if name in BUNDLED:
         return BUNDLED[name]
-    raise ValueError(f"unknown task {name!r}; choose one of {', '.join((*KINDS, *BUNDLED))}")
+    raise InputError(f"unknown task {name!r}; choose one of {', '.join((*KINDS, *BUNDLED))}")
 
 
 def read_task_examples(kind: str, path: str | Path, *, what: str = "file",
@@ -74,7 +75,7 @@ def read_task_examples(kind: str, path: str | Path, *, what: str = "file",
         other = guess_kind(path)
         if other is None or other == kind:
             raise
-        raise ValueError(f"{err}; {path} looks like {other} data: pass --task {other}") from None
+        raise InputError(f"{err}; {path} looks like {other} data: pass --task {other}") from None
 
 
 def _read_kind(kind: str, path: str | Path, what: str, fields: Fields) -> list:
@@ -123,7 +124,7 @@ def bundled_examples(name: str, *, per_genre: int | None = 600, seed: int = 0
     from bertjax.data.labelled import genre_examples
 
     if name not in BUNDLED:
-        raise ValueError(f"{name!r} is no bundled task; choose one of {', '.join(BUNDLED)}")
+        raise InputError(f"{name!r} is no bundled task; choose one of {', '.join(BUNDLED)}")
     if name == GENRE_TASK:
         return (genre_examples("train", per_genre=per_genre, seed=seed),
                 genre_examples("validation"), genre_examples("test"))
@@ -175,6 +176,6 @@ def make_task(kind: str, train: Sequence[Any], options: TaskOptions = TaskOption
 
         task, labels, field = ClassificationTask(), label_names(train), fields.label
     if len(labels) < 2:
-        raise ValueError(f"the training data has {len(labels)} label(s); a classifier needs 2 or "
+        raise InputError(f"the training data has {len(labels)} label(s); a classifier needs 2 or "
                          f"more (field '{field}')")
     return task, labels

@@ -21,6 +21,7 @@ from flax import nnx
 from bertjax.data.packing import RowLayout
 from bertjax.data.tagging import IGNORE, TaggedSentence, encode_tagged, piece_counts
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.errors import InputError
 from bertjax.heads import BertForTokenClassification
 from bertjax.tasks.entities import entity_scores
 from bertjax.tasks.task import TaskScores, write_report
@@ -46,7 +47,7 @@ class TokenClassificationTask:
         for sentence in examples:
             unknown = sorted(set(sentence.tags) - known)
             if unknown:
-                raise ValueError(f"{sentence.where}: tags the model was not given: "
+                raise InputError(f"{sentence.where}: tags the model was not given: "
                                  f"{', '.join(unknown)} (in {what}; the labels come from the "
                                  f"training data: {', '.join(labels)})")
 

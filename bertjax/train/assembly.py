@@ -18,6 +18,7 @@ from collections.abc import Callable
 import optax
 from flax import nnx
 
+from bertjax.errors import InputError
 from bertjax.train.objectives import PRETRAINING, Objective
 from bertjax.train.optim import OptimConfig, learning_rate_schedule, make_optimizer
 from bertjax.train.parallel import MeshStrategy, Pmap, SingleDevice
@@ -80,7 +81,7 @@ def assemble(
     strategy = SingleDevice() if strategy is None else strategy
     if isinstance(optimizer, OptimConfig):
         if grad_accum_steps not in (None, optimizer.grad_accum_steps):
-            raise ValueError(f"grad_accum_steps={grad_accum_steps} differs from the OptimConfig's "
+            raise InputError(f"grad_accum_steps={grad_accum_steps} differs from the OptimConfig's "
                              f"{optimizer.grad_accum_steps}: set it in one place")
         tx, schedule = make_optimizer(optimizer), learning_rate_schedule(optimizer)
         accum = optimizer.grad_accum_steps
@@ -90,7 +91,7 @@ def assemble(
         raise TypeError(f"optimizer must be an optax.GradientTransformation or an OptimConfig, "
                         f"got {type(optimizer).__name__}")
     if accum < 1:
-        raise ValueError(f"grad_accum_steps must be positive, got {accum}")
+        raise InputError(f"grad_accum_steps must be positive, got {accum}")
     dropout = needs_dropout_keys(model)
     graphdef, state = create_train_state(model, tx, seed, prng_impl)
     train_step = make_train_step(

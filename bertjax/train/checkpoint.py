@@ -35,6 +35,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from bertjax.common.files import check_creatable
+from bertjax.errors import InputError
 from bertjax.train.distributed import barrier
 from bertjax.train.manifest import write_manifest
 from bertjax.train.saved import (
@@ -132,7 +133,7 @@ class Checkpointer:
             return False
         extra = dict(extra or {})
         if clash := [k for k in _RESERVED if k in extra]:
-            raise ValueError(f"extra may not use the keys {clash}: the checkpoint keeps its own")
+            raise InputError(f"extra may not use the keys {clash}: the checkpoint keeps its own")
         items = {"state": ocp.args.StandardSave(state),
                  "data": ocp.args.JsonSave({**extra, "digest": state_digest(state),
                                             "step": int(step)})}

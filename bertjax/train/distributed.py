@@ -12,6 +12,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from bertjax.errors import InputError
+
 _BARRIERS: dict[str, int] = {}  # name -> times this process passed it
 
 
@@ -22,7 +24,7 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int) ->
     only affects the CPU backend, so it is harmless on GPU/TPU hosts.
     """
     if not 0 <= process_id < num_processes:
-        raise ValueError(f"process id {process_id} must be in [0, {num_processes})")
+        raise InputError(f"process id {process_id} must be in [0, {num_processes})")
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address, num_processes, process_id)
 

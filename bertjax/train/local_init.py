@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from bertjax.errors import InputError
 from bertjax.model import BertModel
 
 OFFSETS = (-1, 1, -2, 2)  # head h of a chosen layer looks at the key offset[h % 4] away
@@ -51,12 +52,12 @@ def local_attention_init(model: nnx.Module, *, layers: int = 1,
     bert: BertModel = model if isinstance(model, BertModel) else model.bert
     config = bert.config
     if not 1 <= layers <= config.num_hidden_layers:
-        raise ValueError(f"local attention layers must be in [1, {config.num_hidden_layers}] "
+        raise InputError(f"local attention layers must be in [1, {config.num_hidden_layers}] "
                          f"for this model, got {layers}")
     h, d = config.hidden_size, config.head_dim
     m = d // 2  # frequency pairs: one head's dimensions hold them all
     if 2 * m >= h:
-        raise ValueError(f"local attention init needs the hidden size ({h}) above the head "
+        raise InputError(f"local attention init needs the hidden size ({h}) above the head "
                          f"size ({d}): the positions take one head's dimensions")
     sigma = config.initializer_range
     amplitude = sigma * math.sqrt((h - 2 * m) / m)  # positions as much energy as a word row

@@ -18,12 +18,13 @@ import json
 from pathlib import Path
 
 from bertjax.common.files import write_json_atomic
+from bertjax.errors import InputError
 
 MANIFEST = "bertjax_files.json"
 _CHUNK = 1 << 22  # bytes hashed at a time: memory stays flat for any file size
 
 
-class StepDamagedError(ValueError):
+class StepDamagedError(InputError):
     """A checkpoint step whose files do not match its manifest."""
 
 

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import optax
 
 from bertjax.config import per_layer_shape, stacked_at
+from bertjax.errors import InputError
 from bertjax.train.choices import OPTIMIZERS
 from bertjax.train.schedule import OptimConfig, applies_weight_decay
 
@@ -49,7 +50,7 @@ def _per_layer(tx: optax.GradientTransformation) -> optax.GradientTransformation
 
     def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
         if params is None:
-            raise ValueError("LAMB's trust ratio needs the parameters: update(updates, state, "
+            raise InputError("LAMB's trust ratio needs the parameters: update(updates, state, "
                              "params)")
 
         def one(path: Any, u: jax.Array, p: jax.Array) -> jax.Array:

@@ -26,6 +26,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from bertjax.errors import InputError
 from bertjax.train.choices import PARALLEL_CHOICES
 
 NONE, PMAP, MESH = PARALLEL_CHOICES  # the names, written once (bertjax.train.choices)
@@ -55,7 +56,7 @@ def _check_divisible(kind: str, batch_size: int, devices: int, grad_accum_steps:
     if batch_size % (devices * grad_accum_steps):
         what = f"{devices} device(s)" + (
             f" x {grad_accum_steps} accumulation steps" if grad_accum_steps > 1 else "")
-        raise ValueError(
+        raise InputError(
             f"batch size {batch_size} is not divisible by the {what} of parallel={kind!r}; use a "
             f"batch size that is a multiple of {devices * grad_accum_steps}"
         )
@@ -73,7 +74,7 @@ class SingleDevice:
 
     def __init__(self) -> None:
         if jax.process_count() > 1:
-            raise ValueError("parallel='none' runs on one device of one process; with several "
+            raise InputError("parallel='none' runs on one device of one process; with several "
                              "processes use parallel='pmap' or parallel='mesh'")
         self.device = jax.local_devices()[0]
         self.num_devices = 1
@@ -157,7 +158,7 @@ class MeshStrategy:
     def __init__(self, fsdp: int = 1) -> None:
         devices = np.array(jax.devices())
         if fsdp < 1 or devices.size % fsdp:
-            raise ValueError(f"fsdp={fsdp} does not divide the {devices.size} devices; choose a "
+            raise InputError(f"fsdp={fsdp} does not divide the {devices.size} devices; choose a "
                              f"divisor of {devices.size}")
         self.fsdp = fsdp
         self.num_devices = devices.size
@@ -226,5 +227,5 @@ STRATEGIES: dict[str, type] = {cls.kind: cls for cls in (SingleDevice, Pmap, Mes
 def make_strategy(kind: str = "none", fsdp: int = 1) -> SingleDevice | Pmap | MeshStrategy:
     """The strategy named by `--train.parallel` (`fsdp` only applies to 'mesh')."""
     if kind not in STRATEGIES:
-        raise ValueError(f"unknown parallel strategy {kind!r}; choose one of {PARALLEL_CHOICES}")
+        raise InputError(f"unknown parallel strategy {kind!r}; choose one of {PARALLEL_CHOICES}")
     return MeshStrategy(fsdp) if kind == "mesh" else STRATEGIES[kind]()

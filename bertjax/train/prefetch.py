@@ -8,6 +8,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from bertjax.errors import InputError
+
 _END = object()
 
 
@@ -18,7 +20,7 @@ class Prefetch:
 
     def __init__(self, source: Iterator[Any], place: Callable[[Any], Any], size: int = 2):
         if size < 1:
-            raise ValueError(f"prefetch size must be at least 1, got {size}")
+            raise InputError(f"prefetch size must be at least 1, got {size}")
         self._queue: queue.Queue = queue.Queue(maxsize=size)
         self._stop = threading.Event()
         self._finished: BaseException | None = None  # set once the end or an error was handed out

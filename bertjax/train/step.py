@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx, struct
 
+from bertjax.errors import InputError
 from bertjax.train.choices import PRNG_IMPLS
 from bertjax.train.objectives import PRETRAINING, Objective
 from bertjax.train.optim import current_learning_rate
@@ -47,11 +48,11 @@ def create_train_state(
     """Split the model into its graph definition and a fresh `TrainState` (step 0) whose dropout
     key is of `prng_impl` (one of `PRNG_IMPLS`)."""
     if prng_impl not in PRNG_IMPLS:
-        raise ValueError(f"unknown PRNG implementation {prng_impl!r}; choose one of {PRNG_IMPLS}")
+        raise InputError(f"unknown PRNG implementation {prng_impl!r}; choose one of {PRNG_IMPLS}")
     graphdef, params, *rest = nnx.split(model, nnx.Param, ...)
     extra = [s for s in rest if jax.tree.leaves(s)]
     if extra:
-        raise ValueError(
+        raise InputError(
             "the model holds state other than nnx.Param (e.g. an Rngs stream); build it without "
             f"rngs on dropout layers: {jax.tree.structure(extra)}"
         )

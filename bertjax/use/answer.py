@@ -22,6 +22,7 @@ import numpy as np
 
 from bertjax.data.squad import NO_OFFSET, QAExample, QAWindows, encode_squad
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.errors import InputError
 from bertjax.use.arguments import check_model_and_tokenizer
 from bertjax.use.encode import jitted_forward, model_max_length
 from bertjax.use.packed import packed_batches
@@ -54,20 +55,20 @@ def answer(
             raise TypeError(f"{argument} must be a string, got {type(text).__name__}")
     check_model_and_tokenizer(model, tokenizer, "answer", "qa_outputs", "BertForQuestionAnswering")
     if not question.strip() or not context.strip():
-        raise ValueError("give a question and a context, neither empty")
+        raise InputError("give a question and a context, neither empty")
     if top_k < 1 or max_answer_len < 1:
-        raise ValueError(f"top_k and max_answer_len must be at least 1, got {top_k} and "
+        raise InputError(f"top_k and max_answer_len must be at least 1, got {top_k} and "
                          f"{max_answer_len}")
     limit = model_max_length(model)
     max_seq_len = max_seq_len or min(limit, PIPELINE_MAX_SEQ_LEN)
     if max_seq_len > limit:
-        raise ValueError(f"max_seq_len {max_seq_len} is longer than the model's {limit} "
+        raise InputError(f"max_seq_len {max_seq_len} is longer than the model's {limit} "
                          f"positions; pass {limit} or less")
     doc_stride = min(max_seq_len // 2, 128) if doc_stride is None else doc_stride
     example = QAExample("q", question, context, (), "question")
     asked = len(tokenizer.encode_batch([question])[0])
     if max_seq_len - asked - 3 <= doc_stride:
-        raise ValueError(f"the question takes {asked} pieces: with max_seq_len {max_seq_len} a "
+        raise InputError(f"the question takes {asked} pieces: with max_seq_len {max_seq_len} a "
                          f"window holds {max(max_seq_len - asked - 3, 0)} context pieces, not "
                          f"more than doc_stride {doc_stride}; raise max_seq_len or lower "
                          "doc_stride")

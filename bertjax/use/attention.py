@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from bertjax.errors import InputError
 from bertjax.use.arguments import check_model_and_tokenizer
 from bertjax.use.encode import check_max_length, encode, jitted_forward, model_max_length
 from bertjax.use.truncation import warn_cut
@@ -27,10 +28,10 @@ class AttentionMaps:
     def __post_init__(self) -> None:
         n = len(self.tokens)
         if self.attentions.ndim != 4 or self.attentions.shape[2:] != (n, n):
-            raise ValueError(f"attentions of shape {self.attentions.shape} do not fit {n} tokens: "
+            raise InputError(f"attentions of shape {self.attentions.shape} do not fit {n} tokens: "
                              f"expected (layers, heads, {n}, {n})")
         if self.boundary is not None and not 0 < self.boundary < n:
-            raise ValueError(f"boundary {self.boundary} is outside the {n} tokens")
+            raise InputError(f"boundary {self.boundary} is outside the {n} tokens")
 
     @property
     def num_layers(self) -> int:
@@ -67,9 +68,9 @@ def attention_maps(
             raise TypeError(f"{argument} must be a string, got {type(sentence).__name__}")
     check_model_and_tokenizer(model, tokenizer, "attention_maps")
     if not sentence_a.strip():
-        raise ValueError("sentence A is empty")
+        raise InputError("sentence A is empty")
     if sentence_b is not None and not sentence_b.strip():
-        raise ValueError("sentence B is empty (leave it out to look at one sentence)")
+        raise InputError("sentence B is empty (leave it out to look at one sentence)")
     limit = model_max_length(model)
     max_length = limit if max_length is None else max_length
     check_max_length(max_length, limit)
@@ -83,9 +84,9 @@ def attention_maps(
     boundary = None if sentence_b is None else int(np.argmax(types == 1))
     a_len = (n if boundary is None else boundary) - 2
     if a_len <= 0:
-        raise ValueError(f"sentence A has no tokens in this vocabulary: {sentence_a!r}")
+        raise InputError(f"sentence A has no tokens in this vocabulary: {sentence_a!r}")
     if boundary is not None and n - boundary - 1 <= 0:
-        raise ValueError(f"sentence B has no tokens in this vocabulary: {sentence_b!r}")
+        raise InputError(f"sentence B has no tokens in this vocabulary: {sentence_b!r}")
 
     out = jitted_forward(model, output_attentions=True)(batch.arrays(model.config))
     attentions = np.stack([np.asarray(a)[0, :, :n, :n] for a in out.attentions])  # (L, A, S, S)

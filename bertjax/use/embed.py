@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from bertjax.common.files import read_text
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.errors import InputError
 from bertjax.use.arguments import check_model_and_tokenizer
 from bertjax.use.encode import Encoded, encode, model_max_length
 from bertjax.use.packed import packed_batches, packing_options, sequence_mask
@@ -44,12 +45,12 @@ def read_lines(path: str | os.PathLike, what: str = "file") -> list[str]:
     path = Path(path)
     text = read_text(path, what)
     if not text.strip():
-        raise ValueError(f"{what} {path} is empty; it should hold one text per line")
+        raise InputError(f"{what} {path} is empty; it should hold one text per line")
     lines = [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")]
     try:
         check_lines(lines)
     except ValueError as err:
-        raise ValueError(f"{path}: {err}") from err
+        raise InputError(f"{path}: {err}") from err
     return lines
 
 
@@ -62,7 +63,7 @@ def check_lines(lines: Sequence[str]) -> None:
         if not isinstance(line, str):
             raise TypeError(f"line {i + 1} is a {type(line).__name__}, not a string")
         if not line.strip():
-            raise ValueError(f"line {i + 1} is empty or only whitespace; every line must hold text "
+            raise InputError(f"line {i + 1} is empty or only whitespace; every line must hold text "
                              "(remove blank lines, so that vector i stays line i)")
 
 
@@ -80,7 +81,7 @@ def sorted_batches(
     warnings name the original line numbers (`warn=False`: none, see `Encoded.cut`).
     """
     if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        raise InputError(f"batch_size must be at least 1, got {batch_size}")
     lengths = np.array([len(ids) for ids in tokenizer.encode_batch(list(lines))], np.int64)  # (N,)
     order = np.argsort(lengths, kind="stable")  # (N,)
     for start in range(0, len(order), batch_size):
@@ -114,7 +115,7 @@ def embed(
     slots (`bertjax.use.packed`; `batch_size` is then unused) instead of sorted padded batches.
     """
     if pooling not in POOLINGS:
-        raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+        raise InputError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
     check_lines(lines)
     encoder = getattr(model, "bert", model)
     check_model_and_tokenizer(encoder, tokenizer, "embed")
@@ -123,10 +124,10 @@ def embed(
         return vectors
     limit = model_max_length(encoder)
     if max_length is not None and not 3 <= max_length <= limit:
-        raise ValueError(f"max_length must be between 3 and the model's {limit} positions, "
+        raise InputError(f"max_length must be between 3 and the model's {limit} positions, "
                          f"got {max_length}")
     if names is not None and len(names) != len(lines):
-        raise ValueError(f"got {len(names)} names for {len(lines)} lines")
+        raise InputError(f"got {len(names)} names for {len(lines)} lines")
     names = list(names or [f"line {i + 1}" for i in range(len(lines))])
     max_length = max_length or limit
     graphdef, state = nnx.split(encoder)
@@ -206,7 +207,7 @@ def pool(hidden: Any, attention_mask: Any, *, pooling: str, normalize: bool) -> 
     elif pooling == "cls":
         vectors = hidden[:, 0]  # (B, H)
     else:
-        raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+        raise InputError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
     if normalize:
         norm = jnp.linalg.norm(vectors, axis=-1, keepdims=True)  # (B, 1)
         vectors = vectors / jnp.maximum(norm, 1e-12)
@@ -227,7 +228,7 @@ def pool_packed(hidden: Any, sequence_ids: Any, cls_positions: Any, *, pooling: 
         vectors = jnp.where(cls_positions[..., None] >= 0,
                             jnp.take_along_axis(hidden, index, axis=1), 0.0)  # (R, K, H)
     else:
-        raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+        raise InputError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
     if normalize:
         norm = jnp.linalg.norm(vectors, axis=-1, keepdims=True)  # (R, K, 1)
         vectors = vectors / jnp.maximum(norm, 1e-12)
@@ -240,10 +241,10 @@ def nearest(vectors: np.ndarray, query: np.ndarray, k: int) -> list[tuple[int, f
     vectors = np.asarray(vectors, np.float64)
     query = np.asarray(query, np.float64).reshape(-1)  # (H,)
     if vectors.ndim != 2 or vectors.shape[1] != query.shape[0]:
-        raise ValueError(f"vectors {vectors.shape} and query {query.shape} do not match: "
+        raise InputError(f"vectors {vectors.shape} and query {query.shape} do not match: "
                          "want (N, H) and (H,)")
     if k < 1:
-        raise ValueError(f"k must be at least 1, got {k}")
+        raise InputError(f"k must be at least 1, got {k}")
     norms = np.linalg.norm(vectors, axis=1) * np.linalg.norm(query)  # (N,)
     scores = vectors @ query / np.maximum(norms, 1e-12)  # (N,)
     best = np.argsort(-scores, kind="stable")[:k]

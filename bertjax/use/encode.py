@@ -19,6 +19,7 @@ import numpy as np
 from flax import nnx
 
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.errors import InputError
 from bertjax.inputs import packing_options
 
 PAD_MULTIPLE = 16  # padded lengths are multiples of this (fewer compiled shapes)
@@ -69,10 +70,10 @@ def encode(
     given, else to the longest row rounded up to `PAD_MULTIPLE` (never past `max_length`).
     """
     if pairs is not None and len(pairs) != len(texts):
-        raise ValueError(f"got {len(texts)} first segments but {len(pairs)} second segments")
+        raise InputError(f"got {len(texts)} first segments but {len(pairs)} second segments")
     pairs = list(pairs) if pairs is not None else [None] * len(texts)
     if max_length < (5 if any(p is not None for p in pairs) else 3):
-        raise ValueError(f"max_length {max_length} leaves no room for text")
+        raise InputError(f"max_length {max_length} leaves no room for text")
     names = names or [f"line {i + 1}" for i in range(len(texts))]
     special = tokenizer.special
     a_ids = tokenizer.encode_batch(list(texts))
@@ -91,7 +92,7 @@ def encode(
     longest = max((len(r) for r in rows), default=1)
     width = pad_to or min(max_length, -(-longest // PAD_MULTIPLE) * PAD_MULTIPLE)
     if width < longest:
-        raise ValueError(f"pad_to={pad_to} is shorter than the longest row ({longest} tokens)")
+        raise InputError(f"pad_to={pad_to} is shorter than the longest row ({longest} tokens)")
     ids = np.full((len(rows), width), special.pad, np.int32)  # (B, S)
     type_ids = np.zeros((len(rows), width), np.int32)
     mask = np.zeros((len(rows), width), np.int32)
@@ -139,5 +140,5 @@ def model_max_length(model: Any) -> int:
 def check_max_length(max_length: int, limit: int, option: str = "max_length") -> None:
     """A ValueError naming `option` unless `max_length` fits the model's `limit` positions."""
     if max_length > limit:
-        raise ValueError(f"{option} {max_length} is longer than the model's {limit} positions; "
+        raise InputError(f"{option} {max_length} is longer than the model's {limit} positions; "
                          f"pass {option} {limit} or less")

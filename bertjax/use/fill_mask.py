@@ -13,6 +13,7 @@ import numpy as np
 from flax import nnx
 
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.errors import InputError
 from bertjax.use.arguments import check_model_and_tokenizer, check_texts
 from bertjax.use.encode import encode, model_max_length
 from bertjax.use.packed import packed_batches, packing_options
@@ -47,17 +48,17 @@ def fill_mask(
     check_model_and_tokenizer(model, tokenizer, "fill_mask", "mlm_head", "BertForMaskedLM")
     names = list(names or [f"line {i + 1}" for i in range(len(texts))])
     if not 1 <= top_k <= model.config.vocab_size:
-        raise ValueError(f"top_k must be in [1, vocab_size={model.config.vocab_size}], got {top_k}")
+        raise InputError(f"top_k must be in [1, vocab_size={model.config.vocab_size}], got {top_k}")
     for name, text in zip(names, texts, strict=True):
         if not text.strip():
-            raise ValueError(f"{name} is empty: give a text with at least one [MASK]")
+            raise InputError(f"{name} is empty: give a text with at least one [MASK]")
     if not texts:
         return []
     mask_id = tokenizer.special.mask
     wanted = [ids.count(mask_id) for ids in tokenizer.encode_batch(list(texts))]
     for name, n in zip(names, wanted, strict=True):
         if not n:
-            raise ValueError(f"{name} has no [MASK] token: write [MASK] where a word should be "
+            raise InputError(f"{name} has no [MASK] token: write [MASK] where a word should be "
                              "predicted")
     max_length = model_max_length(model)
     batch = encode(tokenizer, texts, max_length=max_length, warn=False)
@@ -65,7 +66,7 @@ def fill_mask(
     where = [np.flatnonzero(row == mask_id) for row in batch.input_ids]
     for name, n, positions in zip(names, wanted, where, strict=True):
         if len(positions) < n:
-            raise ValueError(f"{name}: {n - len(positions)} of its {n} [MASK] tokens were cut off "
+            raise InputError(f"{name}: {n - len(positions)} of its {n} [MASK] tokens were cut off "
                              f"(the model takes {max_length} tokens); shorten the text")
     arrays = batch.arrays(model.config)
     if max_tokens is None:

@@ -11,6 +11,7 @@ import numpy as np
 from flax import nnx
 
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.errors import InputError
 from bertjax.use.arguments import check_model_and_tokenizer, check_texts
 from bertjax.use.encode import encode, model_max_length
 from bertjax.use.packed import packed_batches, packing_options
@@ -37,12 +38,12 @@ def next_sentence_probability(
     check_model_and_tokenizer(model, tokenizer, "next_sentence_probability", "nsp_head",
                               "BertForNextSentencePrediction")
     if len(first) != len(second):
-        raise ValueError(f"got {len(first)} first sentences but {len(second)} second sentences")
+        raise InputError(f"got {len(first)} first sentences but {len(second)} second sentences")
     names = list(names or [f"pair {i + 1}" for i in range(len(first))])
     for name, a, b in zip(names, first, second, strict=True):
         for which, text in (("A", a), ("B", b)):
             if not text.strip():
-                raise ValueError(f"sentence {which} of {name} is empty")
+                raise InputError(f"sentence {which} of {name} is empty")
     if not first:
         return np.zeros((0,), np.float32)
     limit = model_max_length(model)

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from bertjax.data.packing import RowLayout, pack_layout
+from bertjax.errors import InputError
 from bertjax.inputs import packing_options, sequence_mask
 from bertjax.use.encode import PAD_MULTIPLE
 
@@ -63,13 +64,13 @@ def token_budget(max_tokens: int, longest: int, limit: int, option: str = MAX_TO
     """The row length for sequences up to `longest` tokens under a model of `limit` positions,
     and how many rows `max_tokens` holds; a ValueError naming `option` if it holds none."""
     if max_tokens < 1:
-        raise ValueError(f"{option} must be at least 1, got {max_tokens}")
+        raise InputError(f"{option} must be at least 1, got {max_tokens}")
     if longest > limit:
-        raise ValueError(f"a sequence of {longest} tokens is longer than the model's {limit} "
+        raise InputError(f"a sequence of {longest} tokens is longer than the model's {limit} "
                          "positions: cut it first")
     row_len = min(limit, max(-(-longest // PAD_MULTIPLE) * PAD_MULTIPLE, min(ROW_FLOOR, limit)))
     if max_tokens < row_len:
-        raise ValueError(f"{option} {max_tokens} holds no packed row of {row_len} tokens (the "
+        raise InputError(f"{option} {max_tokens} holds no packed row of {row_len} tokens (the "
                          f"longest input, {longest} tokens, rounded up to {PAD_MULTIPLE}, at "
                          f"least {min(ROW_FLOOR, limit)}): pass {option} {row_len} or more")
     return Budget(row_len, max_tokens // row_len)

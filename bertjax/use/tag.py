@@ -28,6 +28,7 @@ import numpy as np
 from tokenizers import Encoding
 
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.errors import InputError
 from bertjax.use.arguments import check_model_and_tokenizer, check_texts
 from bertjax.use.encode import check_max_length, encode, jitted_forward, model_max_length
 from bertjax.use.packed import packed_batches
@@ -73,10 +74,10 @@ def tag(
     `BATCH_SIZE` texts; the same entities and scores (within 1e-5).
     """
     if aggregation not in AGGREGATIONS:
-        raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}, got "
+        raise InputError(f"aggregation must be one of {', '.join(AGGREGATIONS)}, got "
                          f"{aggregation!r}")
     if "token_classifier" not in getattr(model, "head_modules", ()):
-        raise ValueError(f"tagging needs a token-classification model (BertForTokenClassification),"
+        raise InputError(f"tagging needs a token-classification model (BertForTokenClassification),"
                          f" got {type(model).__name__}; load a checkpoint fine-tuned for token "
                          "classification with from_pretrained(path, "
                          "model_cls=BertForTokenClassification)")
@@ -87,7 +88,7 @@ def tag(
     check_max_length(max_length, limit)
     names = list(names or [f"line {i + 1}" for i in range(len(texts))])
     if len(names) != len(texts):
-        raise ValueError(f"got {len(texts)} texts but {len(names)} names")
+        raise InputError(f"got {len(texts)} texts but {len(names)} names")
     labels = model.config.id2label
     decoder = tokenizer.tokenizer.decoder
     decode: Decode = decoder.decode if decoder is not None else " ".join

@@ -29,6 +29,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from bertjax.common.files import atomic_file, write_text_atomic
+from bertjax.errors import InputError
 from bertjax.use.attention import AttentionMaps
 
 GENERATOR = "bertjax attention"  # in every PNG and page written here: a later --force may replace it
@@ -105,7 +106,7 @@ def plot_layer(maps: AttentionMaps, layer: int, path: str | os.PathLike) -> Path
     """Write layer `layer` (1-based) as a PNG grid of heat maps, one per head: queries down the
     y axis, keys along the x axis, one colour scale (0 to the layer's largest weight)."""
     if not 1 <= layer <= maps.num_layers:
-        raise ValueError(f"layer {layer} does not exist: the model has layers 1 to {maps.num_layers}")
+        raise InputError(f"layer {layer} does not exist: the model has layers 1 to {maps.num_layers}")
     att = maps.attentions[layer - 1]  # (A, S, S)
     labels = [_label(t) for t in maps.tokens]
     grid = grid_layout(maps.num_tokens, maps.num_heads, max(map(len, labels)))
@@ -151,7 +152,7 @@ def plot_all(maps: AttentionMaps, out_dir: str | os.PathLike, layers: list[int] 
     layers = list(range(1, maps.num_layers + 1)) if layers is None else list(layers)
     bad = [layer for layer in layers if not 1 <= layer <= maps.num_layers]
     if bad:
-        raise ValueError(f"no layer {', '.join(map(str, bad))}: the model has layers 1 to "
+        raise InputError(f"no layer {', '.join(map(str, bad))}: the model has layers 1 to "
                          f"{maps.num_layers}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -177,7 +178,7 @@ def page_data(maps: AttentionMaps) -> str:
     them back as float32 gives the model's numbers exactly. Safe inside a <script> element."""
     att = maps.attentions  # (L, A, S, S)
     if not np.isfinite(att).all():
-        raise ValueError("the attentions contain NaN or Inf: the model's weights are broken")
+        raise InputError("the attentions contain NaN or Inf: the model's weights are broken")
 
     def matrix(m: np.ndarray) -> str:  # (S, S) -> [[...], ...]
         return "[" + ",".join("[" + ",".join(map(str, row)) + "]" for row in m) + "]"
@@ -213,7 +214,7 @@ def write_html(maps: AttentionMaps, path: str | os.PathLike) -> Path:
     `html_token_limit` are a ValueError (`html_too_large` says why)."""
     too_large = html_too_large(maps)
     if too_large:
-        raise ValueError(f"{too_large}; shorten the text")
+        raise InputError(f"{too_large}; shorten the text")
     split = ("one sentence" if maps.boundary is None else
              f"sentence A: tokens 1&ndash;{maps.boundary}, sentence B: tokens "
              f"{maps.boundary + 1}&ndash;{maps.num_tokens}")

@@ -16,10 +16,12 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from bertjax.errors import InputError
+
 INSTALL_HINT = "pip install 'bertjax[corpora]'"
 
 
-class MissingDependencyError(ImportError, ValueError):
+class MissingDependencyError(ImportError, InputError):
     """A corpus format's optional package is not installed (a ValueError too: bad input to a
     command, reported in one line)."""
 

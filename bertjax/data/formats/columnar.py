@@ -25,6 +25,7 @@ from typing import Any
 
 from bertjax.data.formats import optional_import
 from bertjax.data.formats.text import Document, record_document, split_sentences
+from bertjax.errors import InputError
 
 BATCH_ROWS = 256  # rows turned into Python strings at a time
 _READ_BUFFER = 1 << 20  # bytes a Parquet column is read in
@@ -53,14 +54,14 @@ def check_column(where: str, schema: Any, text_field: str, fix: str = "--text-fi
     names = list(schema.names)
     text = [n for n in names if _is_text(pa, schema.field(n).type)]
     if text_field not in names:
-        raise ValueError(
+        raise InputError(
             f"{where} has no column {text_field!r} (its columns: {', '.join(names[:12]) or 'none'}"
             f"{'; text columns: ' + ', '.join(text[:12]) if text else ''}); pass {fix} to read "
             "another column"
         )
     kind = schema.field(text_field).type
     if not _is_text(pa, kind):
-        raise ValueError(
+        raise InputError(
             f"{where}: column {text_field!r} holds {kind}, not text (text columns: "
             f"{', '.join(text[:12]) or 'none'}); pass {fix} naming a text column"
         )
@@ -87,7 +88,7 @@ def _format_errors(path: Path, what: str, fix: str) -> Iterator[None]:
         if isinstance(err, OSError) and err.errno is not None:
             raise  # the disk or the path, not the data
         detail = " ".join(str(err).split())
-        raise ValueError(f"corpus file {path} is not a valid {what} file ({detail}); {fix}") from None
+        raise InputError(f"corpus file {path} is not a valid {what} file ({detail}); {fix}") from None
 
 
 _PARQUET_FIX = ("write it again (pyarrow.parquet.write_table, pandas' to_parquet, datasets' "
@@ -172,7 +173,7 @@ def saved_dataset_files(directory: Path) -> list[Path] | None:
     `directory` is not one. A DatasetDict's directory is a ValueError naming its splits."""
     if (directory / "dataset_dict.json").is_file():
         splits = sorted(p.name for p in directory.iterdir() if (p / "state.json").is_file())
-        raise ValueError(
+        raise InputError(
             f"corpus directory {directory} holds a DatasetDict saved by datasets (splits: "
             f"{', '.join(splits) or 'none'}); name one split's directory, e.g. "
             f"{directory / (splits[0] if splits else 'train')}"
@@ -185,10 +186,10 @@ def saved_dataset_files(directory: Path) -> list[Path] | None:
         listed = json.loads(state.read_text("utf-8"))["_data_files"]
         files = [directory / f["filename"] for f in listed]
     except (ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"{state} is not the state.json `datasets` writes ({err!r}); {fix}") from None
+        raise InputError(f"{state} is not the state.json `datasets` writes ({err!r}); {fix}") from None
     missing = [f.name for f in files if not f.is_file()]
     if missing or not files:
-        raise ValueError(f"{state} lists data files that are not there "
+        raise InputError(f"{state} lists data files that are not there "
                          f"({', '.join(missing) or 'none listed'}); {fix}")
     return files
 
@@ -211,7 +212,7 @@ def check_dataset(dataset: Any, text_field: str) -> None:
     kind = dataset_kind(dataset)
     if kind in ("DatasetDict", "IterableDatasetDict"):
         splits = list(dataset)
-        raise ValueError(f"a datasets.{kind} (splits: {', '.join(splits) or 'none'}) holds several "
+        raise InputError(f"a datasets.{kind} (splits: {', '.join(splits) or 'none'}) holds several "
                          f"datasets; pass one split, e.g. dataset[{(splits or ['train'])[0]!r}]")
     features = dataset.features
     if features is None:  # an IterableDataset whose columns are known only when read

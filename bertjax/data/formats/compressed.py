@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from bertjax.data.formats import optional_import
+from bertjax.errors import InputError
 
 # suffix -> (name, the command that decompresses it to standard output)
 COMPRESSIONS = {".gz": ("gzip", "gzip -dc"), ".bz2": ("bzip2", "bzip2 -dc"),
@@ -59,7 +60,7 @@ def decompression_errors(path: Path) -> Iterator[None]:
         if kind is None or (isinstance(err, OSError) and err.errno is not None):
             raise
         name, _ = COMPRESSIONS[kind]
-        raise ValueError(
+        raise InputError(
             f"corpus file {path} is not valid {name} data ({err}); check it with "
             f"`{name} -t {path.name}`, or, if it is not compressed, drop the {kind} suffix "
             "from its name"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from bertjax.data.formats.text import Document, record_document, split_sentences
+from bertjax.errors import InputError
 
 ITEM_HINT = ("give texts (str), documents (lists of sentence strings) or records (dicts with a "
              "text field)")
@@ -27,9 +28,9 @@ def item_document(item: object, text_field: str = "text", index: int = 0) -> Doc
         if all(isinstance(s, str) for s in item):
             return [s.strip() for s in item if s.strip()]
         wrong = next(s for s in item if not isinstance(s, str))
-        raise ValueError(f"item {index} of the iterable is a document with a "
+        raise InputError(f"item {index} of the iterable is a document with a "
                          f"{type(wrong).__name__} among its sentences; {ITEM_HINT}")
-    raise ValueError(f"item {index} of the iterable is a {type(item).__name__}; {ITEM_HINT}")
+    raise InputError(f"item {index} of the iterable is a {type(item).__name__}; {ITEM_HINT}")
 
 
 def iterable_documents(items: Iterable[object], text_field: str = "text") -> Iterator[Document]:

@@ -33,6 +33,7 @@ from bertjax.data.formats.compressed import (
     open_binary,
     reencode_hint,
 )
+from bertjax.errors import InputError
 
 Document = list[str]
 
@@ -100,7 +101,7 @@ def check_text_file(path: Path) -> bool:
         found = sniff(head) if compression(path) is None else None
         hint = (f"it starts like a {found[0]} file: name it {path.name}{found[1]} to read it as "
                 "one, or " if found else "")
-        raise ValueError(
+        raise InputError(
             f"corpus file {path} is binary, not text (a NUL byte at offset {nul}); {hint}"
             f"give UTF-8 text files: {FORMAT_HINT}"
         )
@@ -130,7 +131,7 @@ def record_document(record: object, text_field: str, where: str) -> Document:
     if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
         found = (f"its fields: {', '.join(map(str, list(record)[:8])) or 'none'}"
                  if isinstance(record, dict) else f"it is a JSON {type(record).__name__}")
-        raise ValueError(
+        raise InputError(
             f"{where}: record has no string field {text_field!r} ({found}); pass "
             "--text-field NAME to read another field"
         )
@@ -146,7 +147,7 @@ def jsonl_documents(path: str | os.PathLike, text_field: str = "text") -> Iterat
         try:  # a byte-order mark (Windows editors write one) is no JSON
             record = json.loads(line.removeprefix(BOM) if number == 1 else line)
         except json.JSONDecodeError as err:
-            raise ValueError(
+            raise InputError(
                 f"{path}:{number}: not valid JSON ({err.msg}); one object per line"
             ) from None
         document = record_document(record, text_field, f"{path}:{number}")
@@ -166,7 +167,7 @@ def json_documents(path: str | os.PathLike, text_field: str = "text") -> Iterato
         if err.msg == "Extra data" and text.lstrip().startswith("{"):
             yield from jsonl_documents(path, text_field)
             return
-        raise ValueError(
+        raise InputError(
             f"{path}:{err.lineno}:{err.colno}: not valid JSON ({err.msg}); a .json corpus file "
             "is one JSON document, a list of records or one record (for one record per line, "
             "name the file .jsonl)"

@@ -36,6 +36,7 @@ from bertjax.common.files import atomic_directory, check_output_directory, write
 from bertjax.common.input_overlap import Inputs
 from bertjax.data.packing import RowLayout, pack_layout
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.errors import InputError
 from bertjax.io.models import save_model
 from bertjax.jobs.finetune.config import FinetuneConfig
 from bertjax.tasks.classification import ClassificationTask
@@ -99,7 +100,7 @@ def finetune(
     out = Path(output_dir)
     check_output_dir(out)
     if not isinstance(model, task.model_class):
-        raise ValueError(f"{task.kind} fine-tunes a {task.model_class.__name__}, got "
+        raise InputError(f"{task.kind} fine-tunes a {task.model_class.__name__}, got "
                          f"{type(model).__name__}; load the model with model_cls="
                          f"{task.model_class.__name__}")
     check_inputs(task, model.config, train, validation, test, config)
@@ -123,10 +124,10 @@ def check_inputs(task: Task, model_config: Any, train: Sequence[Any],
                  config: FinetuneConfig) -> None:
     """Everything that can be checked before a run starts: labels, batch size, length."""
     if not train:
-        raise ValueError("the training data holds no examples: give --train FILE with at least "
+        raise InputError("the training data holds no examples: give --train FILE with at least "
                          "one example")
     if not validation:
-        raise ValueError("the validation data holds no examples: the best epoch is chosen on "
+        raise InputError("the validation data holds no examples: the best epoch is chosen on "
                          "them; give --validation FILE or a larger --validation-fraction")
     for what, examples in (("the training data", train), ("the validation data", validation),
                            ("the test data", test or [])):
@@ -134,11 +135,11 @@ def check_inputs(task: Task, model_config: Any, train: Sequence[Any],
     check_max_length(config.max_length, model_config.max_position_embeddings, "--max-length")
     task.check_length(config.max_length)
     if len(train) < config.batch_size and config.max_tokens is None:
-        raise ValueError(f"{len(train)} training examples make no batch of {config.batch_size}; "
+        raise InputError(f"{len(train)} training examples make no batch of {config.batch_size}; "
                          f"lower --batch-size to {len(train)} or less")
     if any(getattr(e, "text_pair", None) for e in (*train, *validation, *(test or []))) \
             and config.max_length < 5:
-        raise ValueError(f"--max-length {config.max_length} leaves no room for text pairs "
+        raise InputError(f"--max-length {config.max_length} leaves no room for text pairs "
                          "([CLS] A [SEP] B [SEP]); pass --max-length 5 or more")
 
 
@@ -221,7 +222,7 @@ class _Packed:
             arrays["input_ids"], model_config.max_position_embeddings), "--max-tokens")
         layout = pack_layout(lengths, budget.row_len)
         if layout.num_rows < budget.rows:
-            raise ValueError(f"the {len(units)} training units fill {layout.num_rows} packed rows "
+            raise InputError(f"the {len(units)} training units fill {layout.num_rows} packed rows "
                              f"of {budget.row_len} tokens, fewer than a step's {budget.rows} "
                              f"(--max-tokens {config.max_tokens}); lower --max-tokens to "
                              f"{layout.num_rows * budget.row_len} or less")

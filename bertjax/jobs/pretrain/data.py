@@ -17,6 +17,7 @@ from bertjax.data.corpus import Document, corpus_documents
 from bertjax.data.pair_packing import real_token_share
 from bertjax.data.shards import write_shards
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.errors import InputError
 from bertjax.runs import config as rc
 from bertjax.runs.layout import RunDir
 from bertjax.train.distributed import barrier, gather_rows
@@ -155,7 +156,7 @@ def _documents(config: rc.RunConfig, split: str, poll: Callable[[], None] | None
         raise CorpusError.of(corpus, err) from err
 
 
-class CorpusError(ValueError):
+class CorpusError(InputError):
     """The run's corpus cannot be read or is unusable: the message names --data.corpus."""
 
     @classmethod
