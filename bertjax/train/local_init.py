@@ -18,6 +18,14 @@ like), this sets weights so that chosen heads start as relative-position heads:
   `j = i + offset_h`; the scale puts `peak_logit` there (7: about 85% of the attention on that
   key in a 128-token sequence).
 
+With `match_heads=N`, the last N heads of each chosen layer start as match heads instead (the
+query-key product near the identity, as mimetic initialisation has it): query and key are one
+fixed projection of the token's content (the dimensions the positions leave, without the two
+token-type rows' directions), so each piece attends to the other occurrences of itself, in its
+own segment or the other one; `peak_logit` over a row's other logits for an identical piece.
+Such a head compares the two segments of a pair, which the relative-position heads cannot at
+step 0 (their query and key read the positions alone), and next-sentence prediction needs.
+
 Only initial values change: the architecture, the parameter names and the Hugging Face export are
 BERT's, and every weight trains as usual.
 """
@@ -44,15 +52,19 @@ def frequencies(m: int) -> np.ndarray:
 
 
 def local_attention_init(model: nnx.Module, *, layers: int = 1,
-                         offsets: tuple[int, ...] = OFFSETS, peak_logit: float = PEAK_LOGIT
-                         ) -> None:
+                         offsets: tuple[int, ...] = OFFSETS, peak_logit: float = PEAK_LOGIT,
+                         match_heads: int = 0) -> None:
     """Make the first `layers` layers' heads of `model` (a BertModel or a model holding one as
-    `bert`) relative-position heads, in place (see the module docstring)."""
+    `bert`) relative-position heads, the last `match_heads` of each match heads, in place (see
+    the module docstring)."""
     bert: BertModel = model if isinstance(model, BertModel) else model.bert
     config = bert.config
     if not 1 <= layers <= config.num_hidden_layers:
         raise ValueError(f"local attention layers must be in [1, {config.num_hidden_layers}] "
                          f"for this model, got {layers}")
+    if not 0 <= match_heads <= config.num_attention_heads:
+        raise ValueError(f"match heads must be in [0, {config.num_attention_heads}] for this "
+                         f"model, got {match_heads}")
     h, d = config.hidden_size, config.head_dim
     m = d // 2  # frequency pairs: one head's dimensions hold them all
     if 2 * m >= h:
@@ -66,11 +78,16 @@ def local_attention_init(model: nnx.Module, *, layers: int = 1,
     scale = 1.0 / math.sqrt(3 * (h - 2 * m) * sigma**2 / h)
     c = math.sqrt(peak_logit * math.sqrt(d) / m) / (amplitude * scale)
     w = frequencies(m)
-    query = np.zeros((2 * m, config.num_attention_heads * d))  # (2m, H): the position rows
-    for head in range(config.num_attention_heads):
+    heads = config.num_attention_heads
+    local = heads - match_heads  # the first `local` heads look at neighbours
+    query = np.zeros((2 * m, heads * d))  # (2m, H): the position rows
+    for head in range(local):
         query[:, head * d: head * d + 2 * m] = c * _rotation(w, offsets[head % len(offsets)])
-    key = np.tile(np.pad(c * np.eye(2 * m), ((0, 0), (0, d - 2 * m))), config.num_attention_heads)
+    key = np.zeros_like(query)
+    key[:, : local * d] = np.tile(np.pad(c * np.eye(2 * m), ((0, 0), (0, d - 2 * m))), local)
     columns = (np.arange(h) % d) < 2 * m  # each head's first 2m dimensions
+    columns[local * d:] = False
+    match = _match_rows(bert, m, scale, peak_logit, match_heads)  # (H - 2m, match_heads * d)
     attention = bert.layers.attention if config.scan_layers else None
     for i in range(layers):
         target = attention if attention is not None else bert.layers[i].attention
@@ -81,8 +98,32 @@ def local_attention_init(model: nnx.Module, *, layers: int = 1,
             k[:, columns] = 0.0  # the positional head dimensions read the positions only
             k[: 2 * m, columns] = rows[:, columns]
             b[columns] = 0.0
+            if match_heads:  # query = key: the token's content, the same projection
+                k[:, local * d:] = 0.0
+                k[2 * m:, local * d:] = match
+                b[local * d:] = 0.0
             linear.kernel[...] = jnp.asarray(kernel)
             linear.bias[...] = jnp.asarray(bias)
+
+
+def _match_rows(bert: BertModel, m: int, scale: float, peak_logit: float, match_heads: int
+                ) -> np.ndarray:
+    """(H - 2m, match_heads * d): per match head, d orthonormal directions of the content
+    dimensions (after `_position_rows`: the word and token-type rows' only) orthogonal to the
+    token-type rows, scaled so that two occurrences of one piece score `peak_logit`: a word
+    row's content has about sigma^2 d of its energy in d such directions, times the embedding
+    LayerNorm's `scale` squared."""
+    config = bert.config
+    h, d, sigma = config.hidden_size, config.head_dim, config.initializer_range
+    if not match_heads:
+        return np.zeros((h - 2 * m, 0))
+    types = np.array(bert.embeddings.token_type_embeddings.embedding[...])[:, 2 * m:]  # (T, H-2m)
+    rng = np.random.default_rng(0)  # a fixed projection: the same model from the same seed
+    basis, _ = np.linalg.qr(np.concatenate([types.T, rng.standard_normal(
+        (h - 2 * m, match_heads * d))], axis=1))  # (H - 2m, T + match_heads * d) orthonormal
+    directions = basis[:, types.shape[0]:]  # orthogonal to the type rows
+    c = math.sqrt(peak_logit / (scale**2 * sigma**2 * math.sqrt(d)))
+    return c * directions
 
 
 def _position_rows(bert: BertModel, m: int, amplitude: float) -> None:

@@ -41,6 +41,7 @@ from bertjax.train.interrupt import Abandoned, CtrlC, PretrainInterrupted, aband
 from bertjax.train.local_init import local_attention_init
 from bertjax.train.loop import NonFiniteLossError, PendingMetrics, StepSchedule, TrainClock, flush_and_tick
 from bertjax.train.metrics import MetricsWriter
+from bertjax.train.objectives import pretraining
 from bertjax.train.parallel import make_strategy
 from bertjax.train.prefetch import Prefetch
 from bertjax.train.pretrain_data import PretrainData, accuracy_ratio, check_corpus, open_data
@@ -188,7 +189,8 @@ def _set_up(config: rc.RunConfig, run: RunDir, start: RunStart, ctrl_c: CtrlC,
                                 keep_best=1, quarantine=run.corrupt_checkpoints)
     try:
         model = initialise_model(config, data.vocab_size)
-        training = assemble(model, optim, strategy, seed=train.seed, prng_impl=train.prng_impl)
+        training = assemble(model, optim, strategy, seed=train.seed, prng_impl=train.prng_impl,
+                            objective=pretraining(train.mlm_loss_weight, train.nsp_loss_weight))
         del model
         ctrl_c.poll()
         n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(training.state.params))
@@ -220,7 +222,8 @@ def initialise_model(config: rc.RunConfig, vocab_size: int) -> BertForPreTrainin
     model = BertForPreTraining(config.bert_config(vocab_size), rngs=nnx.Rngs(config.train.seed))
     if config.model.local_layers:
         local_attention_init(model, layers=min(config.model.local_layers,
-                                               model.bert.config.num_hidden_layers))
+                                               model.bert.config.num_hidden_layers),
+                             match_heads=config.model.match_heads)
     return model
 
 

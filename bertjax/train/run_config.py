@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from bertjax.config import (
     PRESETS,
     BertConfig,
 )
+from bertjax.errors import InputError
 from bertjax.files import read_text
 from bertjax.settings import Option, field_options, parse_value
 from bertjax.settings import option_field as _f
@@ -59,6 +61,10 @@ class ModelSection:
         None, "initialise the heads of the first N layers (all, if the model has fewer) to attend "
         "to the pieces 1 and 2 to either side (bertjax.train.local_init); 0: BERT's random init; "
         "default: 4 for the mini preset (the default recipe, tuned for it), 0 for the others")
+    match_heads: int = _f(0, "in each layer local_attention_layers initialises, start the last N "
+                          "heads as match heads instead: each piece attends to the other "
+                          "occurrences of itself, a comparison of the pair's two segments "
+                          "(bertjax.train.local_init)")
     scan_layers: bool = _f(False, "run the layers under lax.scan (faster compilation)")
     remat: bool = _f(False, "recompute layer activations in the backward pass (less memory)")
 
@@ -78,6 +84,8 @@ RECIPE_LOCAL_LAYERS: dict[str, int] = {"mini": 4}
 # `data.packing`'s choices: `bertjax.data.pair_packing.PACKINGS`, written out here so that reading
 # options imports no data module (tokenizers); a test holds the two equal.
 PACKINGS = ("auto", "none", "best-fit")
+# `data.not_next`'s choices: `bertjax.data.pairs.NOT_NEXT_CHOICES` (held equal by a test, as above).
+NOT_NEXT_CHOICES = ("any", "far")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +109,10 @@ class DataSection:
                       "decreasing, each masked as alone (max_predictions per row); auto: best-fit "
                       "where the pairs fill under 80% of their unpacked rows (short documents), "
                       "none otherwise (the bundled plays)", PACKINGS)
+    not_next: str = _f("any", "where a NotNext pair's B comes from: 'far', a document of the other "
+                       "half of the corpus (a distant part, another play for the bundled ones); "
+                       "'any', any other document (BERT's rule, often the same play here)",
+                       NOT_NEXT_CHOICES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +129,10 @@ class TrainSection:
     prng_impl: str = _f("threefry2x32", "PRNG of dropout (rbg/unsafe_rbg: cheaper on GPU/TPU)",
                         PRNG_IMPLS)
     fsdp: int = _f(1, "FSDP (parameter sharding) degree for parallel='mesh'")
+    mlm_loss_weight: float = _f(1.0, "weight of the masked-LM loss in the loss trained on (0: "
+                                "next-sentence prediction alone; MLM is still evaluated)")
+    nsp_loss_weight: float = _f(1.0, "weight of the next-sentence-prediction loss in the loss "
+                                "trained on (0: masked LM alone; NSP is still evaluated)")
 
 
 SECTIONS: dict[str, type] = {
@@ -138,7 +154,9 @@ DERIVED = ("optim.total_steps",)
 # Options added after runs were saved without them, with the value those runs were made with:
 # a saved configuration that lacks one reads as that value (so such a run still resumes).
 ADDED_LATER: dict[str, Any] = {"model.local_attention_layers": 0, "data.text_field": "text",
-                               "data.packing": "none", "optim.flatten": False}
+                               "data.packing": "none", "optim.flatten": False,
+                               "train.mlm_loss_weight": 1.0, "train.nsp_loss_weight": 1.0,
+                               "data.not_next": "any", "model.match_heads": 0}
 
 
 def complete_saved(saved: dict[str, Any]) -> dict[str, Any]:
@@ -392,7 +410,27 @@ def validate(config: RunConfig) -> None:
         raise ValueError("optim.flatten puts every gradient in one vector, which train.fsdp="
                          f"{t.fsdp} would gather from its shards on each step; leave one of them "
                          "out")
+    _check_loss_weights(t)
     # BertConfig checks the rest (dropout ranges, dtype).
     config.bert_config()
     if m.local_layers < 0:
         raise ValueError(f"model.local_attention_layers must be >= 0, got {m.local_attention_layers}")
+    heads = PRESETS[m.preset]["num_attention_heads"]
+    if not 0 <= m.match_heads <= heads:
+        raise InputError(f"model.match_heads must be from 0 to the preset's {heads} heads, got "
+                         f"{m.match_heads}")
+    if m.match_heads and not m.local_layers:
+        raise InputError("model.match_heads sets heads of the layers model.local_attention_layers "
+                         "initialises, and it is 0: give it a number of layers, or leave out "
+                         "model.match_heads")
+
+
+def _check_loss_weights(t: TrainSection) -> None:
+    """Each loss weight finite and >= 0, and not both 0 (nothing to train)."""
+    for name, value in (("mlm_loss_weight", t.mlm_loss_weight),
+                        ("nsp_loss_weight", t.nsp_loss_weight)):
+        if not math.isfinite(value) or value < 0:
+            raise InputError(f"train.{name} must be a finite number >= 0, got {value}")
+    if t.mlm_loss_weight == 0 and t.nsp_loss_weight == 0:
+        raise InputError("train.mlm_loss_weight and train.nsp_loss_weight are both 0: nothing "
+                         "would be trained; give one of them a positive weight")
