@@ -151,3 +151,107 @@ def _rotation(w: np.ndarray, offset: int) -> np.ndarray:
         out[2 * j: 2 * j + 2, 2 * j: 2 * j + 2] = [[math.cos(theta), -math.sin(theta)],
                                                    [math.sin(theta), math.cos(theta)]]
     return out
+
+
+# The compare heads (`compare_heads_init`): the last head of the first two layers.
+COMPARE_GAIN = 4.0  # the residual stream's coordinates after a LayerNorm are about 1
+
+
+def compare_heads_init(model: nnx.Module, *, peak_logit: float = PEAK_LOGIT
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """Give [CLS] at step 0 the share of segment B's pieces that also occur in segment A: the
+    signal next-sentence prediction starts from (a word-overlap baseline), in place.
+
+    After `local_attention_init` (its position rows and its scale): in layer 1 the last head
+    becomes a match head (`match_heads`) whose value is the token's segment (+1 in A, -1 in B,
+    read from the token-type rows' difference) and whose output writes it along a fixed
+    direction `u`, so each token carries the share of its piece's occurrences that lie in A;
+    in layer 2 the last head has a constant query and the segment as its key, so every token
+    ([CLS] included) attends to segment B's tokens alike, and writes their mean along `u` into a
+    second direction. Both heads' other dimensions start at zero; all of it trains as usual.
+    Returns the two directions (H,), `u` and the second (tests and probes read them).
+    """
+    bert: BertModel = model if isinstance(model, BertModel) else model.bert
+    config = bert.config
+    if config.num_hidden_layers < 2:
+        raise ValueError(f"compare heads take the first two layers; this model has "
+                         f"{config.num_hidden_layers}")
+    h, d, sigma = config.hidden_size, config.head_dim, config.initializer_range
+    m = d // 2
+    scale = 1.0 / math.sqrt(3 * (h - 2 * m) * sigma**2 / h)  # as local_attention_init's
+    types = np.array(bert.embeddings.token_type_embeddings.embedding[...])  # (T, H)
+    segment = np.zeros(h)
+    segment[2 * m:] = types[0, 2 * m:] - types[1, 2 * m:]
+    half_gap = np.linalg.norm(segment) / 2 * scale  # |x . segment| of a token, after the norm
+    segment /= np.linalg.norm(segment)  # x . segment: about +half_gap in A, -half_gap in B
+    rng = np.random.default_rng(1)
+    u, u2 = np.linalg.qr(np.concatenate([segment[2 * m:, None], rng.standard_normal(
+        (h - 2 * m, 2))], axis=1))[0][:, 1:].T  # unit directions orthogonal to the segment
+    u, u2 = np.pad(u, (2 * m, 0)), np.pad(u2, (2 * m, 0))
+    col = h - d  # the last head's first dimension
+    match = _match_rows(bert, m, scale, peak_logit, 1)  # (H - 2m, d)
+    first, second = _layer_attention(bert, 0), _layer_attention(bert, 1)
+
+    def head_only(kernel: np.ndarray, bias: np.ndarray) -> None:
+        kernel[:, col:] = 0.0
+        bias[col:] = 0.0
+
+    def match_query_key(kernel: np.ndarray, bias: np.ndarray) -> None:
+        head_only(kernel, bias)
+        kernel[2 * m:, col:] = match
+
+    def segment_value(kernel: np.ndarray, bias: np.ndarray) -> None:
+        head_only(kernel, bias)
+        kernel[:, col] = segment / half_gap  # +1 in A, -1 in B
+
+    def constant_query(kernel: np.ndarray, bias: np.ndarray) -> None:
+        head_only(kernel, bias)
+        bias[col] = peak_logit * math.sqrt(d)  # times the key below: peak_logit on B's tokens
+
+    def b_key(kernel: np.ndarray, bias: np.ndarray) -> None:
+        head_only(kernel, bias)
+        kernel[:, col] = -segment / half_gap  # +1 in B, -1 in A
+
+    def u_value(kernel: np.ndarray, bias: np.ndarray) -> None:
+        head_only(kernel, bias)
+        kernel[:, col] = u / COMPARE_GAIN  # the overlap, about in [-1, 1]
+
+    for attention, changes, direction in (
+            (first, {"query": match_query_key, "key": match_query_key, "value": segment_value}, u),
+            (second, {"query": constant_query, "key": b_key, "value": u_value}, u2)):
+        for name, change in changes.items():
+            _update(getattr(attention.module, name), attention.index, change)
+        _update(attention.module.output, attention.index,
+                lambda kernel, bias, w=direction: _write_rows(kernel, col, w))
+    return u, u2
+
+
+def _write_rows(kernel: np.ndarray, col: int, direction: np.ndarray) -> None:
+    """The output projection's rows of the last head: its first dimension along `direction`
+    (times COMPARE_GAIN), the others zero."""
+    kernel[col:, :] = 0.0
+    kernel[col, :] = COMPARE_GAIN * direction
+
+
+class _Attention:
+    """A layer's attention module and, for stacked (scan) layers, the layer's index."""
+
+    def __init__(self, module: nnx.Module, index: int | None):
+        self.module, self.index = module, index
+
+
+def _layer_attention(bert: BertModel, i: int) -> _Attention:
+    if bert.config.scan_layers:
+        return _Attention(bert.layers.attention, i)
+    return _Attention(bert.layers[i].attention, None)
+
+
+def _update(linear: nnx.Module, index: int | None, change) -> None:
+    """`change(kernel (H, H), bias (H,))` in place on a linear layer's (or a stacked layer's)
+    numpy copy, written back."""
+    kernel = np.array(linear.kernel[...])
+    bias = np.array(linear.bias[...])
+    k, b = (kernel[index], bias[index]) if index is not None else (kernel, bias)
+    change(k, b)
+    linear.kernel[...] = jnp.asarray(kernel)
+    linear.bias[...] = jnp.asarray(bias)

@@ -38,7 +38,7 @@ from bertjax.train.assembly import Strategy, assemble
 from bertjax.train.checkpoint import Checkpointer
 from bertjax.train.distributed import allgather_json, barrier
 from bertjax.train.interrupt import Abandoned, CtrlC, PretrainInterrupted, abandonable
-from bertjax.train.local_init import local_attention_init
+from bertjax.train.local_init import compare_heads_init, local_attention_init
 from bertjax.train.loop import NonFiniteLossError, PendingMetrics, StepSchedule, TrainClock, flush_and_tick
 from bertjax.train.metrics import MetricsWriter
 from bertjax.train.objectives import pretraining
@@ -224,6 +224,8 @@ def initialise_model(config: rc.RunConfig, vocab_size: int) -> BertForPreTrainin
         local_attention_init(model, layers=min(config.model.local_layers,
                                                model.bert.config.num_hidden_layers),
                              match_heads=config.model.match_heads)
+    if config.model.compare_heads:
+        compare_heads_init(model)
     return model
 
 
