@@ -132,6 +132,9 @@ def test_a_run_saved_before_the_options_resumes_as_it_was_made(tmp_path) -> None
     assert loaded["train"]["mlm_loss_weight"] == loaded["train"]["nsp_loss_weight"] == 1.0
     assert loaded["data"]["not_next"] == "any"
     assert rc.differences(loaded, rc.RunConfig.from_dict(loaded)) == []
+    # the default recipe draws NotNext far away: a bare --resume of such a run names it
+    assert rc.RunConfig().data.not_next == "far"
+    assert rc.differences(loaded, rc.RunConfig()) == ["data.not_next: saved 'any', requested 'far'"]
 
 
 def _gradients(objective, batch):

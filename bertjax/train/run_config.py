@@ -16,7 +16,9 @@ Those runs all stopped at the accuracy of a predictor that sees no context (x2.8
 layer's heads initialised to read the pieces beside them (`local_attention_layers`,
 bertjax.train.local_init) the same 1,500 steps reach x5.7 (docs/research.md), and the
 default 2,500 steps x6.8 in 5.5-7 minutes there, fine-tuning better than 1,500
-(docs/pretraining.md, "Longer runs").
+(docs/pretraining.md, "Longer runs"). Next-sentence prediction stays at chance in this budget,
+even trained alone (`train.mlm_loss_weight=0`); the recipe draws NotNext from the other half of
+the corpus (`data.not_next`), as BERT's pairs carry another subject (docs/research.md).
 """
 
 from __future__ import annotations
@@ -65,6 +67,10 @@ class ModelSection:
                           "heads as match heads instead: each piece attends to the other "
                           "occurrences of itself, a comparison of the pair's two segments "
                           "(bertjax.train.local_init)")
+    compare_heads: bool = _f(False, "after the local-attention init, start the last head of "
+                             "layers 1 and 2 as a circuit that gives every token, [CLS] included, "
+                             "the share of segment B's pieces also found in segment A (the signal "
+                             "next-sentence prediction starts from; bertjax.train.local_init)")
     scan_layers: bool = _f(False, "run the layers under lax.scan (faster compilation)")
     remat: bool = _f(False, "recompute layer activations in the backward pass (less memory)")
 
@@ -109,7 +115,7 @@ class DataSection:
                       "decreasing, each masked as alone (max_predictions per row); auto: best-fit "
                       "where the pairs fill under 80% of their unpacked rows (short documents), "
                       "none otherwise (the bundled plays)", PACKINGS)
-    not_next: str = _f("any", "where a NotNext pair's B comes from: 'far', a document of the other "
+    not_next: str = _f("far", "where a NotNext pair's B comes from: 'far', a document of the other "
                        "half of the corpus (a distant part, another play for the bundled ones); "
                        "'any', any other document (BERT's rule, often the same play here)",
                        NOT_NEXT_CHOICES)
@@ -156,7 +162,8 @@ DERIVED = ("optim.total_steps",)
 ADDED_LATER: dict[str, Any] = {"model.local_attention_layers": 0, "data.text_field": "text",
                                "data.packing": "none", "optim.flatten": False,
                                "train.mlm_loss_weight": 1.0, "train.nsp_loss_weight": 1.0,
-                               "data.not_next": "any", "model.match_heads": 0}
+                               "data.not_next": "any", "model.match_heads": 0,
+                               "model.compare_heads": False}
 
 
 def complete_saved(saved: dict[str, Any]) -> dict[str, Any]:
@@ -419,6 +426,10 @@ def validate(config: RunConfig) -> None:
     if not 0 <= m.match_heads <= heads:
         raise InputError(f"model.match_heads must be from 0 to the preset's {heads} heads, got "
                          f"{m.match_heads}")
+    if m.compare_heads and not m.local_layers:
+        raise InputError("model.compare_heads builds on the local-attention init, and "
+                         "model.local_attention_layers is 0: give it a number of layers, or "
+                         "leave out model.compare_heads")
     if m.match_heads and not m.local_layers:
         raise InputError("model.match_heads sets heads of the layers model.local_attention_layers "
                          "initialises, and it is 0: give it a number of layers, or leave out "
