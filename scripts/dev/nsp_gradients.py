@@ -30,9 +30,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.heads import BertForPreTraining
 from bertjax.losses import pretraining_sums
 from bertjax.pretrained import from_pretrained
+from bertjax.train import run_config as rc
 from bertjax.train.pretrain import initialise_model
 from bertjax.train.pretrain_data import training_batches
 from bertjax.train.rundir import RunDir
@@ -97,6 +99,20 @@ def table(grads: dict[str, dict[str, np.ndarray]]) -> str:
     return "\n".join(lines)
 
 
+def run_model(run: RunDir, *, init: bool, step: int | None = None,
+              overrides: dict[str, str] | None = None
+              ) -> tuple[BertForPreTraining, rc.RunConfig, WordPieceTokenizer]:
+    """(model, configuration, tokenizer) of a run: its model at step 0 as `bertjax pretrain`
+    initialises it (with `overrides` on its configuration), or a checkpoint (the best by
+    default)."""
+    config, tok = run.finished_config()
+    if init:
+        config = rc.apply_overrides(config, overrides or {})
+        return initialise_model(config, tok.vocab_size), config, tok
+    model, _ = from_pretrained(run.root, step=step, model_cls=BertForPreTraining)
+    return model, config, tok
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("run_dir")
@@ -106,11 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, default=32)
     args = p.parse_args(argv)
     run = RunDir(args.run_dir)
-    config, tok = run.finished_config()
-    if args.init:
-        model = initialise_model(config, tok.vocab_size)
-    else:
-        model, _ = from_pretrained(run.root, step=args.step, model_cls=BertForPreTraining)
+    model, config, tok = run_model(run, init=args.init, step=args.step)
     grads = batch_gradients(model, training_batches(run, config, tok), args.batches)
     where = "step 0" if args.init else f"checkpoint {args.step or 'best'}"
     print(f"{run.root} at {where}, {args.batches} training batches of {config.data.batch_size}")

@@ -18,18 +18,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from bertjax.heads import BertForPreTraining
-from bertjax.pretrained import from_pretrained
-from bertjax.train import run_config as rc
-from bertjax.train.pretrain import initialise_model
-from bertjax.train.pretrain_data import held_out_batches, training_batches
-from bertjax.train.rundir import RunDir
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from nsp_gradients import run_model  # noqa: E402
+
+from bertjax.heads import BertForPreTraining  # noqa: E402
+from bertjax.train.pretrain_data import held_out_batches, training_batches  # noqa: E402
+from bertjax.train.rundir import RunDir  # noqa: E402
 
 LAMBDAS = (10.0, 1000.0)
 
@@ -90,12 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train-batches", type=int, default=1000)
     args = p.parse_args(argv)
     run = RunDir(args.run_dir)
-    config, tok = run.finished_config()
-    if args.init:
-        config = rc.apply_overrides(config, dict(o.split("=", 1) for o in args.overrides))
-        model = initialise_model(config, tok.vocab_size)
-    else:
-        model, _ = from_pretrained(run.root, model_cls=BertForPreTraining)
+    model, config, tok = run_model(run, init=args.init,
+                                   overrides=dict(o.split("=", 1) for o in args.overrides))
     train = training_batches(run, config, tok)
     fitted = [next(train) for _ in range(args.train_batches)]
     print(f"{run.root} {'at step 0 ' + ' '.join(args.overrides) if args.init else 'trained'}")
