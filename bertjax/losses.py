@@ -128,13 +128,13 @@ def nsp_count(batch: dict[str, jax.Array]) -> jax.Array:
     return jnp.float32(batch["next_sentence_label"].shape[0])
 
 
-def loss_from_sums(sums: dict[str, jax.Array], predictions: jax.Array, sequences: jax.Array
-                   ) -> jax.Array:
+def loss_from_sums(sums: dict[str, jax.Array], predictions: jax.Array, sequences: jax.Array,
+                   *, mlm_weight: float = 1.0, nsp_weight: float = 1.0) -> jax.Array:
     """MLM + NSP loss: the summed losses over the number of real predictions and of sequences
     they are the mean of (a batch with no real prediction, or packed rows with no pair, has that
-    part 0, not NaN)."""
-    return (sums["mlm_loss_sum"] / jnp.maximum(predictions, LOSS_WEIGHT_FLOOR)
-            + sums["nsp_loss_sum"] / jnp.maximum(sequences, LOSS_WEIGHT_FLOOR))
+    part 0, not NaN), each part times its weight (BERT's: 1 and 1)."""
+    return (mlm_weight * sums["mlm_loss_sum"] / jnp.maximum(predictions, LOSS_WEIGHT_FLOOR)
+            + nsp_weight * sums["nsp_loss_sum"] / jnp.maximum(sequences, LOSS_WEIGHT_FLOOR))
 
 
 def pretraining_loss(

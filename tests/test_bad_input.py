@@ -50,7 +50,7 @@ BAD_INPUT = [
     (["parity", "--seed", "-2"], "--seed: expected an integer >= 0, got '-2'"),
     (["data", "--vocab", "{model}", "--out", "{tmp}/shards", "--seed", "-1"],
      "--seed: expected an integer >= 0"),
-    (["pretrain", "--optim.clip_norm=nan", "--output-dir", "{tmp}/run"],
+    (["pretrain", "--optim.clip-norm=nan", "--output-dir", "{tmp}/run"],
      "optim.clip_norm must be a number >= 0 (0: no clipping), got nan"),
     (["pretrain", "--optim.b2=1.5", "--output-dir", "{tmp}/run"],
      "optim.b2 must be a number in [0, 1), got 1.5"),

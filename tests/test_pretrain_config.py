@@ -49,7 +49,7 @@ def test_unknown_section_and_preset_and_bad_values(tmp_path: Path) -> None:
         rc.load(bad)
     with pytest.raises(ValueError, match=r"model.preset must be one of \['base'.*got 'huge'"):
         rc.load(None, {"model.preset": "huge"})
-    with pytest.raises(ValueError, match="train.steps must be an integer above 0, got 'many'"):
+    with pytest.raises(ValueError, match="train.steps must be a positive integer, got 'many'"):
         rc.load(None, {"train.steps": "many"})
     with pytest.raises(ValueError, match=r"data.seq_len \(1024\) exceeds the model's max_pos"):
         rc.load(None, {"data.seq_len": "1024"})
@@ -72,7 +72,7 @@ def test_cli_errors(capsys: pytest.CaptureFixture[str]) -> None:
     err = capsys.readouterr().err
     assert "unknown option --optim.learnig-rate (did you mean --optim.learning-rate" in err
     with pytest.raises(SystemExit):
-        main(["pretrain", "--optim.learning_rate=1e-3"])  # the field's spelling, not the flag's
+        main(["pretrain", "--optim.learning-rate=1e-3"])  # the field's spelling, not the flag's
     assert "written with '-', not '_': --optim.learning-rate" in capsys.readouterr().err
 
     with pytest.raises(SystemExit) as exit_info:

@@ -193,16 +193,16 @@ def test_nan_loss_before_any_checkpoint_says_to_run_again_not_to_resume(tmp_path
     """Issue 45: with no checkpoint there is nothing to resume; the advice is a command that
     works: the same one, with other options, in the same --output-dir."""
     run_dir = tmp_path / "run"
-    unstable = [*TINY, "--train.steps=40", "--train.checkpoint_every=1000",
-                "--train.eval_every=1000", "--optim.warmup_steps=0", f"--output-dir={run_dir}"]
-    proc = _cli([*unstable, "--optim.learning_rate=1e30"])
+    unstable = [*TINY, "--train.steps=40", "--train.checkpoint-every=1000",
+                "--train.eval-every=1000", "--optim.warmup-steps=0", f"--output-dir={run_dir}"]
+    proc = _cli([*unstable, "--optim.learning-rate=1e30"])
     assert proc.returncode == 1, proc.stderr[-3000:]
     line = next(x for x in proc.stderr.splitlines() if "stopping" in x)
     assert line.endswith("No checkpoint was saved before it, so there is nothing to resume: "
                          "lower optim.learning_rate or raise optim.warmup_steps and run the "
                          "command again (a run without a checkpoint starts afresh in the same "
                          "--output-dir)"), line
-    again = _cli([*unstable[:-2], "--train.steps=2", "--optim.learning_rate=1e-3",
+    again = _cli([*unstable[:-2], "--train.steps=2", "--optim.learning-rate=1e-3",
                   f"--output-dir={run_dir}"])
     assert again.returncode == 0, again.stderr[-3000:]
 

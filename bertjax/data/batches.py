@@ -71,6 +71,8 @@ class PretrainingBatches:
     `pair_packing.plan_rows`; a global batch is then `global_batch_size` rows and an epoch as
     many batches as its rows fill) or "auto" (best-fit where the pairs fill under
     `pair_packing.AUTO_MAX_FILL` of their unpacked rows; `self.packing` says which).
+    `not_next`: where NotNext's B comes from, "any" other document or "far" (the other half of
+    the corpus; `bertjax.data.pairs`).
     """
 
     def __init__(
@@ -92,6 +94,7 @@ class PretrainingBatches:
         tokenizer: WordPieceTokenizer | None = None,
         cache_pairs: bool = False,
         packing: str = "none",
+        not_next: str = "any",
     ):
         self.shards = shards if isinstance(shards, Shards) else Shards(shards)
         if process_count < 1 or not 0 <= process_index < process_count:
@@ -113,7 +116,8 @@ class PretrainingBatches:
         self.process_index, self.process_count = process_index, process_count
         self.seed, self.shuffle, self.num_epochs = seed, shuffle, num_epochs
         self.pairs = load_or_create_pairs(self.shards, seq_len, short_seq_prob=short_seq_prob,
-                                          dupe_factor=dupe_factor, seed=seed, cache=cache_pairs)
+                                          dupe_factor=dupe_factor, seed=seed, cache=cache_pairs,
+                                          not_next=not_next)
         self.num_pairs = len(self.pairs)
         self.lengths = pair_lengths(self.pairs)  # (N,)
         self.packing = resolve_packing(packing, self.lengths, seq_len)

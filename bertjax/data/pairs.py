@@ -24,6 +24,17 @@ biased towards NotNext whenever a chunk holds a single sentence):
 The random document for NotNext is drawn among the *other* documents (never the same one; the
 original retries 10 times and may still pick the same). Truncation draws how many tokens leave the
 front as a Binomial(n, 1/2), which is the distribution of the original's per-token coin.
+
+Where NotNext's B comes from (`not_next`, one of `NOT_NEXT_CHOICES`):
+
+* "any": any other document, as the original. In Wikipedia that is almost always another subject;
+  in a corpus of a few long works cut into documents (the held-out split of the bundled plays:
+  two plays cut into scenes) it is often the same work, whose names and words A shares.
+* "far": a document of the other half of the corpus (the documents in corpus order, cut where
+  half the tokens are behind): a distant part, so that NotNext is another subject as in BERT's
+  pairs. With the bundled plays (in name order) B is then from another play in 88% of the
+  held-out NotNext pairs (51% with "any": two plays) and in all but 0.1% of the training ones
+  (97% with "any").
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import random
 from array import array
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -43,11 +55,15 @@ COLUMNS = ("a_start", "a_end", "b_start", "b_end", "label", "boundary")
 IS_NEXT, NOT_NEXT = 0, 1
 SPECIAL_PER_PAIR = 3  # [CLS] A [SEP] B [SEP]
 MIN_SEQ_LEN = SPECIAL_PER_PAIR + 2  # the shortest sequence that holds a pair: a token of A and of B
+NOT_NEXT_CHOICES = ("any", "far")  # where NotNext's B comes from (the module docstring)
 
 
-def check_pair_options(seq_len: int, short_seq_prob: float = 0.1, dupe_factor: int = 1) -> None:
+def check_pair_options(seq_len: int, short_seq_prob: float = 0.1, dupe_factor: int = 1,
+                       not_next: str = "any") -> None:
     """Raise ValueError for options no pair can be made with (the command line checks the same
     ranges when it parses its options, before any work)."""
+    if not_next not in NOT_NEXT_CHOICES:
+        raise InputError(f"not_next must be one of {list(NOT_NEXT_CHOICES)}, got {not_next!r}")
     if seq_len < MIN_SEQ_LEN:
         raise InputError(f"seq_len must be at least {MIN_SEQ_LEN} ([CLS] a [SEP] b [SEP]), "
                          f"got {seq_len}")
@@ -81,12 +97,14 @@ def create_pairs(
     short_seq_prob: float = 0.1,
     dupe_factor: int = 1,
     seed: int = 0,
+    not_next: str = "any",
 ) -> np.ndarray:
     """All pairs of a shard directory: an (N, 6) int64 array with columns `COLUMNS`.
 
-    `dupe_factor` passes over the corpus with different random choices, as the original does.
+    `dupe_factor` passes over the corpus with different random choices, as the original does;
+    `not_next` says where NotNext's B comes from (the module docstring).
     """
-    check_pair_options(seq_len, short_seq_prob, dupe_factor)
+    check_pair_options(seq_len, short_seq_prob, dupe_factor, not_next)
     n_docs = shards.num_documents
     if n_docs < 2:
         raise InputError(
@@ -97,6 +115,7 @@ def create_pairs(
     sent = np.asarray(shards.sentence_offsets)
     docs = np.asarray(shards.document_offsets).tolist()
     rng = random.Random(seed)
+    other_document = _other_document(not_next, sent[docs], rng)
     out = array("q")
     owed = 0
     for _ in range(dupe_factor):
@@ -126,8 +145,7 @@ def create_pairs(
                         label = IS_NEXT
                     else:
                         target_b = target - (a1 - a0)
-                        r = rng.randint(0, n_docs - 2)
-                        r += r >= d
+                        r = other_document(d)
                         r0, r1 = docs[r], docs[r + 1]
                         j = rng.randint(r0, r1 - 1)
                         b0 = int(sent[j])
@@ -143,10 +161,31 @@ def create_pairs(
     return np.frombuffer(out, dtype=np.int64).reshape(-1, len(COLUMNS)).copy()
 
 
+def _other_document(not_next: str, starts: np.ndarray, rng: random.Random
+                    ) -> Callable[[int], int]:
+    """`pick(d)`: the document NotNext's B comes from for A in document `d` (`starts`: each
+    document's first token, and the end)."""
+    n_docs = len(starts) - 1
+    if not_next == "any":
+        def pick(d: int) -> int:
+            r = rng.randint(0, n_docs - 2)
+            return r + (r >= d)
+        return pick
+    # "far": the other half, cut at the first document that starts past half the tokens (each
+    # half keeps at least one document)
+    cut = min(max(int(np.searchsorted(starts[:-1], starts[-1] / 2, side="right")), 1), n_docs - 1)
+
+    def pick_far(d: int) -> int:
+        return rng.randint(cut, n_docs - 1) if d < cut else rng.randint(0, cut - 1)
+    return pick_far
+
+
 def pairs_path(shards: Shards, seq_len: int, short_seq_prob: float, dupe_factor: int,
-               seed: int) -> Path:
+               seed: int, not_next: str = "any") -> Path:
     """The cache file of these pairs (named so that `shards.PAIRS_PATTERNS` recognises it)."""
-    return shards.directory / f"pairs-s{seq_len}-p{short_seq_prob:g}-d{dupe_factor}-r{seed}.npy"
+    far = "" if not_next == "any" else f"-n{not_next}"  # "any": the name pairs always had
+    return (shards.directory
+            / f"pairs-s{seq_len}-p{short_seq_prob:g}-d{dupe_factor}-r{seed}{far}.npy")
 
 
 def load_or_create_pairs(
@@ -157,15 +196,16 @@ def load_or_create_pairs(
     dupe_factor: int = 1,
     seed: int = 0,
     cache: bool = False,
+    not_next: str = "any",
 ) -> np.ndarray:
     """Pairs from the shard directory's cache file (memory-mapped) if there is one, else made;
     with `cache`, written there (atomically; a read-only shard directory just skips caching).
     Writing is opt-in: a reader of shards it does not own leaves their directory as it was."""
-    path = pairs_path(shards, seq_len, short_seq_prob, dupe_factor, seed)
+    path = pairs_path(shards, seq_len, short_seq_prob, dupe_factor, seed, not_next)
     if path.is_file():
         return np.load(path, mmap_mode="r")
     pairs = create_pairs(shards, seq_len, short_seq_prob=short_seq_prob,
-                         dupe_factor=dupe_factor, seed=seed)
+                         dupe_factor=dupe_factor, seed=seed, not_next=not_next)
     if cache:
         with contextlib.suppress(OSError):  # a read-only shard directory: no cache
             write_npy_atomic(path, pairs)

@@ -9,7 +9,10 @@ and with every checkpoint, so `--resume` can refuse a run that would silently di
 
 The defaults are the default recipe of `bertjax pretrain`: the `mini` BERT (L4/H256/A4) on the
 bundled Shakespeare corpus, tuned to learn as much as it can in under 10 minutes on 2 CPU cores
-(docs/pretraining.md, "The default recipe, and why"; the study in docs/research.md).
+(docs/pretraining.md, "The default recipe, and why"; the study in docs/research.md). Next-sentence
+prediction stays at chance in this budget, even trained alone (`train.mlm_loss_weight=0`); the
+recipe draws NotNext from the other half of the corpus (`data.not_next`), as BERT's pairs carry
+another subject.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from bertjax.config import (
     BertConfig,
 )
 from bertjax.data.pair_packing import PACKINGS
+from bertjax.data.pairs import NOT_NEXT_CHOICES
 from bertjax.errors import InputError
 from bertjax.train.choices import PARALLEL_CHOICES, PRNG_IMPLS
 from bertjax.train.schedule import OptimConfig
@@ -96,6 +100,10 @@ class DataSection:
                       "decreasing, each masked as alone (max_predictions per row); auto: best-fit "
                       "where the pairs fill under 80% of their unpacked rows (short documents), "
                       "none otherwise (the bundled plays)", PACKINGS)
+    not_next: str = _f("far", "where a NotNext pair's B comes from: 'far', a document of the other "
+                       "half of the corpus (a distant part, another play for the bundled ones); "
+                       "'any', any other document (BERT's rule, often the same play here)",
+                       NOT_NEXT_CHOICES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +125,12 @@ class TrainSection:
     prng_impl: str = _f("threefry2x32", "PRNG of dropout (rbg/unsafe_rbg: cheaper on GPU/TPU)",
                         PRNG_IMPLS)
     fsdp: int = _f(1, "FSDP (parameter sharding) degree for parallel='mesh'", check="positive")
+    mlm_loss_weight: float = _f(1.0, "weight of the masked-LM loss in the loss trained on (0: "
+                                "next-sentence prediction alone; MLM is still evaluated)",
+                                check="non_negative")
+    nsp_loss_weight: float = _f(1.0, "weight of the next-sentence-prediction loss in the loss "
+                                "trained on (0: masked LM alone; NSP is still evaluated)",
+                                check="non_negative")
 
 
 SECTIONS: dict[str, type] = {
@@ -136,7 +150,9 @@ DEFAULTS: dict[str, Any] = {
 # Options added after runs were saved without them, with the value those runs were made with:
 # a saved configuration that lacks one reads as that value (so such a run still resumes).
 ADDED_LATER: dict[str, Any] = {"model.local_attention_layers": 0, "data.text_field": "text",
-                               "data.packing": "none", "optim.flatten": False}
+                               "data.packing": "none", "optim.flatten": False,
+                               "train.mlm_loss_weight": 1.0, "train.nsp_loss_weight": 1.0,
+                               "data.not_next": "any"}
 
 
 def complete_saved(saved: dict[str, Any]) -> dict[str, Any]:
@@ -240,6 +256,9 @@ def validate(config: RunConfig) -> None:
         raise InputError(f"train.fsdp={t.fsdp} shards parameters over a mesh, which "
                          f"train.parallel={t.parallel!r} does not use; pass --train.parallel mesh "
                          "or leave out --train.fsdp")
+    if t.mlm_loss_weight == 0 and t.nsp_loss_weight == 0:
+        raise InputError("train.mlm_loss_weight and train.nsp_loss_weight are both 0: nothing "
+                         "would be trained; give one of them a positive weight")
     if t.fsdp > 1 and config.optim.flatten:
         raise InputError("optim.flatten puts every gradient in one vector, which train.fsdp="
                          f"{t.fsdp} would gather from its shards on each step; leave one of them "

@@ -52,19 +52,28 @@ def _pretraining_sums(model: Any, batch: Batch, rng: jax.Array | None) -> Sums:
     return pretraining_sums(out.mlm_logits, out.nsp_logits, batch)
 
 
-def _pretraining_metrics(sums: Sums) -> dict[str, jax.Array]:
-    means = metrics_from_sums(sums)
-    del means["perplexity"]
-    return {"loss": means["mlm_loss"] + means["nsp_loss"], **means}
+def pretraining(mlm_weight: float = 1.0, nsp_weight: float = 1.0) -> Objective:
+    """Masked LM + next-sentence prediction, each mean loss times its weight (BERT's: 1 and 1;
+    a weight of 0 leaves that part out of the gradient, though it is still computed and
+    logged). The logged `loss` is the weighted sum the step minimises."""
+
+    def loss(sums: Sums, counts: dict[str, jax.Array]) -> jax.Array:
+        return loss_from_sums(sums, counts["predictions"], counts["sequences"],
+                              mlm_weight=mlm_weight, nsp_weight=nsp_weight)
+
+    def metrics(sums: Sums) -> dict[str, jax.Array]:
+        means = metrics_from_sums(sums)
+        del means["perplexity"]
+        return {"loss": mlm_weight * means["mlm_loss"] + nsp_weight * means["nsp_loss"], **means}
+
+    return Objective(
+        forward_sums=_pretraining_sums,
+        counts=lambda batch: {"predictions": jnp.sum(batch["masked_weights"].astype(jnp.float32)),
+                              "sequences": nsp_count(batch)},
+        loss=loss, metrics=metrics)
 
 
-PRETRAINING = Objective(
-    forward_sums=_pretraining_sums,
-    counts=lambda batch: {"predictions": jnp.sum(batch["masked_weights"].astype(jnp.float32)),
-                          "sequences": nsp_count(batch)},
-    loss=lambda sums, counts: loss_from_sums(sums, counts["predictions"], counts["sequences"]),
-    metrics=_pretraining_metrics,
-)
+PRETRAINING = pretraining()
 
 
 def _forward(model: Any, batch: Batch, rng: jax.Array | None) -> Any:

@@ -87,9 +87,9 @@ def _batch_options(config: rc.RunConfig, tok: WordPieceTokenizer) -> dict[str, A
     """How the run's batches are shaped, and this process's rows of them."""
     d = config.data
     return dict(seq_len=d.seq_len, global_batch_size=d.batch_size,
-                max_predictions=d.max_predictions, process_index=jax.process_index(),
-                process_count=jax.process_count(), tokenizer=tok,
-                cache_pairs=True)  # the job owns its run's shards: their pairs are kept there
+                max_predictions=d.max_predictions, not_next=d.not_next,
+                process_index=jax.process_index(), process_count=jax.process_count(),
+                tokenizer=tok, cache_pairs=True)  # the job owns its run's shards: pairs kept there
 
 
 def training_batches(run: RunDir, config: rc.RunConfig, tok: WordPieceTokenizer

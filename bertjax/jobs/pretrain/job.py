@@ -56,6 +56,7 @@ from bertjax.train.distributed import allgather_json, barrier
 from bertjax.train.local_init import local_attention_init
 from bertjax.train.loop import NonFiniteLossError, PendingMetrics, StepSchedule, TrainClock, flush_and_tick
 from bertjax.train.metrics import MetricsWriter
+from bertjax.train.objectives import pretraining
 from bertjax.train.parallel import make_strategy
 from bertjax.train.prefetch import Prefetch
 from bertjax.train.step import Batch, Metrics, TrainState
@@ -187,7 +188,8 @@ def _set_up(config: rc.RunConfig, run: RunDir, start: RunStart, stop: StopReques
                                 keep_best=1, quarantine=run.corrupt_checkpoints)
     try:
         model = initialise_model(config, data.vocab_size)
-        training = assemble(model, optim, strategy, seed=train.seed, prng_impl=train.prng_impl)
+        training = assemble(model, optim, strategy, seed=train.seed, prng_impl=train.prng_impl,
+                            objective=pretraining(train.mlm_loss_weight, train.nsp_loss_weight))
         del model
         stop.poll()
         n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(training.state.params))
