@@ -107,7 +107,7 @@ def test_reading_a_runs_held_out_batches_writes_nothing_into_it(run):
 
 
 def test_convert_names_itself_when_it_refuses_an_output_folder(tmp_path, capsys):
-    """It said "files that `bertjax export` did not write" (export: its deprecated name)."""
+    """It once named `bertjax export`, a name the command no longer has."""
     folder = tmp_path / "thesis"
     folder.mkdir()
     (folder / "chapter1.tex").write_text("\\chapter{Introduction}\n")

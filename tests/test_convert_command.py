@@ -1,4 +1,4 @@
-"""`bertjax convert` (and its first name, `bertjax export`): a checkpoint of one class written as
+"""`bertjax convert`: a checkpoint of one class written as
 a Hugging Face directory of the same or another class, checked before it is put in place.
 
 Each conversion is checked here independently of the command's own check: transformers loads
@@ -334,26 +334,7 @@ def test_as_offers_every_class_and_refuses_others_in_one_line(qa, tmp_path, caps
     with pytest.raises(SystemExit):
         main(["--help"])
     listing = capsys.readouterr().out
-    assert "\n    convert " in listing and "\n    export " in listing
-
-
-def test_export_still_works_as_before_with_a_warning_naming_convert(tmp_path, capsys):
-    out = tmp_path / "hf"
-    assert main(["export", str(tiny_checkpoint()), str(out)]) == 0
-    captured = capsys.readouterr()
-    assert captured.err == ("bertjax export: warning: `bertjax export` is deprecated: use "
-                            "`bertjax convert`, which does the same\n")
-    assert captured.out.startswith(f"wrote {out}: BertForPreTraining, 2 layers, hidden 128, "
-                                   "vocabulary ")
-    reloaded, expected = (model_to_numpy(bertjax.from_pretrained(m)[0])
-                          for m in (out, tiny_checkpoint()))
-    assert set(reloaded) == set(expected)
-    for name in expected:
-        np.testing.assert_array_equal(reloaded[name], expected[name], err_msg=name)
-    assert main(["export", str(tiny_checkpoint(1)), str(out)]) == 0  # over an earlier export
-    np.testing.assert_array_equal(
-        model_to_numpy(bertjax.from_pretrained(out)[0])[WORDS],
-        model_to_numpy(bertjax.from_pretrained(tiny_checkpoint(1))[0])[WORDS])
+    assert "\n    convert " in listing and "\n    export " not in listing  # no old names
 
 
 # --- a model with large outputs (issue 29) -------------------------------------------------------
@@ -375,10 +356,6 @@ def large_outputs(tmp_path_factory, tokenizer) -> Path:
     return path
 
 
-DEPRECATED = ("bertjax {command}: warning: `bertjax export` is deprecated: use `bertjax convert`, "
-              "which does the same\n")
-
-
 def _probe_scale(path: Path, tokenizer) -> float:
     """max |prediction_logits| of transformers on the command's own probe inputs."""
     hf = transformers.BertForPreTraining.from_pretrained(path, attn_implementation="eager").eval()
@@ -390,9 +367,9 @@ def _probe_scale(path: Path, tokenizer) -> float:
                      .prediction_logits.abs().max())
 
 
-@pytest.mark.parametrize("command", ["convert", "export"])
 def test_a_model_with_large_outputs_converts_and_a_drift_is_still_refused(
-        large_outputs, tokenizer, tmp_path, capsys, monkeypatch, command):
+        large_outputs, tokenizer, tmp_path, capsys, monkeypatch):
+    command = "convert"
     scale = _probe_scale(large_outputs, tokenizer)
     assert scale > 10
     capsys.readouterr()  # transformers' own loading bar
@@ -418,7 +395,7 @@ def test_a_model_with_large_outputs_converts_and_a_drift_is_still_refused(
     capsys.readouterr()
     assert main([command, str(large_outputs), str(tmp_path / "drifted")]) == 2
     err = capsys.readouterr().err
-    line = _one_line(err.replace(DEPRECATED.format(command=command), ""), command)
+    line = _one_line(err, command)
     assert re.search(r"bertjax's mlm_logits is 0\.001\d* away from transformers [\d.]+ "
                      r"BertForPreTraining's prediction_logits", line), line
     assert not (tmp_path / "drifted").exists()

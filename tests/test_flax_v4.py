@@ -118,7 +118,7 @@ def _copy(name: str, tmp_path: Path) -> Path:
 
 
 def _export_fails(path: Path, tmp_path: Path, capsys) -> str:
-    """`bertjax export` of `path`: exit 2, one line, nothing written."""
+    """`bertjax convert` of `path`: exit 2, one line, nothing written."""
     assert main(["convert", str(path), str(tmp_path / "out")]) == 2
     assert not (tmp_path / "out").exists()
     err = capsys.readouterr().err

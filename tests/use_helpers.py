@@ -1,7 +1,7 @@
 """Shared builders for the tests of `bertjax.use`, the commands and runs (no tests here).
 
 `tiny_checkpoint()` is a small random BERT with a WordPiece vocabulary trained on two scenes of
-Shakespeare, saved as a Hugging Face directory (what `bertjax export` writes), made once per
+Shakespeare, saved as a Hugging Face directory (what `bertjax convert` writes), made once per
 process. `tiny_run(path)` pre-trains a 6-step run there; `state_leaves(tree)` are a state's
 arrays on the host, to compare two states.
 """

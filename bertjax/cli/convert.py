@@ -1,7 +1,6 @@
 """`bertjax convert`: any model bertjax reads (a Hugging Face directory or Hub id in safetensors,
 `pytorch_model.bin` or transformers-v4 Flax msgpack, or a `bertjax pretrain` run) as a Hugging
 Face directory of any BERT class (`--as`), which transformers and AutoTokenizer load.
-(`bertjax export` is its old name: it still works, with a warning.)
 
 OUT_DIR is checked before the model is loaded: it must be new, empty or an earlier export (which
 is replaced); anything else is refused, naming what is there. The directory is written aside and
@@ -14,7 +13,6 @@ earlier export stays as it was) and nothing beside it.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -64,9 +62,6 @@ def _convert(args: argparse.Namespace) -> int:
     from bertjax.io.verify import ExportCheckError, tensors_written, verify_export
     from bertjax.pretrained import checkpoint_class, save_pretrained  # JAX loads when run
 
-    if args.command == "export":
-        print("bertjax export: warning: `bertjax export` is deprecated: use `bertjax convert`, "
-              "which does the same", file=sys.stderr)
     out = Path(args.out)
     inputs = {"MODEL": model_input(args.model)}
     check_export_directory(out, what="OUT_DIR", made_by="`bertjax convert`",
@@ -102,4 +97,4 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_command(getattr(args, "command", "convert"), _convert, args)
+    return run_command("convert", _convert, args)

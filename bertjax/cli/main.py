@@ -40,7 +40,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pretrain": ("bertjax.cli.pretrain", "pre-train BERT with evaluation, checkpoints and resume"),
     "convert": ("bertjax.cli.convert", "any model as a Hugging Face directory of any BERT class, "
                                       "checked by reloading it (and by transformers)"),
-    "export": ("bertjax.cli.convert", "deprecated: the old name of convert"),
     "fill-mask": ("bertjax.cli.fill_mask", "the most likely tokens for each [MASK]"),
     "nsp": ("bertjax.cli.nsp", "probability that sentence B follows sentence A"),
     "embed": ("bertjax.cli.embed", "sentence embeddings of lines of text (.npy)"),
