@@ -13,10 +13,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bertjax.io.runs import read_params
 from bertjax.train.checkpoint import Checkpointer, state_digest
 from bertjax.train.manifest import MANIFEST, verify_manifest
-from bertjax.train.saved import CheckpointCorruptWarning, StepReadError, best_step, finished_steps
+from bertjax.train.saved import (
+    CheckpointCorruptWarning,
+    StepReadError,
+    best_step,
+    finished_steps,
+    read_params,
+)
 
 
 def _state(shift: float) -> dict:

@@ -17,6 +17,8 @@ import logging
 import sys
 import traceback
 
+from bertjax.cli.compile_cache import FLAG as COMPILE_CACHE_FLAG
+from bertjax.cli.compile_cache import use_compile_cache
 from bertjax.cli.errors import (
     BUG_REPORT,
     EXIT_BAD_INPUT,
@@ -106,9 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command: its exit status, 2 for bad input (one line, no traceback), 1 for a bug (its
     traceback) or a failed run, 130 for Ctrl-C (also while the command's modules are imported)."""
     argv = sys.argv[1:] if argv is None else argv
-    name = " ".join(argv[:1]) or "bertjax"
     if _runs_jax(argv):
         keep_freed_memory()  # before JAX starts its threads: a CPU step reuses its memory
+        argv = use_compile_cache(argv)  # before JAX is imported: it reads the setting then
+    argv = [a for a in argv if a != COMPILE_CACHE_FLAG]
+    name = " ".join(argv[:1]) or "bertjax"
     # Orbax logs its own bookkeeping (a read-only manager, a step saved without metrics) as
     # absl warnings, huggingface_hub each retry of an unreachable Hub: not the user's business at
     # a command line, where bertjax says the outcome once; errors still show

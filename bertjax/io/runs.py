@@ -28,20 +28,11 @@ from bertjax.train.saved import (
     StepReadError,
     best_step,
     finished_steps,
-    read_state,
+    read_params,
 )
 
 # the head modules every run's checkpoint holds: `bertjax pretrain` trains a BertForPreTraining
 RUN_HEADS = ("pooler", "mlm_head", "nsp_head")
-
-
-def read_params(directory: str | Path, step: int) -> Any:
-    """The parameters saved at `step` (the state's `params`); a StepReadError if the step cannot
-    be read."""
-    _, state = read_state(directory, step)
-    if not isinstance(state, dict) or "params" not in state:
-        raise StepReadError(step, "its state holds no params")
-    return state["params"]
 
 
 def _readable(directory: Path, step: int) -> bool:

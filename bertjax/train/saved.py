@@ -6,6 +6,7 @@ loaders of a run's model (`bertjax.io.runs`).
     best_step(directory)             the step saved with the lowest held-out loss
     step_metrics(directory, step)    the metrics a step was saved with (`{"eval_loss": ...}`)
     read_state(directory, step)      a step's `state` item as nested dicts (no target)
+    read_params(directory, step)     the state's parameters alone, as numpy (what inference needs)
     read_config(directory, step)     the copy of the run configuration a step keeps
 
 Every read goes through a read-only `CheckpointManager` (nothing is created, cleaned up or
@@ -22,6 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 from bertjax.errors import InputError
@@ -29,7 +32,8 @@ from bertjax.train.manifest import StepDamagedError, has_manifest, verify_manife
 from bertjax.train.step_arrays import read_every_array
 
 __all__ = ["EVAL_LOSS_KEY", "ITEMS", "CheckpointCorruptWarning", "StepReadError", "best_step",
-           "check_step_files", "finished_steps", "read_config", "read_state", "step_items", "step_metrics"]
+           "check_step_files", "finished_steps", "read_config", "read_params", "read_state",
+           "step_items", "step_metrics"]
 
 EVAL_LOSS_KEY = "eval_loss"  # the metric a step is saved with and ranked by (lower is better)
 ITEMS = ("state", "data", "config")  # the items of a step (`config` only where one was given)
@@ -57,9 +61,12 @@ def manager_options(**options: Any) -> ocp.CheckpointManagerOptions:
 
 @contextlib.contextmanager
 def _reader(directory: Path) -> Iterator[ocp.CheckpointManager]:
-    """A read-only manager of `directory` (which exists), closed after."""
+    """A read-only manager of `directory` (which exists), closed after; it knows each item's
+    handler, so a step's metadata (the state's tree) can be read without its arrays."""
+    handlers = {"state": ocp.PyTreeCheckpointHandler(), "data": ocp.JsonCheckpointHandler(),
+                "config": ocp.JsonCheckpointHandler()}
     manager = ocp.CheckpointManager(
-        directory.absolute(), item_names=ITEMS,
+        directory.absolute(), item_handlers=handlers,
         options=manager_options(read_only=True, create=False))
     try:
         yield manager
@@ -142,6 +149,29 @@ def read_state(directory: str | Path, step: int | None = None) -> tuple[int, Any
         raise InputError(f"no checkpoint steps in {directory.absolute()}")
     step = steps[-1] if step is None else step
     return step, _restore_item(directory, step, "state", ocp.args.StandardRestore())
+
+
+def read_params(directory: str | Path, step: int) -> Any:
+    """The parameters saved at `step` (the state's `params`), as nested dicts of numpy arrays:
+    read alone (Orbax's partial restore from the step's metadata), not the optimizer's moments
+    beside them. A StepReadError if the step cannot be read or holds no params."""
+    directory = Path(directory)
+    check_step_files(directory / str(step), step)
+    with _reader(directory) as manager:
+        try:
+            tree = manager.item_metadata(step)["state"].tree
+            if not isinstance(tree, dict) or "params" not in tree:
+                raise StepReadError(step, "its state holds no params")
+            as_numpy = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray),
+                                    tree["params"])
+            restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
+                item={"params": tree["params"]}, restore_args={"params": as_numpy},
+                partial_restore=True)))
+        except StepReadError:
+            raise
+        except Exception as err:  # noqa: BLE001 - any read error means this step is unusable
+            raise StepReadError(step, reason(err)) from err
+    return restored["state"]["params"]
 
 
 def read_config(directory: str | Path, step: int) -> dict[str, Any] | None:
