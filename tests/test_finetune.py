@@ -179,3 +179,19 @@ def test_length_grouped_batches_cover_the_epoch_with_little_padding():
     assert grouped_padding < 0.25 * random_padding
     again = length_grouped_batches(lengths, 32, np.random.default_rng(1), group=10)
     assert all(np.array_equal(a, b) for a, b in zip(batches, again, strict=True))  # seeded
+
+
+def test_the_python_job_takes_the_commands_settings_and_gives_its_result(finetuned, task,
+                                                                        tmp_path):
+    """`run_job` with the FinetuneJob the command's options make is the command: the same
+    summary, bit for bit the same scores (same seed, same data, same steps)."""
+    from bertjax.jobs.finetune.config import FinetuneJob
+    from bertjax.jobs.finetune.run import run_job
+
+    train, validation, test = task
+    job = FinetuneJob(train=str(train), validation=str(validation), test=str(test), epochs=3,
+                      batch_size=16, learning_rate=2e-3, max_length=64)
+    result = run_job(tiny_checkpoint(), job, tmp_path / "out", progress=False)
+    by_command = json.loads((finetuned / "summary.json").read_text())
+    assert (result.validation, result.test, result.best_epoch) == (
+        by_command["validation"], by_command["test"], by_command["best_epoch"])
