@@ -167,7 +167,7 @@ BENCHMARKS: dict[str, Benchmark] = {
                        exclude=EXCLUDED["infer"]),
     "embed": Benchmark("sentences/s of `bertjax embed` (all-MiniLM-L6-v2, mean pooling) against "
                        "transformers eager with the same batches", EmbedBench, _run_embed,
-                       inputs=("file",)),
+                       inputs=lambda s: {"--file": s.file, "--model": model_input(s.model)}),
     "corpus": Benchmark("`bertjax data` on generated Parquet / JSON-lines corpora of several "
                         "sizes: input MB/s and peak RSS", CorpusBench, _run_corpus,
                         inputs=lambda s: {"--vocab": s.vocab}),
