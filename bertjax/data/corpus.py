@@ -287,7 +287,7 @@ def _hint_other_files(err: ValueError, file: Path, files: list[Path],
     if directory is None or not others:
         return err
     glob = shlex.quote(f"{directory}/*{others[0]}")
-    return ValueError(f"{err}; if {file.name} is no part of the corpus, name the corpus files "
+    return type(err)(f"{err}; if {file.name} is no part of the corpus, name the corpus files "
                       f"instead of the directory (e.g. {glob}) or move {file.name} out")
 
 

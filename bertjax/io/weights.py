@@ -315,12 +315,12 @@ def _heads_named(names: Iterable[str], heads: tuple[str, ...]) -> list[str]:
 MISSING_HEADS = ("init", "error")  # what a load does with heads the weights lack
 
 
-def missing_heads_error(source: str, heads: Iterable[str], model_cls: type) -> ValueError:
+def missing_heads_error(source: str, heads: Iterable[str], model_cls: type) -> InputError:
     """The error for weights at `source` that lack `heads` of `model_cls`: it names the command
     that makes such a model."""
     name = model_cls.__name__
     fix = MADE_BY.get(name, MADE_BY_DEFAULT.format(cls=name))
-    return ValueError(f"{source} has no weights for {', '.join(sorted(heads))}, which {name} "
+    return InputError(f"{source} has no weights for {', '.join(sorted(heads))}, which {name} "
                       f"needs here: {fix}")
 
 

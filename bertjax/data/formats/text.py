@@ -60,12 +60,12 @@ def _decode(line: bytes, path: Path, offset: int) -> str:
         raise _not_utf8(path, line, offset, err) from None
 
 
-def _not_utf8(path: Path, data: bytes, offset: int, err: UnicodeDecodeError) -> ValueError:
+def _not_utf8(path: Path, data: bytes, offset: int, err: UnicodeDecodeError) -> InputError:
     kind = compression(path)
     where = "" if kind is None else " of its decompressed text"
     fix = (f"`iconv -f latin1 -t utf-8 {path.name} > fixed.txt`" if kind is None
            else reencode_hint(path, kind))
-    return ValueError(
+    return InputError(
         f"{path}: invalid UTF-8 at byte offset {offset + err.start}{where} "
         f"(byte 0x{data[err.start]:02x}); re-encode the file as UTF-8, e.g. {fix}"
     )
