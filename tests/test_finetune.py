@@ -195,3 +195,26 @@ def test_the_python_job_takes_the_commands_settings_and_gives_its_result(finetun
     by_command = json.loads((finetuned / "summary.json").read_text())
     assert (result.validation, result.test, result.best_epoch) == (
         by_command["validation"], by_command["test"], by_command["best_epoch"])
+
+
+def test_print_config_read_back_with_config_prints_the_same(tmp_path, capsys) -> None:
+    """`finetune --print-config` needs no MODEL or --output-dir; its output read back with
+    --config prints the same, and options beside --config win over the file."""
+    argv = ["finetune", "--print-config", "--task=shakespeare-genres", "--epochs=2",
+            "--learning-rate=5e-4", "--label-all-pieces", "--max-tokens=256", "--per-genre=30"]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert "epochs = 2\n" in first and "label_all_pieces = true\n" in first
+    (tmp_path / "job.toml").write_text(first)
+    assert main(["finetune", "--print-config", f"--config={tmp_path / 'job.toml'}"]) == 0
+    assert capsys.readouterr().out == first
+    assert main(["finetune", "--print-config", f"--config={tmp_path / 'job.toml'}",
+                 "--epochs=4"]) == 0
+    assert capsys.readouterr().out == first.replace("epochs = 2", "epochs = 4")
+
+
+def test_finetune_without_model_or_output_dir_names_both(capsys) -> None:
+    assert main(["finetune", "--task=shakespeare-genres"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("bertjax finetune: error: the following arguments are required: MODEL, "
+                   "--output-dir (only --print-config answers without them)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from bertjax.cli.errors import CommandError
 from bertjax.cli.model_options import add_model_argument, run_command
 from bertjax.cli.options import add_settings_arguments, print_config, settings_from_args
 from bertjax.cli.options import explain_unknown as explain_unknown_option
@@ -49,9 +50,9 @@ JOB_OPTIONS = ("--output-dir", "--no-progress", "--step", "--revision", "--confi
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
-    add_model_argument(parser)
-    parser.add_argument("--output-dir", required=True, metavar="DIR",
-                        help="where results go: a new or empty directory")
+    add_model_argument(parser, optional=True)  # --print-config needs neither it nor --output-dir
+    parser.add_argument("--output-dir", metavar="DIR",
+                        help="where results go: a new or empty directory (required)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_settings_arguments(parser, FinetuneJob)
 
@@ -68,6 +69,11 @@ def _finetune(args: argparse.Namespace) -> int:
     if args.print_config:
         print(print_config(job), end="")
         return 0
+    missing = [name for name, value in (("MODEL", args.model), ("--output-dir", args.output_dir))
+               if value is None]
+    if missing:
+        raise CommandError(f"the following arguments are required: {', '.join(missing)} "
+                           "(only --print-config answers without them)")
     result = run_job(args.model, job, args.output_dir, progress=not args.no_progress,
                      revision=args.revision, step=args.step)
     where = "test" if result.test else "validation"

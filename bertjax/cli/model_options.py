@@ -17,8 +17,10 @@ MODEL_HELP = ("a Hugging Face BERT directory (config.json; model.safetensors, py
               "pretrain` run directory (its best checkpoint)")
 
 
-def add_model_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", metavar="MODEL", help=MODEL_HELP)
+def add_model_argument(parser: argparse.ArgumentParser, *, optional: bool = False) -> None:
+    """MODEL, --step and --revision (`optional`: MODEL may be left out, for a command that can
+    answer without one, as `finetune --print-config` does)."""
+    parser.add_argument("model", metavar="MODEL", nargs="?" if optional else None, help=MODEL_HELP)
     parser.add_argument("--step", type=non_negative_int, default=None, metavar="N",
                         help="with a run directory: this checkpoint step instead of the best")
     parser.add_argument("--revision", default=None, metavar="REV",
