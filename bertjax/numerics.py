@@ -232,7 +232,7 @@ def cpu_attention_chunks(batch: int, drops_probs: bool) -> int | None:
     lay the batched matmuls out themselves.
 
     XLA CPU runs a batched matmul on one thread, and independent operations side by side: on
-    2 cores the CPU bench's step gained ~8% (docs/design.md, "Speed"); more cores are unmeasured.
+    2 cores the CPU bench's step gained (docs/design.md, "Speed"); more cores are unmeasured.
     """
     if jax.default_backend() != "cpu":
         return None

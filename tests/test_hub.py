@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import bertjax
+from bertjax.errors import InputError
 from bertjax.io import hub
 from bertjax.use.encode import encode
 
@@ -176,7 +177,7 @@ def test_every_command_takes_a_hub_id(cache, tmp_path) -> None:
 
 def test_without_huggingface_hub_an_id_says_what_to_install(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)
-    with pytest.raises(FileNotFoundError, match=r"org/name: no such local directory; as a Hugging "
+    with pytest.raises(InputError, match=r"org/name: no such local directory; as a Hugging "
                                                 r"Face Hub id it needs huggingface_hub \(pip "
                                                 r"install 'bertjax\[hub\]'\)"):
         hub.resolve_model("org/name")

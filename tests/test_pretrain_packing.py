@@ -25,7 +25,7 @@ from bert_torch.losses import pretraining_loss as torch_pretraining_loss
 from bertjax.config import BertConfig
 from bertjax.data import PretrainingBatches, WordPieceTokenizer, write_shards
 from bertjax.data.corpus import shakespeare_speeches, split_sentences
-from bertjax.data.pair_packing import PACKINGS, real_token_share
+from bertjax.data.pair_packing import real_token_share
 from bertjax.heads import BertForPreTraining
 from bertjax.jobs.pretrain.data import held_out_batches
 from bertjax.jobs.pretrain.job import TRAIN_METRIC_KEYS, pretrain
@@ -110,7 +110,6 @@ def test_an_epoch_places_every_pair_once_in_full_rows():
 
 
 def test_auto_packs_short_documents_and_leaves_the_bundled_plays_alone():
-    assert rc.PACKINGS == PACKINGS  # the option's choices are the data layer's
     scenes = PretrainingBatches(shakespeare_shards(), seq_len=128, global_batch_size=8,
                                 packing="auto", cache_pairs=False)
     short = _batches(seq_len=128, max_predictions=20, packing="auto")

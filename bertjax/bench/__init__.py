@@ -17,6 +17,9 @@ other, so thread pools, compile caches and peak memory never mix; the parent col
     torch_rows.py child: the transformers and bert_torch rows (imports torch)
     report.py     tokens/s, ratios, MFU from the raw timings; the table and the JSON
     run.py        orchestration: probe the device, run each row's subprocess, report
+    finetune.py, packing.py   `bench finetune` and `bench pack`: the jobs timed end to end
+    stamp.py      provenance (machine, command, commit, date) of every benchmark JSON
+    tables.py     the docs' tables rendered from that JSON (and checked by CI)
 
 The parent imports neither JAX nor torch: initialising JAX's GPU backend there would take the
 memory the children need. The package may import the jobs (`bench finetune`, `bench pack` run

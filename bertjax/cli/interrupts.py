@@ -21,9 +21,8 @@ import sys
 import threading
 from collections.abc import Iterator
 
+from bertjax.cli.errors import EXIT_INTERRUPTED
 from bertjax.jobs.stop import StopRequest
-
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 
 
 @contextlib.contextmanager

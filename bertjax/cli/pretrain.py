@@ -1,7 +1,7 @@
 """`bertjax pretrain`: pre-train BERT (MLM + NSP) with evaluation, checkpoints and exact resume.
 
-With no arguments it pre-trains the `mini` preset on the bundled Shakespeare corpus in about
-6 minutes on 2 CPU cores (under 10 on a slower machine), writing everything under runs/pretrain.
+With no arguments it pre-trains the `mini` preset on the bundled Shakespeare corpus (its time on
+2 CPU cores is in the README), writing everything under runs/pretrain.
 """
 
 from __future__ import annotations

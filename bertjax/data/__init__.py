@@ -12,6 +12,7 @@ for pre-training, and labelled examples for fine-tuning.
     batches.py    resumable, process-sharded pre-training batches
     packing.py    sequences packed into rows of a fixed length (best-fit decreasing, RowLayout)
     pair_packing.py  NSP pairs packed into pre-training rows, each masked as alone
+    records.py    CSV and JSON-lines records, stopping at the first malformed one
     labelled.py   labelled examples (text, text_pair, label) and the bundled genre task
     tagging.py    tagged sentences (CoNLL, JSON lines; BIO/IOB2), labels aligned to WordPiece
     squad.py      SQuAD v1.1 / v2.0 questions, contexts cut into overlapping windows

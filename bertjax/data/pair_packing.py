@@ -28,8 +28,8 @@ PACKINGS = ("auto", "none", "best-fit")
 CHUNK = 8192  # pairs packed together: rows planned within a chunk
 # "auto" packs when the pairs fill less than this share of their unpacked rows' tokens, i.e.
 # when packing needs at most 80% of the rows (1.25x the real tokens per step). The bundled plays
-# (long scenes) fill 89% at seq_len 128, so they train unpacked, exactly as before packing
-# existed; the plays cut into speeches fill 50% (docs/packing.md has the measurement).
+# (long scenes) fill more than that at seq_len 128, so they train unpacked; the plays cut into
+# speeches fill far less (docs/packing.md has the measurements).
 AUTO_MAX_FILL = 0.8
 # Rows hold at most one pair per this many tokens (K = seq_len // 16: 8 at 128): the plays as
 # speeches never put more than 8 pairs in a row of 128 (a pair's prediction bounds them first),

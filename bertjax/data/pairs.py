@@ -32,9 +32,8 @@ Where NotNext's B comes from (`not_next`, one of `NOT_NEXT_CHOICES`):
   two plays cut into scenes) it is often the same work, whose names and words A shares.
 * "far": a document of the other half of the corpus (the documents in corpus order, cut where
   half the tokens are behind): a distant part, so that NotNext is another subject as in BERT's
-  pairs. With the bundled plays (in name order) B is then from another play in 88% of the
-  held-out NotNext pairs (51% with "any": two plays) and in all but 0.1% of the training ones
-  (97% with "any").
+  pairs. With the bundled plays (in name order) B is then far more often from another play than
+  with "any" (docs/research.md has the shares).
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ import io
 import json
 from pathlib import Path
 
+from bertjax.data.formats.text import BOM  # as Excel starts a UTF-8 CSV
 from bertjax.errors import InputError
 
-BOM = "\ufeff"  # Excel's byte-order mark at the start of a UTF-8 CSV
 _QUOTE_FIX = "close it, or write a quote inside a quoted field as two (\"\")"
 
 

@@ -6,6 +6,7 @@ and `bertjax pretrain` run directories is `bertjax.pretrained`, one layer up.
     names.py       the name tables: Flax paths <-> PyTorch names <-> Hugging Face names (no framework)
     weights.py     a model's parameters as PyTorch-named numpy arrays and back, strictly;
                    `build_model`: checkpoint arrays into any class, heads as it declares them
+    flax_msgpack.py  transformers 4's flax_model.msgpack (and its index) as named arrays
     hf.py          Hugging Face directories: config.json + safetensors / pytorch_model.bin
                    as a config and named arrays (no JAX, no model class)
     models.py      whole models of any class in and out of Hugging Face directories

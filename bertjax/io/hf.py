@@ -30,6 +30,7 @@ from bertjax.config import BertConfig
 from bertjax.data.tokenizer import SPECIAL_TOKENS
 from bertjax.errors import InputError
 from bertjax.io.flax_msgpack import FLAX_WEIGHTS, FLAX_WEIGHTS_INDEX, read_flax_tensors
+from bertjax.io.hub import CONFIG
 from bertjax.io.names import (
     BASE_PREFIX,
     HF_DERIVED_KEYS,
@@ -42,7 +43,6 @@ from bertjax.io.names import (
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 PYTORCH_BIN = "pytorch_model.bin"
-CONFIG = "config.json"
 # What `write_hf` writes; it replaces only a directory holding these alone (config and weights
 # included): an earlier export. Anything else (a download with pytorch_model.bin, a `bertjax vocab`
 # directory, a user's notes) is never replaced.

@@ -80,7 +80,7 @@ def _download(repo_id: str, revision: str | None, cache_dir: str | Path | None) 
         import huggingface_hub as hub
         from huggingface_hub import constants, errors
     except ImportError:
-        raise FileNotFoundError(
+        raise InputError(
             f"{repo_id}: no such local directory; as a Hugging Face Hub id it needs "
             "huggingface_hub (pip install 'bertjax[hub]')") from None
     cache = Path(cache_dir if cache_dir is not None else constants.HF_HUB_CACHE)

@@ -3,6 +3,8 @@
     classification.py  sequence classification: prediction, accuracy, macro-F1, confusion matrices
     entities.py        token classification's metric: entity-level precision/recall/F1 as
                        seqeval computes them (tested against seqeval's own outputs), accuracy
+    task.py            what the job needs of a task: batches, objective, scoring
+    squad_metric.py    exact match and F1 as the official SQuAD script
     registry.py        the tasks by name: kinds, bundled tasks, readers, `make_task` (no framework)
     token_classification.py, question_answering.py, multiple_choice.py   the other tasks
 

@@ -19,6 +19,7 @@ use:
     distributed.py  multi-host start-up and helpers through jax.distributed
     prefetch.py     a background thread that keeps the next batches ready
     manifest.py     a checksum of every file of a checkpoint step (no framework)
+    step_arrays.py  a step saved without a manifest read array by array before Orbax opens it
     saved.py        checkpoint questions through Orbax's public API: finished steps, the best,
                     a step's metrics, state and configuration (read-only)
     checkpoint.py   Checkpointer: Orbax checkpoints of any state, for any loop (atomic, checked)

@@ -6,11 +6,10 @@ Layers and heads are numbered from 1 in everything a person reads (file names, t
 `layer` argument of `plot_layer`, the command line); array indices are 0-based as usual.
 Matplotlib is used through its Agg canvas directly (no pyplot, no global backend switch).
 
-The page carries every weight (L x A x S x S) as text, about 13 bytes each: all-MiniLM-L6-v2 (6
-layers, 12 heads) at its 512 tokens made a 250 MB page in 34 s (measured), which no browser
-opens comfortably. So the page takes at most `HTML_MAX_WEIGHTS` (2.4 million, about 32 MB):
-`html_token_limit` tokens, 182 for that model, 129 for BERT-base (12 x 12); the PNGs have no
-such limit.
+The page carries every weight (L x A x S x S) as text, about 13 bytes each: a 6-layer, 12-head
+model at 512 tokens would need some 250 MB, which no browser opens comfortably. So the page
+takes at most `HTML_MAX_WEIGHTS` (2.4 million, about 32 MB): `html_token_limit` tokens, 182
+for that model, 129 for BERT-base (12 x 12); the PNGs have no such limit.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 task's examples (its files, or a bundled task's), makes the task and its labels, loads the model
 with the task's head and fine-tunes it (`bertjax.jobs.finetune.job.finetune`).
 
-    from bertjax.jobs.finetune import FinetuneJob, run_job
+    from bertjax.jobs.finetune.config import FinetuneJob
+    from bertjax.jobs.finetune.run import run_job
     result = run_job("runs/pretrain", FinetuneJob(task="shakespeare-genres",
                                                   learning_rate=5e-4), "runs/genres")
 """
