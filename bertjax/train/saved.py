@@ -148,7 +148,7 @@ def read_state(directory: str | Path, step: int | None = None) -> tuple[int, Any
     if not steps:
         raise InputError(f"no checkpoint steps in {directory.absolute()}")
     step = steps[-1] if step is None else step
-    return step, _restore_item(directory, step, "state", ocp.args.StandardRestore())
+    return step, _restore_item(directory, step, "state", ocp.args.PyTreeRestore())
 
 
 def read_params(directory: str | Path, step: int) -> Any:
