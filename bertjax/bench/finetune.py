@@ -43,14 +43,14 @@ SCORES = {"classification": "accuracy", "token-classification": "f1",
 
 def matching_max_tokens(task: Any, tokenizer: Any, train: Sequence[Any], config: FinetuneConfig,
                         model_config: Any) -> int:
-    """A token budget whose steps hold about `config.batch_size` training units: that many of
+    """A token budget whose steps hold about `config.examples_per_step` training units: that many of
     their mean packed length, rounded to whole rows (at least one)."""
     units = task.units(tokenizer, train, config.max_length)
     arrays = task.batch(tokenizer, units, config.max_length, model_config)
     lengths = task.pack_lengths(arrays)
     row = token_budget(10**9, int(lengths.max()),
                        row_limit(arrays["input_ids"], model_config.max_position_embeddings)).row_len
-    return row * max(1, round(config.batch_size * float(lengths.mean()) / row))
+    return row * max(1, round(config.examples_per_step * float(lengths.mean()) / row))
 
 
 def _run(name: str, source: ModelSource, config: FinetuneConfig, data: tuple[list, list],
@@ -64,8 +64,9 @@ def _run(name: str, source: ModelSource, config: FinetuneConfig, data: tuple[lis
         warnings.simplefilter("ignore", FreshHeadsWarning)
         model, tokenizer = from_pretrained(source, model_cls=task.model_class, **named)
     if packed:  # by default as many steps as the padded runs
-        config = dataclasses.replace(config, max_tokens=max_tokens or matching_max_tokens(
-            task, tokenizer, train, config, model.config))
+        config = dataclasses.replace(config, batch_size=None, max_tokens=max_tokens or
+                                     matching_max_tokens(task, tokenizer, train, config,
+                                                         model.config))
     with tempfile.TemporaryDirectory(prefix="bertjax-bench-finetune-") as out:
         result = finetune(model, tokenizer, train, validation, Path(out) / "run", config,
                           task=task, progress=False, log=lambda _: None)

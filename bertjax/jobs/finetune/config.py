@@ -47,14 +47,20 @@ class FinetuneConfig:
                                 "test are packed too", check="positive", default_help="off")
 
     def __post_init__(self) -> None:
-        """Every setting checked; the batch size resolved (`DEFAULT_BATCH_SIZE` unless packed)."""
+        """Every setting checked. The batch size stays as given (None: `examples_per_step`
+        resolves it), so that `dataclasses.replace(config, max_tokens=N)` packs a default one."""
         check(self)
         if self.max_tokens is not None and self.batch_size is not None:
             raise InputError(f"batch_size does nothing with max_tokens (a step is "
                              f"{self.max_tokens} token slots, holding the examples that fit): "
                              "leave out one of them")
-        if self.max_tokens is None and self.batch_size is None:
-            object.__setattr__(self, "batch_size", DEFAULT_BATCH_SIZE)
+
+    @property
+    def examples_per_step(self) -> int | None:
+        """The batch size: as given, else `DEFAULT_BATCH_SIZE`; None when packed by max_tokens."""
+        if self.max_tokens is not None:
+            return None
+        return DEFAULT_BATCH_SIZE if self.batch_size is None else self.batch_size
 
 
 # settings only one task (or kind of task) reads: setting -> the task or kind
@@ -131,5 +137,4 @@ class FinetuneJob(FinetuneConfig):
     def recipe(self) -> FinetuneConfig:
         """The recipe alone (what `finetune()` takes)."""
         names = [f.name for f in dataclasses.fields(FinetuneConfig)]
-        return FinetuneConfig(**{n: getattr(self, n) for n in names
-                                 if n != "batch_size" or self.max_tokens is None})
+        return FinetuneConfig(**{n: getattr(self, n) for n in names})

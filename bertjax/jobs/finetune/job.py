@@ -134,8 +134,9 @@ def check_inputs(task: Task, model_config: Any, train: Sequence[Any],
         task.check(examples, model_config.id2label, what)
     check_max_length(config.max_length, model_config.max_position_embeddings, "--max-length")
     task.check_length(config.max_length)
-    if len(train) < config.batch_size and config.max_tokens is None:
-        raise InputError(f"{len(train)} training examples make no batch of {config.batch_size}; "
+    batch = config.examples_per_step
+    if batch is not None and len(train) < batch:
+        raise InputError(f"{len(train)} training examples make no batch of {batch}; "
                          f"lower --batch-size to {len(train)} or less")
     if any(getattr(e, "text_pair", None) for e in (*train, *validation, *(test or []))) \
             and config.max_length < 5:
@@ -261,7 +262,7 @@ def _set_up(task: Task, model: Any, tokenizer: WordPieceTokenizer, train: Sequen
     lengths = task.lengths(tokenizer, units)
     packed = None if config.max_tokens is None else _Packed.of(task, tokenizer, units, config,
                                                                model.config)
-    steps_per_epoch = (len(units) // config.batch_size if packed is None
+    steps_per_epoch = (len(units) // config.examples_per_step if packed is None
                        else packed.layout.num_rows // packed.rows)
     total = steps_per_epoch * config.epochs
     optim = OptimConfig(learning_rate=config.learning_rate, total_steps=total,
@@ -308,7 +309,7 @@ def _epoch_batches(run: _Run, rng: np.random.Generator) -> Iterator[dict[str, np
     """One epoch's training batches: length-grouped and padded, or packed rows."""
     config = run.config
     if run.packed is None:
-        for rows in length_grouped_batches(run.train_lengths, config.batch_size, rng):
+        for rows in length_grouped_batches(run.train_lengths, config.examples_per_step, rng):
             yield run.task.batch(run.tokenizer, [run.train[i] for i in rows], config.max_length,
                                  run.model_config)
         return

@@ -44,7 +44,7 @@ def run_job(model: str | Path, job: FinetuneJob, output_dir: str | Path, *,
         "MODEL": local_place(model), "--train": job.train, "--validation": job.validation,
         "--test": job.test})
     train, validation, test = read_job_examples(job)
-    task, labels = _task_and_labels(job, train)
+    task, labels = task_and_labels(job, train)
     with warnings.catch_warnings():  # a fresh head is what fine-tuning starts from
         warnings.simplefilter("ignore", FreshHeadsWarning)
         named = {} if labels is None else {"id2label": labels}
@@ -91,7 +91,7 @@ def read_job_examples(job: FinetuneJob) -> tuple[list, list, list | None]:
     return train, validation, test
 
 
-def _task_and_labels(job: FinetuneJob, train: list) -> tuple[Any, tuple[str, ...] | None]:
+def task_and_labels(job: FinetuneJob, train: list) -> tuple[Any, tuple[str, ...] | None]:
     """The task and its labels, from the training examples (None: the head has none to name)."""
     given = {name: getattr(job, name) for name in TaskOptions.__dataclass_fields__
              if getattr(job, name) is not None}
