@@ -36,24 +36,25 @@ BAD_INPUT = [
     (["parity", "--step", "3"], "--step and --revision choose a checkpoint of --hf MODEL"),
     (["parity", "--hf", "{tmp}/missing"], "{tmp}/missing"),
     (["parity", "--hf", "{thesis}"], "{thesis}"),
-    (["bench", "train", "--seq", "1"], "--seq 1 is too short"),
+    (["bench", "train", "--seq", "1"], "--seq: expected an integer >= 2, got '1'"),
     # every number at parse time, finite and in its range, the range named (issue 45): `bench
     # corpus --sizes-mb nan` once wrote a corpus without end, 0 and -5 ended in a traceback
     *[(["bench", "corpus", "--sizes-mb", size],
-       f"--sizes-mb: expected a number from 0.1 to 100000, got '{size}'")
+       f"--sizes-mb: expected a list of numbers from 0.1 to 100,000.0, got '{size}'")
       for size in ("nan", "inf", "0", "-5")],
-    (["bench", "corpus", "--seq-len", "3"], "--seq-len: expected 0 (no pairs) or an integer >= 5"),
+    (["bench", "corpus", "--seq-len", "3"], "seq_len must be 0 (no pairs) or at least 5 (the "
+     "shortest sequence that holds [CLS] a [SEP] b [SEP]), got 3"),
     (["bench", "corpus", "--cpus", "0"], "--cpus: expected a positive integer, got '0'"),
     (["bench", "train", "--seed", "-1"], "--seed: expected an integer >= 0, got '-1'"),
     (["bench", "train", "--set", "layer_norm_eps=nan"],
-     "--set: BertConfig.layer_norm_eps must be a finite number above 0, got nan"),
+     "argument --set: layer_norm_eps must be a finite number, got 'nan'"),
     (["parity", "--seed", "-2"], "--seed: expected an integer >= 0, got '-2'"),
     (["data", "--vocab", "{model}", "--out", "{tmp}/shards", "--seed", "-1"],
      "--seed: expected an integer >= 0"),
     (["pretrain", "--optim.clip-norm=nan", "--output-dir", "{tmp}/run"],
-     "optim.clip_norm must be a number >= 0 (0: no clipping), got nan"),
+     "argument --optim.clip-norm: expected a number >= 0, got 'nan'"),
     (["pretrain", "--optim.b2=1.5", "--output-dir", "{tmp}/run"],
-     "optim.b2 must be a number in [0, 1), got 1.5"),
+     "argument --optim.b2: expected a probability in [0, 1), got '1.5'"),
     (["finetune", "{model}", "--train", "{good}", "--learning-rate", "inf", "--output-dir",
       "{tmp}/ft"], "--learning-rate: expected a number above 0, got 'inf'"),
     (["bench", "train", "--batch", "0"], "--batch: expected a positive integer"),

@@ -349,16 +349,18 @@ def test_torch_child_skips_without_its_packages(monkeypatch, missing) -> None:
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--impl", "bertjax,tensorflow"], "'tensorflow' given; choose a comma-separated subset of "
-                                       "bertjax, hf-eager, hf-compiled, bert_torch"),
-    (["--dtype", "float16"], "'float16' given; choose a comma-separated subset of float32, bfloat16"),
+    (["--impl", "bertjax,tensorflow"], "--impl: expected a comma-separated subset of bertjax, "
+                                       "hf-eager, hf-compiled, bert_torch, got 'bertjax,tensorflow'"),
+    (["--dtype", "float16"], "--dtype: expected a comma-separated subset of float32, bfloat16, got "
+                             "'float16'"),
     (["--set", "hidden_size"], "expected NAME=VALUE, got 'hidden_size'"),
     (["--set", "hiden_size=64"], "'hiden_size' is not a BertConfig field"),
-    (["--set", "num_hidden_layers=two"], "--set: num_hidden_layers must be int, got 'two'"),
+    (["--set", "num_hidden_layers=two"], "--set: num_hidden_layers must be an integer, got 'two'"),
     (["--set", "dtype=bfloat16"], "set the compute dtype with --dtype"),
     (["--steps", "0"], "expected a positive integer, got '0'"),
     (["--dropout", "1.5"], "expected a probability in [0, 1), got '1.5'"),
-    (["--preset", "huge"], "invalid choice: 'huge'"),
+    (["--preset", "huge"], "--preset: expected one of base, large, medium, mini, small, "
+                            "tiny, got 'huge'"),
 ])
 def test_bad_options_are_refused_by_the_parser(capsys, argv, message) -> None:
     with pytest.raises(SystemExit) as exit_info:

@@ -193,4 +193,5 @@ def test_a_config_file_names_a_setting_that_is_not_this_benchmarks(tmp_path, cap
     assert "dropout is not a setting of this command" in capsys.readouterr().err
     (tmp_path / "b.toml").write_text("sizes_mb = [0.5, nan]\n")
     assert main(["bench", "corpus", f"--config={tmp_path / 'b.toml'}"]) == 2
-    assert "sizes_mb must be a list of finite numbers above 0" in capsys.readouterr().err
+    assert ("sizes_mb must be a list of numbers from 0.1 to 100,000.0, got [0.5, nan]"
+            in capsys.readouterr().err)

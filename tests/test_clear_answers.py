@@ -9,6 +9,7 @@ arguments in test_api_arguments.py.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -67,17 +68,23 @@ def test_a_damaged_step_without_its_manifest_is_one_warning_not_68_tracebacks(ru
 
 
 def test_a_broken_run_config_of_a_run_being_read_names_a_fix_for_a_reader(run, capsys):
-    """fill-mask has no --output-dir to choose: the fix is the copy each checkpoint keeps."""
+    """fill-mask has no --output-dir to choose: the fix is the copy each checkpoint keeps, which
+    a resume writes back (not Orbax's files, whose layout is Orbax's own)."""
     (run / "run_config.json").write_text("{broken\n")
     before = _snapshot(run)
     assert main(["fill-mask", str(run), "to be or not to [MASK] ."]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"bertjax fill-mask: error: {run}/run_config.json cannot be read as "
                            "JSON (")
-    assert line.endswith(f"restore it from the copy every checkpoint keeps (cp {run}/checkpoints/"
-                         f"6/config/metadata {run}/run_config.json), or pass another model")
-    assert "--output-dir" not in line
+    assert line.endswith(f"delete it and run `bertjax pretrain --resume --output-dir {run}` (it "
+                         "writes the file again from the newest checkpoint's copy, and trains on "
+                         "only if the run had not finished), or pass another model")
     assert _snapshot(run) == before
+    (run / "run_config.json").unlink()  # the fix, followed
+    resumed = _cli("pretrain", "--resume", "--output-dir", str(run))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((run / "run_config.json").read_text())["train"]["steps"] == 6
+    assert _cli("fill-mask", str(run), "to be or not to [MASK] .").returncode == 0
 
 
 def test_a_run_with_another_tokenizer_blames_the_tokenizer_not_the_checkpoint(run, capsys):

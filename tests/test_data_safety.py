@@ -12,6 +12,7 @@ import pytest
 
 from bertjax.cli.main import main
 from bertjax.data import Shards, WordPieceTokenizer
+from bertjax.errors import InputError
 
 
 def _write_corpus(path: Path, documents: int = 12) -> Path:
@@ -179,7 +180,7 @@ def test_failed_pairs_leave_no_shards_and_a_retry_works(tmp_path, corpus, vocab,
     import bertjax.data.pairs as pairs
 
     def fails(*args, **kwargs):
-        raise ValueError("no pairs today")
+        raise InputError("no pairs today")
 
     out = tmp_path / "shards"
     monkeypatch.setattr(pairs, "create_pairs", fails)

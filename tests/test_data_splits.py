@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from bertjax.cli import finetune
-from bertjax.cli.main import _parse
 from bertjax.data.labelled import split_examples
 from bertjax.data.squad import QAExample, read_squad, write_squad
+from bertjax.jobs.finetune.config import FinetuneJob
+from bertjax.jobs.finetune.run import read_job_examples
 
 
 def test_a_split_is_reproducible_disjoint_and_keeps_the_order() -> None:
@@ -78,10 +78,9 @@ def _questions(tmp_path):
 def test_finetune_holds_out_whole_contexts_of_a_squad_file(tmp_path) -> None:
     path, examples = _questions(tmp_path)
     for seed in range(5):
-        args = _parse(["finetune", "run", "--task", "question-answering", "--train", str(path),
-                       "--output-dir", str(tmp_path / "out"), "--validation-fraction", "0.2",
-                       "--seed", str(seed)])[0]
-        train, validation, test = finetune._examples(args)
+        job = FinetuneJob(task="question-answering", train=str(path), validation_fraction=0.2,
+                          seed=seed)
+        train, validation, test = read_job_examples(job)
         assert test is None
         assert {e.context for e in train}.isdisjoint({e.context for e in validation})
         assert sorted(e.id for e in train + validation) == sorted(e.id for e in examples)

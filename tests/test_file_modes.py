@@ -1,4 +1,4 @@
-"""The files bertjax writes follow the umask (issue 29): a model `convert`, `export`, `finetune` or
+"""The files bertjax writes follow the umask (issue 29): a model `convert`, `finetune` or
 `save_pretrained` writes is as readable as any file the user makes (0644 under umask 022), and as
 private as they ask (0600 under 077). safetensors creates its file 0600 whatever the umask; the
 atomic rename would keep that mode, and another user or a serving process could not read the
@@ -45,10 +45,9 @@ def test_umask_is_read_without_changing_it(mask):
     assert os.umask(mask) == mask  # it was left as it was
 
 
-@pytest.mark.parametrize("command", ["convert", "export"])
-def test_convert_and_export_follow_the_umask(tmp_path, mask, command, capsys):
+def test_convert_follows_the_umask(tmp_path, mask, capsys):
     out = tmp_path / "hf"
-    assert main([command, str(tiny_checkpoint()), str(out)]) == 0
+    assert main(["convert", str(tiny_checkpoint()), str(out)]) == 0
     assert (out / "model.safetensors").is_file()
     assert _modes(out) == _expected(out, mask)
 

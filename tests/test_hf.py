@@ -21,6 +21,7 @@ import transformers
 from flax import nnx
 
 from bertjax import BertConfig, BertForPreTraining
+from bertjax.errors import InputError
 from bertjax.pretrained import load_hf, save_pretrained
 from parity.noise import judge
 
@@ -195,7 +196,7 @@ def test_untied_decoder_and_missing_files_are_errors(tmp_path):
     (tmp_path / "model.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match=r"holds no model weights \(none of model.safetensors"):
         load_hf(tmp_path)
-    with pytest.raises(FileNotFoundError, match="not a directory"):
+    with pytest.raises(InputError, match="does not exist"):
         load_hf(tmp_path / "nope")
 
 

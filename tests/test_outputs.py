@@ -55,8 +55,8 @@ def test_attention_force_replaces_the_directory_it_wrote_whole(tmp_path, capsys)
 
 
 @pytest.mark.parametrize(("argv", "runner"), [
-    (["bench", "train"], "bertjax.cli.bench.run_benchmark"),
-    (["bench", "infer"], "bertjax.cli.bench.run_benchmark"),
+    (["bench", "train"], "bertjax.bench.run.run_benchmark"),
+    (["bench", "infer"], "bertjax.bench.run.run_benchmark"),
     (["bench", "embed", "--lines", "4"], "bertjax.bench.embed.run_embed_benchmark"),
     (["bench", "corpus"], "bertjax.bench.corpus.run_corpus_benchmark"),
 ])

@@ -15,8 +15,7 @@ import transformers
 from use_helpers import sentences, tiny_checkpoint
 
 import bertjax
-import bertjax.cli.finetune as finetune_command
-from bertjax.cli.main import _parse, main
+from bertjax.cli.main import main
 from bertjax.data.squad import (
     QAExample,
     check_window,
@@ -26,6 +25,8 @@ from bertjax.data.squad import (
     write_squad,
 )
 from bertjax.heads import BertForQuestionAnswering
+from bertjax.jobs.finetune.config import FinetuneJob
+from bertjax.jobs.finetune.run import task_and_labels
 from bertjax.tasks.question_answering import Decoding, QuestionAnsweringTask, decode
 
 TOL = 1e-5  # exported logits, max abs difference per unit of the largest logit (float32)
@@ -159,9 +160,8 @@ def test_squad_v2_is_what_the_training_data_is(data, tmp_path, capsys):
     QuestionAnsweringTask(version_2=True).check(v2, (), "the test data")
     write_squad(v2, tmp_path / "v2.json")
     for train, version_2 in ((data[0], False), (tmp_path / "v2.json", True)):
-        args, _, _ = _parse(["finetune", "M", "--task", "question-answering", "--train",
-                             str(train), "--output-dir", "unused"])
-        task, _ = finetune_command._task_and_labels(args, read_squad(train))
+        job = FinetuneJob(task="question-answering", train=str(train))
+        task, _ = task_and_labels(job, read_squad(train))
         assert task.version_2 is version_2
     # trained on v1.1, scored on v2.0: refused before anything is written
     out = tmp_path / "out"

@@ -22,6 +22,7 @@ from use_helpers import count_row_sharing, peaked_checkpoint, pipeline_fill_mask
 import bertjax
 from bertjax import BertConfig, BertForPreTraining
 from bertjax.cli.main import main
+from bertjax.errors import InputError
 from bertjax.inputs import check_batch
 from bertjax.model import BertModel
 from bertjax.use.encode import TruncationWarning, encode
@@ -94,9 +95,9 @@ def test_run_directory_best_step_and_named_steps(run_dir):
 
 
 def test_from_pretrained_errors_name_the_problem(tmp_path, peaked):
-    with pytest.raises(FileNotFoundError, match="does not exist; pass a Hugging Face BERT directory"):
+    with pytest.raises(InputError, match="does not exist; pass a Hugging Face BERT directory"):
         bertjax.from_pretrained(tmp_path / "nope")
-    with pytest.raises(FileNotFoundError, match="neither config.json .* nor run_config.json"):
+    with pytest.raises(InputError, match="neither config.json .* nor run_config.json"):
         bertjax.from_pretrained(tmp_path)
     with pytest.raises(ValueError, match="not a `bertjax pretrain` run directory"):
         bertjax.from_pretrained(peaked, step=3)

@@ -56,7 +56,7 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise argparse.ArgumentTypeError(f"{name!r} is not a BertConfig field; fields: "
                                          f"{', '.join(sorted(set(fields) - {'dtype'}))}")
     try:
-        return name, parse_value(fields[name], raw, source="--set")
+        return name, parse_value(fields[name], raw, source=None)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 

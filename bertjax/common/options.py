@@ -194,10 +194,10 @@ def _parse_tuple(value: Any, item: type) -> tuple:
 
 
 def expected(option: Option) -> str:
-    """What the option takes, in words: "a positive integer", "one of ['a', 'b']", "a list of
+    """What the option takes, in words: "a positive integer", "one of a, b", "a list of
     numbers in (0, 1)"."""
     if option.choices is not None:
-        return (f"one of {list(option.choices)}" if option.type is str
+        return (f"one of {', '.join(map(str, option.choices))}" if option.type is str
                 else f"a comma-separated subset of {', '.join(option.choices)}")
     kind = option.item if option.type is tuple else option.type
     words = _number_words(option.metadata, kind) if kind in (int, float) else _KINDS.get(kind, "text")

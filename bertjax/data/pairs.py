@@ -62,7 +62,7 @@ def check_pair_options(seq_len: int, short_seq_prob: float = 0.1, dupe_factor: i
     """Raise ValueError for options no pair can be made with (the command line checks the same
     ranges when it parses its options, before any work)."""
     if not_next not in NOT_NEXT_CHOICES:
-        raise InputError(f"not_next must be one of {list(NOT_NEXT_CHOICES)}, got {not_next!r}")
+        raise InputError(f"not_next must be one of {', '.join(NOT_NEXT_CHOICES)}, got {not_next!r}")
     if seq_len < MIN_SEQ_LEN:
         raise InputError(f"seq_len must be at least {MIN_SEQ_LEN} ([CLS] a [SEP] b [SEP]), "
                          f"got {seq_len}")

@@ -128,9 +128,9 @@ class RunDir:
 
     def _config_fix(self, reading: bool = False) -> str:
         if reading:
-            return ("restore it (`bertjax pretrain --resume --output-dir "
-                    f"{self.root}` writes it again from the newest checkpoint's copy), or pass "
-                    "another model")
+            return (f"delete it and run `bertjax pretrain --resume --output-dir {self.root}` "
+                    "(it writes the file again from the newest checkpoint's copy, and trains on "
+                    "only if the run had not finished), or pass another model")
         return (f"delete it: `bertjax pretrain --resume --output-dir {self.root}` writes it again "
                 "from the newest checkpoint's copy (a run without a checkpoint starts afresh), or "
                 "choose another --output-dir")

@@ -244,7 +244,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--batch", type=int, default=None)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--dropout", type=float, default=None)
-    parser.add_argument("--prng", default="threefry2x32")
+    parser.add_argument("--prng-impl", default="threefry2x32")
     parser.add_argument("--flat-optimizer", action="store_true",
                         help="the optimizer over one vector (the GPU recipe's)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], type=parse_override)
@@ -267,7 +267,7 @@ def main(argv: list[str]) -> int:
         pin_cores(cores[:args.cores])  # XLA sizes its thread pool from this
     keep_freed_memory()  # as the command line does, before JAX starts
     settings = BenchSettings(preset=args.preset, seq=args.seq, batch=args.batch,
-                             dtypes=(args.dtype,), dropout=args.dropout, prng_impl=args.prng,
+                             dtypes=(args.dtype,), dropout=args.dropout, prng_impl=args.prng_impl,
                              overrides=tuple(args.overrides), flat_optimizer=args.flat_optimizer)
     if args.split:
         split = forward_backward_split(settings, args.steps, args.warmup)
