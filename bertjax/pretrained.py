@@ -23,6 +23,7 @@ from bertjax.config import SHAPE_FIELDS, BertConfig
 from bertjax.data.tokenizer import WordPieceTokenizer, fits_vocabulary
 from bertjax.errors import InputError
 from bertjax.heads import MODEL_CLASSES, BertForPreTraining
+from bertjax.io.hf import CONFIG
 from bertjax.io.models import load_model, save_model
 from bertjax.io.report import LoadReport
 from bertjax.io.runs import load_run_model
@@ -88,7 +89,7 @@ def from_pretrained(
     if not fits_vocabulary(tokenizer.vocab_size, model.config.vocab_size):  # another's tokenizer
         raise InputError(
             f"{tokenizer.source} has {tokenizer.vocab_size} tokens but "
-            f"{source.directory / 'config.json'} has vocab_size {model.config.vocab_size}: the "
+            f"{source.directory / CONFIG} has vocab_size {model.config.vocab_size}: the "
             "tokenizer is not the one these weights were trained with; put the model's own "
             "tokenizer.json / vocab.txt beside them")
     return (model, tokenizer, report) if output_loading_info else (model, tokenizer)
