@@ -151,13 +151,13 @@ def run_variant(config: BertConfig, batch: dict, variant: dict[str, Any], steps:
         numerics._sum_of_copies = ORIGINAL_SUM
 
 
-def _run(layers: int, batch_size: int, name: str, steps: int) -> dict[str, float]:
+def _run(args: argparse.Namespace, layers: int, name: str) -> dict[str, float]:
     """One variant's row at `layers` layers (the bench's BERT-base shape otherwise)."""
-    config = BertConfig.from_preset("base", num_hidden_layers=layers, dtype="bfloat16",
+    config = BertConfig.from_preset(args.preset, num_hidden_layers=layers, dtype="bfloat16",
                                     hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.0)
-    host = pretraining_batch(config, batch_size, 128, 19, 0)
+    host = pretraining_batch(config, args.batch, args.seq, max(1, round(0.15 * args.seq)), 0)
     batch = {k: jnp.asarray(host[k]) for k in MODEL_KEYS}
-    return run_variant(config, batch, VARIANTS[name], steps)
+    return run_variant(config, batch, VARIANTS[name], args.steps)
 
 
 def _row(name: str, r: dict[str, float]) -> dict[str, float]:
@@ -169,24 +169,27 @@ def _row(name: str, r: dict[str, float]) -> dict[str, float]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default="base", help="the model's other sizes (tiny: the "
+                        "suite's CPU run of the script)")
+    parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--recheck-layers", type=int, default=0,
                         help="then time the model as it is and the fastest fix at this depth")
     args = parser.parse_args(argv)
-    print(f"layout probe: base shape, {args.layers} layers, batch {args.batch}, seq 128, bf16, "
+    print(f"layout probe: {args.preset} shape, {args.layers} layers, batch {args.batch}, "
+          f"seq {args.seq}, bf16, "
           f"recipe dropout; {jax.devices()[0].device_kind}")
     print(f"{'variant':42s} {'compile s':>9s} {'synced ms':>9s} {'pipelined ms':>12s} "
           f"{'(S,H,B) arrays':>14s} {'loss':>8s}")
-    results = {name: _row(name, _run(args.layers, args.batch, name, args.steps))
-               for name in VARIANTS}
+    results = {name: _row(name, _run(args, args.layers, name)) for name in VARIANTS}
     if args.recheck_layers:
         best = min(FIXES, key=lambda name: results[name]["pipelined_ms"])
         print(f"recheck at {args.recheck_layers} layers: the model as it is beside the fastest "
               f"fix, {best!r}")
         for name in (NOW, best):
-            _row(name, _run(args.recheck_layers, args.batch, name, args.steps))
+            _row(name, _run(args, args.recheck_layers, name))
     return 0
 
 

@@ -232,10 +232,11 @@ MODE=${GPU_SESSION_MODE:-gpu}
 SIZE=()  # the GPU defaults; on the CPU the tiny preset for a few steps
 JOB=()  # the pretrain stage's size
 if [ "$MODE" = cpu ]; then
-    SIZE=(--preset tiny --seq 32 --batch 4 --steps 2 --warmup 1)
+    # a small reference matmul: 4096^3 six times takes seconds of the CPU per bench stage
+    SIZE=(--preset tiny --seq 32 --batch 4 --steps 2 --warmup 1 --gemm-size 256)
     export PROFILE_PRESET=tiny PROFILE_BATCH=4 PROFILE_ARGS="--seq 32 --steps 2 --warmup 1"
-    PROBE_ARGS=${PROBE_ARGS:---layers 1 --batch 2 --steps 1 --recheck-layers 1}
-    export TEST_WORKERS=${TEST_WORKERS:-2}
+    PROBE_ARGS=${PROBE_ARGS:---preset tiny --seq 32 --layers 1 --batch 2 --steps 1 --recheck-layers 1}
+    export TEST_WORKERS=${TEST_WORKERS:-0}  # every GPU test is skipped: no worker processes
     JOB=(--model.preset=tiny --data.batch-size=4 --data.seq-len=32 --data.vocab-size=512
          --data.max-predictions=5 --train.steps=4 --train.log-every=2 --train.eval-every=4
          --train.checkpoint-every=4)
