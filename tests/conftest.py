@@ -25,6 +25,13 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _XLA_CACHE
     atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)  # by the process that made it
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+# What several test modules build alike (tests/use_helpers.py `built_once`: the tiny pre-training
+# run) is built once for the whole run, by whichever process asks first, in a folder every xdist
+# worker inherits; the others wait for it and copy it.
+if "BERTJAX_TESTS_SHARED" not in os.environ:
+    _SHARED = tempfile.mkdtemp(prefix="bertjax-tests-shared-")
+    os.environ["BERTJAX_TESTS_SHARED"] = _SHARED
+    atexit.register(shutil.rmtree, _SHARED, ignore_errors=True)
 
 
 @pytest.fixture
@@ -42,3 +49,11 @@ def unwritable_dir(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "mkdir", read_only)
     return locked
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The files holding a slow test first, the rest in their order. scripts/test.sh hands whole
+    files to the xdist workers (`--dist loadfile`: a module's fixtures are built once, not once per
+    worker) in this order, so that a long file never starts last with the other worker idle."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: in-file order unchanged

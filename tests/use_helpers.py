@@ -2,17 +2,20 @@
 
 `tiny_checkpoint()` is a small random BERT with a WordPiece vocabulary trained on two scenes of
 Shakespeare, saved as a Hugging Face directory (what `bertjax convert` writes), made once per
-process. `tiny_run(path)` pre-trains a 6-step run there; `state_leaves(tree)` are a state's
-arrays on the host, to compare two states.
+process. `tiny_run(path)` copies a 6-step run there, pre-trained once per test run
+(`built_once`); `state_leaves(tree)` are a state's arrays on the host, to compare two states.
 """
 
 from __future__ import annotations
 
 import atexit
+import fcntl
 import functools
 import itertools
+import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -71,8 +74,22 @@ def pipeline_fill_mask(model_dir: Path, texts: list[str], device: str) -> list[l
     return [[ref] if isinstance(ref[0], dict) else ref for ref in refs]
 
 
-def tiny_run(run: Path) -> Path:
-    """A `bertjax pretrain` run of 6 steps at `run`, checkpoints at 3 and 6 (evaluated at both)."""
+def built_once(name: str, build: Callable[[Path], object]) -> Path:
+    """`build(folder)` run once for the whole test run, by the first process that asks (the others
+    wait on a lock, then reuse it), in the folder tests/conftest.py shares with every xdist worker.
+    Treat the result as read-only: copy it before changing it."""
+    root = Path(os.environ.get("BERTJAX_TESTS_SHARED") or _TMP)
+    target, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not done.exists():
+            shutil.rmtree(target, ignore_errors=True)  # a build that failed half-way
+            build(target)
+            done.touch()
+    return target
+
+
+def _pretrain_tiny(run: Path) -> None:
     from bertjax.cli.main import main
 
     code = main(["pretrain", "--model.preset=tiny", "--data.vocab-size=300", "--data.seq-len=32",
@@ -80,6 +97,12 @@ def tiny_run(run: Path) -> Path:
                  "--train.steps=6", "--train.eval-every=3", "--train.checkpoint-every=3",
                  "--no-progress", f"--output-dir={run}"])
     assert code == 0
+
+
+def tiny_run(run: Path) -> Path:
+    """A `bertjax pretrain` run of 6 steps at `run`, checkpoints at 3 and 6 (evaluated at both):
+    a copy of the one the test run trains once (its summary.json names that one's folder)."""
+    shutil.copytree(built_once("tiny_run", _pretrain_tiny), run)
     return run
 
 
