@@ -45,7 +45,9 @@ def test_clean_venv_with_pip_install_dot_pretrains_and_helps(tmp_path: Path) -> 
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", venv])
     python, bertjax = venv / "bin" / "python", venv / "bin" / "bertjax"
-    _run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", src], timeout=900)
+    # --no-compile: no .pyc written for the thousands of files of JAX, SciPy, ... (imports write their own)
+    _run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile", src],
+         timeout=900)
     missing = subprocess.run([python, "-c", "import torch"], capture_output=True, text=True)
     assert missing.returncode != 0 and "No module named 'torch'" in missing.stderr
 
