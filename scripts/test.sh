@@ -8,4 +8,5 @@ bash scripts/setup.sh
 ruff check .
 python -m bertjax.bench.tables --check README.md docs/*.md
 NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet
-python -m pytest -n 2 -q "$@"
+# whole files per worker, in the order tests/conftest.py gives (the slow ones first)
+python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q "$@"

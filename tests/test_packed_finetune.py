@@ -86,6 +86,7 @@ TASKS = {"classification": (ClassificationTask, ("a", "b", "c")),
          "choice": (MultipleChoiceTask, ("a",)), "qa": (QuestionAnsweringTask, ("a", "b"))}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(TASKS))
 def test_a_packed_batch_has_the_loss_and_gradient_of_its_examples(tokenizer, kind):
     task_class, labels = TASKS[kind]

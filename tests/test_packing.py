@@ -226,6 +226,7 @@ def test_the_batch_is_packed():
     assert (PACKED.sequence_ids == 0).any()  # and padding
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("implementation", ["exact", "fused"])
 @pytest.mark.parametrize("name", CLASSES)
 def test_bertjax_packed_equals_each_sequence_alone(alone, name, implementation):

@@ -312,6 +312,7 @@ def _state_diffs(dir_a: Path, dir_b: Path) -> dict[str, float]:
     return diffs
 
 
+@pytest.mark.slow
 def test_two_processes_match_one_process(two_process_runs: dict[str, Any]) -> None:
     multi, single = two_process_runs["multi"], two_process_runs["single"]
     assert (multi / "tokenizer.json").read_bytes() == (single / "tokenizer.json").read_bytes()

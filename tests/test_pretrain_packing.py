@@ -189,6 +189,7 @@ def _config(corpus: str, **extra) -> rc.RunConfig:
         "train.log_every": 2, **extra})
 
 
+@pytest.mark.slow
 def test_an_interrupted_packed_run_resumes_bitwise(tmp_path):
     corpus = tmp_path / "speeches.txt"
     docs = _speech_documents()[:3000]

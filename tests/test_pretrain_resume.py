@@ -189,6 +189,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path: Path) -> None:
     assert all(np.isfinite(r["loss"]) for r in records if r["step"] < bad_step)
 
 
+@pytest.mark.slow
 def test_nan_loss_before_any_checkpoint_says_to_run_again_not_to_resume(tmp_path: Path) -> None:
     """Issue 45: with no checkpoint there is nothing to resume; the advice is a command that
     works: the same one, with other options, in the same --output-dir."""
@@ -215,6 +216,7 @@ def test_batch_not_divisible_by_devices(tmp_path: Path) -> None:
             "batch size that is a multiple of 2") in proc.stderr
 
 
+@pytest.mark.slow
 def test_time_limit_stops_with_a_checkpoint_and_resumes(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     first = _cli([*TINY, "--train.steps=100000", "--time-limit=0.2", f"--output-dir={run_dir}"])

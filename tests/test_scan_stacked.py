@@ -161,6 +161,7 @@ def _run_config(steps: int) -> rc.RunConfig:
         "train.eval_every": "2", "train.checkpoint_every": "2", "train.log_every": "2"})
 
 
+@pytest.mark.slow
 def test_a_scan_run_resumes_and_loads_with_per_layer_names(tmp_path: Path):
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     pretrain(_run_config(4), whole, progress=False, log=lambda _: None)

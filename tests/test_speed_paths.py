@@ -276,6 +276,7 @@ def test_auto_fuses_only_where_cudnn_takes_the_heads(monkeypatch):
     assert not inputs.may_fuse_attention(base)  # float32: auto stays exact, any mask goes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("seq_len", "predictions"), [(16, 5), (16, 4), (15, 4)])
 def test_cudnn_attention_gets_even_lengths_and_computes_the_same(
     monkeypatch: pytest.MonkeyPatch, seq_len: int, predictions: int

@@ -59,6 +59,7 @@ def test_every_optimizer_lowers_the_loss(optimizer: str) -> None:
     assert losses[-1] < 0.9 * losses[0], losses
 
 
+@pytest.mark.slow
 def test_step_metrics_match_the_loss_and_schedule() -> None:
     graphdef, state, step = _setup(warmup_steps=4, clip_norm=0.5)
     batch = make_batches(1)[0]
