@@ -37,7 +37,7 @@ from flax import nnx
 
 from bertjax import model as model_module
 from bertjax import numerics
-from bertjax.bench.batch import MODEL_KEYS, pretraining_batch
+from bertjax.bench.batch import MODEL_KEYS, default_predictions, pretraining_batch
 from bertjax.config import BertConfig
 from bertjax.heads import BertForPreTraining
 from bertjax.train.optim import OptimConfig, learning_rate_schedule, make_optimizer
@@ -152,10 +152,10 @@ def run_variant(config: BertConfig, batch: dict, variant: dict[str, Any], steps:
 
 
 def _run(args: argparse.Namespace, layers: int, name: str) -> dict[str, float]:
-    """One variant's row at `layers` layers (the bench's BERT-base shape otherwise)."""
+    """One variant's row at `layers` layers (`--preset`'s other sizes: the bench's BERT-base)."""
     config = BertConfig.from_preset(args.preset, num_hidden_layers=layers, dtype="bfloat16",
                                     hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.0)
-    host = pretraining_batch(config, args.batch, args.seq, max(1, round(0.15 * args.seq)), 0)
+    host = pretraining_batch(config, args.batch, args.seq, default_predictions(args.seq), 0)
     batch = {k: jnp.asarray(host[k]) for k in MODEL_KEYS}
     return run_variant(config, batch, VARIANTS[name], args.steps)
 
@@ -179,8 +179,7 @@ def main(argv: list[str]) -> int:
                         help="then time the model as it is and the fastest fix at this depth")
     args = parser.parse_args(argv)
     print(f"layout probe: {args.preset} shape, {args.layers} layers, batch {args.batch}, "
-          f"seq {args.seq}, bf16, "
-          f"recipe dropout; {jax.devices()[0].device_kind}")
+          f"seq {args.seq}, bf16, recipe dropout; {jax.devices()[0].device_kind}")
     print(f"{'variant':42s} {'compile s':>9s} {'synced ms':>9s} {'pipelined ms':>12s} "
           f"{'(S,H,B) arrays':>14s} {'loss':>8s}")
     results = {name: _row(name, _run(args, args.layers, name)) for name in VARIANTS}
