@@ -42,7 +42,8 @@
 #   gap        scripts/dev/pretrain_gap.py on `pretrain`'s run: the job's step on the bench's batch
 #              and on the job's, fed as the job feeds them and not, under each ';'-separated
 #              XLA_FLAGS of GAP_FLAGS (default: none; CUDA graphs off; the temporary buffer in
-#              a pool of its own)
+#              a pool of its own), then a trace of the bench's batch and the job's loop
+#              (GAP_TRACE_STEPS steps, 10; 0: none)
 #   profile    device time by kernel of bertjax's step, default and recipe (PROFILES=recipe:
 #              the recipe's alone), and where a synced step's wall time goes
 #   probe      scripts/dev/gpu_layout_probe.py: what holds the residual stream in (S, H, B) order
@@ -162,7 +163,8 @@ profile() {  # XLA's optimised train step beside the trace, to look the kernels'
 
 gap() {  # the job's step fed several ways, under each ';'-separated XLA_FLAGS of GAP_FLAGS
     local steps=25 code=0 flags extra  # 25: the job's loop row brings metrics over once
-    [ "$MODE" = cpu ] && steps=2
+    local trace=${GAP_TRACE_STEPS:-10}  # then a trace of the bench's batch and the job's loop
+    [ "$MODE" = cpu ] && steps=2 && trace=2
     if [ ! -f "$PRETRAIN_RUN/run_config.json" ]; then
         echo "no run in $PRETRAIN_RUN: run the pretrain stage first" >&2
         return 2
@@ -174,7 +176,8 @@ gap() {  # the job's step fed several ways, under each ';'-separated XLA_FLAGS o
     for extra in "${flags[@]}"; do
         echo "XLA_FLAGS: ${extra:-(none)}"
         XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS${extra:+ }}$extra" \
-            python3 scripts/dev/pretrain_gap.py "$PRETRAIN_RUN" --steps $steps || code=$?
+            python3 scripts/dev/pretrain_gap.py "$PRETRAIN_RUN" --steps $steps \
+            --trace-steps "$trace" || code=$?
     done
     return $code
 }
@@ -296,7 +299,8 @@ if [ -f "$RESULTS/pretrain_summary.json" ] && [ ! -f "$RESULTS/pretrain.log" ]; 
     compare_pretrain 2>&1 | tee "$RESULTS/pretrain.log" >/dev/null  # the GPU tests' job
 fi
 grep -h -A2 "^pretrain job" "$RESULTS/pretrain.log" 2>/dev/null || true
-grep -h -B1 -A10 "^pretrain gap" "$RESULTS/gap.log" 2>/dev/null || true
+grep -h -B1 -A11 "^pretrain gap" "$RESULTS/gap.log" 2>/dev/null || true
+grep -h -A6 "^  trace of" "$RESULTS/gap.log" 2>/dev/null || true
 grep -h -A30 "^  synced steps" "$RESULTS/profile.log" 2>/dev/null || true
 grep -h -E "passed|failed|skipped|error" "$RESULTS/tests.log" 2>/dev/null | tail -5 || true
 if [ ${#FAILED[@]} -gt 0 ]; then

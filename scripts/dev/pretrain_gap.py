@@ -17,6 +17,8 @@ steps back to back with one sync at the end (the job syncs once per log interval
     job batches, put before each step     `device_put` in the loop, no thread
     job batches, put after each dispatch  made ahead in a thread, put once the step is queued
     job batches, prefetched               `Prefetch` puts them from its thread, as the job does
+    job batches, prefetched, one slot     the same, each then copied into one donated buffer:
+                                          the step's batch at one address all along
     the job's loop                        the same with the iterator's state taken after each
                                           batch and the metrics on the host every log interval
 
@@ -26,6 +28,11 @@ data's values from the feeding. The GPU session runs it under several XLA_FLAGS 
 CUDA graph (XLA's command buffer) is updated where an address it holds changed (the arguments',
 and the step's temporary buffer's, which a batch put between steps may move), and its cuBLAS and
 cuDNN commands are traced again where their addresses are new to it.
+
+`--trace-steps N` then traces N more steps of the rows `--trace` names (a part of the row's
+name; by default the bench's batch and the job's loop) with `jax.profiler` and prints, per step,
+the device's busy and idle time, how often the host calls the step and the host's events by
+name: where the job's loop waits.
 """
 
 from __future__ import annotations
@@ -34,12 +41,17 @@ import argparse
 import itertools
 import json
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import jax
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its siblings, imported as modules
+from profile_step import step_events  # noqa: E402
+from step_timeline import format_pipelined, pipelined_window  # noqa: E402
 
 from bertjax.bench.batch import MODEL_KEYS, pretraining_batch
 from bertjax.data.tokenizer import WordPieceTokenizer
@@ -97,6 +109,15 @@ def _feeds(strategy: Any, bench: dict, batches: Callable[[], Iterator[dict]],
         ahead = Prefetch(batches(), put)
         return Feed(ahead.__next__, close=ahead.close)
 
+    def one_slot() -> Feed:  # prefetched, then copied into one donated buffer (one address)
+        ahead = Prefetch(batches(), put)
+        slot = [next(ahead)]
+
+        def next_batch() -> Any:
+            slot[0] = _copy_into(slot[0], next(ahead))
+            return slot[0]
+        return Feed(next_batch, close=ahead.close)
+
     return {"bench batch, fixed": fixed(bench),
             "job batch, fixed": fixed(next(batches())),
             "job batches, 2 placed, alternating": cycled(2),
@@ -104,7 +125,16 @@ def _feeds(strategy: Any, bench: dict, batches: Callable[[], Iterator[dict]],
             "job batches, put before each step": put_before,
             "job batches, put after each dispatch": put_after,
             "job batches, prefetched": prefetched,
+            "job batches, prefetched, one slot": one_slot,
             "the job's loop": job_loop}
+
+
+def _copy(slot: Any, new: Any) -> Any:
+    """`new`'s values written over `slot`'s (donated: the output is in the slot's buffers)."""
+    return jax.tree.map(lambda s, n: jax.lax.dynamic_update_slice(s, n, (0,) * n.ndim), slot, new)
+
+
+_copy_into = jax.jit(_copy, donate_argnums=0)
 
 
 def _job_loop(strategy: Any, train: Any, log_every: int) -> Feed:
@@ -128,7 +158,13 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--trace-steps", type=int, default=0,
+                        help="then trace this many steps of the rows --trace names")
+    parser.add_argument("--trace", action="append", default=None,
+                        help="a part of a row's name (repeat for several); default: the bench's "
+                             "batch and the job's loop")
     args = parser.parse_args(argv)
+    traced = args.trace or ["bench batch", "job's loop"]
     keep_freed_memory()  # as the command line does, before JAX starts (a CPU step reuses memory)
     run = RunDir(args.run_dir)
     config = rc.RunConfig.from_dict(json.loads(run.config.read_text()))
@@ -153,6 +189,7 @@ def main(argv: list[str]) -> int:
     print(f"{'row':38s} {'ms/step':>8s} {'tokens/s':>10s}")
     rows = _feeds(strategy, bench, batches, lambda: _job_loop(
         strategy, training_batches(run, config, tok), config.train.log_every))
+    reports: dict[str, dict[str, Any]] = {}
     for name, make in rows.items():
         feed = make()
         try:
@@ -166,10 +203,29 @@ def main(argv: list[str]) -> int:
                 feed.after(metrics)
             jax.block_until_ready(metrics)
             seconds = (time.perf_counter() - start) / args.steps
+            if args.trace_steps and any(t in name for t in traced):
+                state, reports[name] = _traced(training.train_step, state, feed, args.trace_steps)
         finally:
             feed.close()
         print(f"{name:38s} {1e3 * seconds:8.1f} {tokens / seconds:10,.0f}", flush=True)
+    for name, report in reports.items():
+        print("\n".join(format_pipelined(name, report)))
     return 0
+
+
+def _traced(step: Callable, state: Any, feed: Feed, steps: int) -> tuple[Any, dict[str, Any]]:
+    """`steps` more steps of a row under `jax.profiler`, summed up (`pipelined_window`)."""
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 0  # tracing Python calls would slow the host ten times
+    options.host_tracer_level = 1
+    with tempfile.TemporaryDirectory(prefix="bertjax-gap-") as tmp:
+        with jax.profiler.trace(tmp, create_perfetto_trace=True, profiler_options=options):
+            for _ in range(steps):
+                state, metrics = step(state, feed.next())
+                feed.after(metrics)
+            jax.block_until_ready(metrics)
+        trace = next(Path(tmp).rglob("perfetto_trace.json.gz"))
+        return state, pipelined_window(*step_events(trace))
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ from bertjax.train.parallel import SingleDevice
 from bertjax.train.schedule import OptimConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, imported as a module too
-from step_timeline import format_synced, stem, synced_steps  # noqa: E402
+from step_timeline import Event, format_synced, stem, synced_steps  # noqa: E402
 
 TOP = 30
 
@@ -103,10 +103,10 @@ def kernel_times(trace_path: Path) -> tuple[dict[str, dict[str, float]], dict[in
     return {k: dict(v) for k, v in sums.items()}, pids
 
 
-def synced_timeline(trace_path: Path, step_name: str = "train_step") -> dict[str, Any]:
-    """`step_timeline.synced_steps` of a trace of synced steps: the host's calls of the jitted
-    `step_name` ("PjitFunction(train_step)"), the device's kernels (a CPU's XLA ops) and every
-    other host event."""
+def step_events(trace_path: Path, step_name: str = "train_step"
+                ) -> tuple[list[Event], list[Event], list[Event]]:
+    """A trace's host calls of the jitted `step_name` ("PjitFunction(train_step)"), the device's
+    kernels (a CPU's XLA ops) and every host event, as (start µs, duration µs, name)."""
     events, pids = _read(trace_path)
     device, seen = collections.defaultdict(list), set()
     for line, e in _device_events(events, pids):
@@ -117,7 +117,12 @@ def synced_timeline(trace_path: Path, step_name: str = "train_step") -> dict[str
             if e.get("ph") == "X" and "dur" in e
             and (e.get("pid") not in pids if on_gpu else id(e) not in seen)]
     calls = [h for h in host if h[2] == f"PjitFunction({step_name})"]
-    return synced_steps(calls, device.get("kernels") or device.get("ops", []), host)
+    return calls, device.get("kernels") or device.get("ops", []), host
+
+
+def synced_timeline(trace_path: Path, step_name: str = "train_step") -> dict[str, Any]:
+    """`step_timeline.synced_steps` of a trace of synced steps (`step_events`)."""
+    return synced_steps(*step_events(trace_path, step_name))
 
 
 def profile(settings: BenchSettings, steps: int, warmup: int, out_dir: Path) -> dict[str, Any]:

@@ -103,3 +103,49 @@ def format_synced(report: dict[str, Any]) -> list[str]:
         lines.append(f"  {title}: us/step")
         lines += [f"    {us:9.1f}  {name[:110]}" for name, us in r[key].items()]
     return lines
+
+
+def pipelined_window(calls: Sequence[Event], kernels: Sequence[Event],
+                     host: Sequence[Event]) -> dict[str, Any]:
+    """Steps traced back to back (no sync between them): per step, the wall time of the window
+    (first call to last kernel's end), the device's busy and idle time in it, the median gap
+    between two calls' starts (the loop's period on the host) and a call's median length, and
+    every host event by name (all threads; nested events each count)."""
+    calls, kernels = _outermost(calls), sorted(kernels)
+    if not calls or not kernels:
+        return {"steps": 0}
+    n = len(calls)
+    spans = _merged([k for k in kernels if k[0] >= calls[0][0]])
+    busy = sum(end - start for start, end, _, _ in spans)
+    window = spans[-1][1] - calls[0][0]
+    hosts: dict[str, float] = collections.defaultdict(float)
+    for start, dur, name in host:
+        if calls[0][0] <= start <= spans[-1][1]:
+            hosts[name] += dur
+    periods = [b[0] - a[0] for a, b in zip(calls, calls[1:], strict=False)] or [window]
+    return {"steps": n, "wall_ms": window / n / 1e3, "busy_ms": busy / n / 1e3,
+            "idle_ms": (window - busy) / n / 1e3,
+            "call_period_ms": statistics.median(periods) / 1e3,
+            "call_ms": statistics.median(c[1] for c in calls) / 1e3,
+            "host_us_per_step": _top(hosts, n)}
+
+
+def format_pipelined(name: str, report: dict[str, Any]) -> list[str]:
+    """The console lines of `pipelined_window`'s report for the row `name`."""
+    r = report
+    if not r.get("steps"):
+        return [f"  trace of {name}: no step call and kernels found"]
+    lines = [f"  trace of {name} ({r['steps']} steps, per step): wall {r['wall_ms']:.1f} ms, "
+             f"device busy {r['busy_ms']:.1f}, idle {r['idle_ms']:.1f}; a call every "
+             f"{r['call_period_ms']:.1f} ms, each {r['call_ms']:.1f} ms on the host"]
+    lines += [f"    {us:9.1f}  {ev[:110]}" for ev, us in r["host_us_per_step"].items()]
+    return lines
+
+
+def _outermost(calls: Sequence[Event]) -> list[Event]:
+    """The calls not inside another (a jitted call's event may hold one of the same name)."""
+    out: list[Event] = []
+    for call in sorted(calls, key=lambda c: (c[0], -c[1])):
+        if not out or call[0] >= out[-1][0] + out[-1][1]:
+            out.append(call)
+    return out
