@@ -163,6 +163,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--trace", action="append", default=None,
                         help="a part of a row's name (repeat for several); default: the bench's "
                              "batch and the job's loop")
+    parser.add_argument("--rows", action="append", default=None,
+                        help="run only the rows whose name holds this (repeat for several)")
     args = parser.parse_args(argv)
     traced = args.trace or ["bench batch", "job's loop"]
     keep_freed_memory()  # as the command line does, before JAX starts (a CPU step reuses memory)
@@ -191,6 +193,8 @@ def main(argv: list[str]) -> int:
         strategy, training_batches(run, config, tok), config.train.log_every))
     reports: dict[str, dict[str, Any]] = {}
     for name, make in rows.items():
+        if args.rows and not any(r in name for r in args.rows):
+            continue
         feed = make()
         try:
             for _ in range(feed.warmup):

@@ -110,7 +110,8 @@ def pipelined_window(calls: Sequence[Event], kernels: Sequence[Event],
     """Steps traced back to back (no sync between them): per step, the wall time of the window
     (first call to last kernel's end), the device's busy and idle time in it, the median gap
     between two calls' starts (the loop's period on the host) and a call's median length, and
-    every host event by name (all threads; nested events each count)."""
+    every host event by name (all threads; nested events each count) and the kernels' time by
+    stem."""
     calls, kernels = _outermost(calls), sorted(kernels)
     if not calls or not kernels:
         return {"steps": 0}
@@ -122,12 +123,16 @@ def pipelined_window(calls: Sequence[Event], kernels: Sequence[Event],
     for start, dur, name in host:
         if calls[0][0] <= start <= spans[-1][1]:
             hosts[name] += dur
+    stems: dict[str, float] = collections.defaultdict(float)
+    for start, dur, name in kernels:
+        if start >= calls[0][0]:
+            stems[stem(name)] += dur
     periods = [b[0] - a[0] for a, b in zip(calls, calls[1:], strict=False)] or [window]
     return {"steps": n, "wall_ms": window / n / 1e3, "busy_ms": busy / n / 1e3,
             "idle_ms": (window - busy) / n / 1e3,
             "call_period_ms": statistics.median(periods) / 1e3,
             "call_ms": statistics.median(c[1] for c in calls) / 1e3,
-            "host_us_per_step": _top(hosts, n)}
+            "host_us_per_step": _top(hosts, n), "kernel_stems_us_per_step": _top(stems, n)}
 
 
 def format_pipelined(name: str, report: dict[str, Any]) -> list[str]:
@@ -138,7 +143,10 @@ def format_pipelined(name: str, report: dict[str, Any]) -> list[str]:
     lines = [f"  trace of {name} ({r['steps']} steps, per step): wall {r['wall_ms']:.1f} ms, "
              f"device busy {r['busy_ms']:.1f}, idle {r['idle_ms']:.1f}; a call every "
              f"{r['call_period_ms']:.1f} ms, each {r['call_ms']:.1f} ms on the host"]
-    lines += [f"    {us:9.1f}  {ev[:110]}" for ev, us in r["host_us_per_step"].items()]
+    for title, key in (("host events", "host_us_per_step"),
+                       ("kernels by stem", "kernel_stems_us_per_step")):
+        lines.append(f"   {title}: us/step")
+        lines += [f"    {us:9.1f}  {ev[:110]}" for ev, us in list(r[key].items())[:8]]
     return lines
 
 
