@@ -72,9 +72,9 @@ def _rows(embed: nnx.Embed, ids: jax.Array) -> jax.Array:
     """`embed(ids)`, with the rows gathered from the float32 table and then cast: the gradient
     is a float32 scatter-add. `nnx.Embed` casts the whole table to bfloat16 first, so its
     gradient was a bfloat16 scatter-add, which a GPU serialises where many tokens of a batch
-    share a row (frequent words, [MASK]): on real text it took 40 of a 95 ms BERT-base step on
-    an H100, against 53 ms on uniformly random ids (docs/benchmarks.md, "The pre-training job
-    on a GPU"). The same rows; the sum of each row's gradients in float32."""
+    share a row (frequent words, [MASK]): it was the pre-training job's shortfall against the
+    bench's random ids (docs/benchmarks.md, "The pre-training job on a GPU"). The same rows;
+    each row's gradients summed in float32."""
     return jnp.take(embed.embedding[...], ids, axis=0).astype(numerics.compute_dtype_of(embed))
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from bertjax.bench.tables import render
+
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = ("setup", "tests", "bench", "recipe", "baseline", "variant", "perleaf", "profile",
           "pretrain", "gap", "probe", "dropout")
@@ -70,6 +72,11 @@ def test_the_gpu_session_runs_every_stage_on_the_cpu(tmp_path: Path) -> None:
                      flags=re.M), done.stdout[-2000:]
     assert re.search(r"^  after step 2: [\d,]+ tokens/s = \d+% of the bench's pipelined$",
                      done.stdout, flags=re.M), done.stdout[-2000:]  # the job's speed records
+    job = tmp_path / "results" / "pretrain_job.json"  # rendered as benchmarks.md's job table
+    report = json.loads(job.read_text())
+    assert report["provenance"]["kind"] == "pretrain-job" and report["share_of_pipelined"] > 0
+    assert report["provenance"]["command"].startswith("bertjax pretrain --model.dtype=bfloat16")
+    assert "| the job after its first log interval (from step 2) |" in render(job)
     assert len(re.findall(r"^the job's loop +[\d.]+ +[\d,]+$",
                           done.stdout, flags=re.M)) == 3, done.stdout[-2000:]  # gap: 3 flag sets
     assert re.search(r"^recheck at 1 layers: the model as it is beside the fastest fix",

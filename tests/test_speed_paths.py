@@ -92,6 +92,47 @@ def test_backward_pass_scatters_only_into_the_word_embeddings_and_never_the_logi
     assert not re.search(rf"= f32\[{V}\]\{{0\}} reduce\(", hlo)
 
 
+@pytest.mark.parametrize("packed", [False, True])
+def test_bfloat16_embedding_gradients_are_float32_scatter_adds(packed):
+    """A bfloat16 model gathers its word rows (and packed rows' position rows) from the float32
+    tables and casts them after: each gather's gradient is a float32 scatter-add. Cast first
+    (nnx.Embed's order) it was a bfloat16 one, which a GPU serialises on the rows real text
+    repeats (docs/benchmarks.md, "The pre-training job on a GPU"). Read off the program before XLA's
+    passes (the jaxpr): a CPU's own would turn a bfloat16 scatter into a float32 one."""
+    config = CONFIG.replace(dtype="bfloat16")
+    batch = _batch(config)
+    if packed:  # positions restarting inside a row: gathered from the table
+        batch["position_ids"] = np.tile(np.arange(12), 2)[None].repeat(3, axis=0)
+    graphdef, params = nnx.split(BertForPreTraining(config, rngs=nnx.Rngs(0)), nnx.Param)
+
+    def loss(p):
+        out = nnx.merge(graphdef, p)(*(batch[k] for k in KEYS),
+                                     position_ids=batch.get("position_ids"))
+        return pretraining_loss(out.mlm_logits, out.nsp_logits, batch)[0]
+
+    H = config.hidden_size
+    tables = {(shape[0], dtype) for name, shape, dtype in _primitives(
+        jax.make_jaxpr(jax.grad(loss))(params).jaxpr) if name == "scatter-add" and shape[1:] == (H,)}
+    expected = {(config.vocab_size, "float32")} | (
+        {(config.max_position_embeddings, "float32")} if packed else set())
+    assert tables == expected, tables
+
+
+def _primitives(jaxpr: Any) -> list[tuple[str, tuple[int, ...], str]]:
+    """(primitive, first operand's shape, its dtype) of every equation, nested jaxprs too."""
+    out = []
+    for eqn in jaxpr.eqns:
+        aval = eqn.invars[0].aval if eqn.invars else None
+        out.append((eqn.primitive.name, tuple(getattr(aval, "shape", ())),
+                    str(getattr(aval, "dtype", ""))))
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    out += _primitives(inner)
+    return out
+
+
 def test_kernel_gradients_copy_no_transposed_output_gradient():
     """Dense layers and the tied decoder see their inputs as one (rows, features) matrix
     (`numerics.rows_dot_general`), so a kernel's gradient contracts one row axis. Contracting

@@ -153,9 +153,33 @@ def _corpus(result: dict[str, Any]) -> list[str]:
     return _table(["format", "corpus MB of text", "input MB/s", "peak RSS MB"], rows)
 
 
+def _pretrain_job(result: dict[str, Any]) -> list[str]:
+    """`scripts/dev/pretrain_vs_bench.py`: `bertjax pretrain` against the bench's step."""
+    job, bench = result["job"], result["bench"]
+    pipelined = bench["pipelined_tokens_per_s"]
+    rows = [["the job (its summary: compilation, evaluation and checkpoints left out)",
+             f"{job['tokens_per_s']:,.0f}", f"{result['share_of_pipelined']:.0%}"]]
+    after = job.get("after_first_interval")
+    if after:
+        rows.append([f"the job after its first log interval (from step {after['from_step']})",
+                     f"{after['tokens_per_s']:,.0f}",
+                     f"{result['share_of_pipelined_after_first_interval']:.0%}"])
+    if job["intervals"]:
+        rates = [r["tokens_per_s"] for r in job["intervals"]]
+        low, high = f"{min(rates) / pipelined:.0%}", f"{max(rates) / pipelined:.0%}"
+        rows.append([f"each log interval ({len(rates)}, `speed` records)",
+                     f"{min(rates):,.0f}–{max(rates):,.0f}",
+                     low if low == high else f"{low}–{high}"])
+    rows.append([f"the bench's {bench['row']} row, pipelined (synced: {bench['tokens_per_s']:,.0f})",
+                 f"{pipelined:,.0f}", "100%"])
+    return _table(["", "tokens/s", "share of the bench's pipelined"], rows) + [
+        "", f"{job['steps']} steps, first step {job['first_step_s']:.1f} s. The bench, in the "
+            f"same lease: `{bench['command']}`."]
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "train": _step, "infer": _step, "embed": _embed, "data": _data, "corpus": _corpus,
-    "finetune": _finetune, "pack": _pack}
+    "finetune": _finetune, "pack": _pack, "pretrain-job": _pretrain_job}
 
 
 def render(path: Path) -> str:

@@ -38,7 +38,8 @@
 #   perleaf    `recipe`'s bertjax row with the optimizer per parameter (--no-flat-optimizer)
 #   infer      bertjax bench infer
 #   pretrain   `bertjax pretrain` with the GPU recipe on the bundled plays (150 steps): its
-#              tokens/s against `recipe`'s bertjax row (run `recipe` first), pipelined and synced
+#              tokens/s against `recipe`'s bertjax row (run `recipe` first), pipelined and synced,
+#              written as pretrain_job.json (docs/benchmarks/pretrain-job-gpu.json's form)
 #   gap        scripts/dev/pretrain_gap.py on `pretrain`'s run: the job's step on the bench's batch
 #              and on the job's, fed as the job feeds them and not, under each ';'-separated
 #              XLA_FLAGS of GAP_FLAGS (default: none; CUDA graphs off; the temporary buffer in
@@ -185,10 +186,11 @@ gap() {  # the job's step fed several ways, under each ';'-separated XLA_FLAGS o
 pretrain_rate() {  # the real job's rate against the bench's (the input pipeline must keep up)
     local run=$PRETRAIN_RUN
     rm -rf "$run"
-    python3 -m bertjax.cli pretrain --model.dtype=bfloat16 --model.attention-probs-dropout-prob=0 \
-        --model.hidden-dropout-prob=0.1 --train.prng-impl=rbg --optim.flatten --optim.learning-rate=1e-4 \
-        --optim.warmup-steps=10 --data.eval-batches=2 --no-progress --output-dir="$run" "$@" \
-        || return
+    local args=(--model.dtype=bfloat16 --model.attention-probs-dropout-prob=0
+        --model.hidden-dropout-prob=0.1 --train.prng-impl=rbg --optim.flatten --optim.learning-rate=1e-4
+        --optim.warmup-steps=10 --data.eval-batches=2 --no-progress --output-dir="$run" "$@")
+    export PRETRAIN_COMMAND="bertjax pretrain ${args[*]}"
+    python3 -m bertjax.cli pretrain "${args[@]}" || return
     cp "$run/summary.json" "$RESULTS/pretrain_summary.json"
     cp "$run/metrics.jsonl" "$RESULTS/pretrain_metrics.jsonl"
     echo "vocabulary: $(wc -l < "$run/vocab.txt") pieces"  # the plays may not fill the one asked
@@ -200,27 +202,10 @@ compare_pretrain() {  # pretrain_summary.json (the stage's, or the GPU tests' 50
         echo "no bench_recipe.json to compare with: run the recipe stage first" >&2
         return 2
     fi
-    python3 - "$RESULTS/pretrain_summary.json" "$RESULTS/bench_recipe.json" \
-        "$RESULTS/pretrain_metrics.jsonl" <<'EOF'
-import json, os, sys
-job = json.load(open(sys.argv[1]))
-bench = next(r for r in json.load(open(sys.argv[2]))["rows"] if r["impl"] == "bertjax")
-pipelined = bench["pipelined_tokens_per_s"]
-print(f"pretrain job: {job['tokens_per_s']:,.0f} tokens/s (first step {job['first_step_s']:.1f} s)"
-      f" = {job['tokens_per_s'] / pipelined:.0%} of the bench's pipelined {pipelined:,.0f}, "
-      f"{job['tokens_per_s'] / bench['tokens_per_s']:.0%} of its synced {bench['tokens_per_s']:,.0f}")
-speed = ([r for r in map(json.loads, open(sys.argv[3])) if r["kind"] == "speed"]
-         if os.path.exists(sys.argv[3]) else [])
-if speed:  # each log interval's rate: warm-up steps, or a shortfall all along
-    print("  by log interval (step: tokens/s): " + ", ".join(
-        f"{r['step']}: {r['tokens_per_s']:,.0f}" for r in speed))
-if len(speed) > 1:  # the bench leaves 10 warm-up steps out: leave the first interval out
-    steps = [b["step"] - a["step"] for a, b in zip(speed, speed[1:])]
-    seconds = sum(n / r["steps_per_s"] for n, r in zip(steps, speed[1:]))
-    rate = sum(steps) / seconds * speed[0]["tokens_per_s"] / speed[0]["steps_per_s"]
-    print(f"  after step {speed[0]['step']}: {rate:,.0f} tokens/s = {rate / pipelined:.0%} of the "
-          "bench's pipelined")
-EOF
+    # pretrain_job.json: docs/benchmarks/pretrain-job-gpu.json's source (rendered in benchmarks.md)
+    python3 scripts/dev/pretrain_vs_bench.py "$RESULTS/pretrain_summary.json" \
+        "$RESULTS/bench_recipe.json" "$RESULTS/pretrain_metrics.jsonl" \
+        --json "$RESULTS/pretrain_job.json" --command "${PRETRAIN_COMMAND:-bertjax pretrain}"
 }
 
 baseline() {  # bench train from the older tree (python -m puts the working directory first)

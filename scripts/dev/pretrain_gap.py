@@ -22,17 +22,16 @@ steps back to back with one sync at the end (the job syncs once per log interval
     the job's loop                        the same with the iterator's state taken after each
                                           batch and the metrics on the host every log interval
 
-On an H200 (1ddfbab) the job ran at 55% of the bench's rate in every log interval of 150 steps
-(a steady shortfall, not warm-up), while on a CPU it ran at the bench's rate: the rows tell the
-data's values from the feeding. The GPU session runs it under several XLA_FLAGS (GAP_FLAGS): a
-CUDA graph (XLA's command buffer) is updated where an address it holds changed (the arguments',
-and the step's temporary buffer's, which a batch put between steps may move), and its cuBLAS and
-cuDNN commands are traced again where their addresses are new to it.
+The rows tell the data's values from the feeding. On an H100 (c8bb6d0) the job ran at 54% of
+the bench's rate, and so did its step on its first batch fixed in place (94.3 against 53.3 ms)
+however fed, with XLA's CUDA graphs on or off (GAP_FLAGS): the values. The trace put 39.5 ms in
+the word embeddings' bfloat16 scatter-add, which serialises on the rows real text repeats; a
+float32 one (9d28ee6) brought every row to the bench's 53 ms (docs/benchmarks.md).
 
 `--trace-steps N` then traces N more steps of the rows `--trace` names (a part of the row's
 name; by default the bench's batch and the job's loop) with `jax.profiler` and prints, per step,
 the device's busy and idle time, how often the host calls the step and the host's events by
-name: where the job's loop waits.
+name and the kernels' time by stem: where the job's loop waits.
 """
 
 from __future__ import annotations
