@@ -49,7 +49,7 @@ from typing import Any
 import jax
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its siblings, imported as modules
-from profile_step import step_events  # noqa: E402
+from profile_step import profiler_options, step_events  # noqa: E402
 from step_timeline import format_pipelined, pipelined_window  # noqa: E402
 
 from bertjax.bench.batch import MODEL_KEYS, pretraining_batch
@@ -218,11 +218,9 @@ def main(argv: list[str]) -> int:
 
 def _traced(step: Callable, state: Any, feed: Feed, steps: int) -> tuple[Any, dict[str, Any]]:
     """`steps` more steps of a row under `jax.profiler`, summed up (`pipelined_window`)."""
-    options = jax.profiler.ProfileOptions()
-    options.python_tracer_level = 0  # tracing Python calls would slow the host ten times
-    options.host_tracer_level = 1
     with tempfile.TemporaryDirectory(prefix="bertjax-gap-") as tmp:
-        with jax.profiler.trace(tmp, create_perfetto_trace=True, profiler_options=options):
+        with jax.profiler.trace(tmp, create_perfetto_trace=True,
+                                profiler_options=profiler_options()):
             for _ in range(steps):
                 state, metrics = step(state, feed.next())
                 feed.after(metrics)

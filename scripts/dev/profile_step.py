@@ -125,6 +125,15 @@ def synced_timeline(trace_path: Path, step_name: str = "train_step") -> dict[str
     return synced_steps(*step_events(trace_path, step_name))
 
 
+def profiler_options() -> Any:
+    """`jax.profiler` options for a step's trace: the host's runtime events, no Python calls
+    (tracing them would slow the host ten times)."""
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 0
+    options.host_tracer_level = 1
+    return options
+
+
 def profile(settings: BenchSettings, steps: int, warmup: int, out_dir: Path) -> dict[str, Any]:
     s = settings.resolve(jax.default_backend())
     config = s.bert_config(s.dtypes[0])
@@ -147,9 +156,7 @@ def profile(settings: BenchSettings, steps: int, warmup: int, out_dir: Path) -> 
         state, metrics = training.train_step(state, batch)
     jax.block_until_ready(metrics)
     untraced = (time.perf_counter() - start) / steps
-    options = jax.profiler.ProfileOptions()
-    options.python_tracer_level = 0  # tracing Python calls would slow the host ten times
-    options.host_tracer_level = 1
+    options = profiler_options()
     start = time.perf_counter()
     with jax.profiler.trace(str(out_dir / "pipelined"), create_perfetto_trace=True,
                             profiler_options=options):
