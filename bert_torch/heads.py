@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bert_torch import inputs, numerics
-from bert_torch.model import BertModel, BertOutput, LayerNorm, Linear, linear
+from bert_torch.model import BertModel, BertOutput, LayerNorm, Linear, linear, take_rows
 from bertjax.config import QA_OUTPUTS, BertConfig
 
 
@@ -49,11 +49,18 @@ class _WithEncoder(nn.Module):
     base_model_prefix: ClassVar[str] = "bert"
     head_modules: ClassVar[tuple[str, ...]] = ()
     pooled: ClassVar[bool] = True
+    needs_next_sentence: ClassVar[bool] = False  # a head only BERT's family is trained with
 
     def __init__(self, config: BertConfig):
         super().__init__()
+        check_family(type(self), config)
         self.config = config
-        self.bert = BertModel(config, add_pooling_layer=self.pooled)
+        self.bert = BertModel(config, add_pooling_layer=self.has_pooler(config))
+
+    @classmethod
+    def has_pooler(cls, config: BertConfig) -> bool:
+        """Whether this class's encoder has the pooler, for a model of `config`'s family."""
+        return cls.pooled
 
     def forward(
         self,
@@ -102,10 +109,21 @@ class _MaskedLM(_WithEncoder):
         return out
 
 
+def check_family(model_cls: type, config: BertConfig) -> None:
+    """Refuse a class whose head the family was never trained with, as
+    `bertjax.heads.check_family`."""
+    if getattr(model_cls, "needs_next_sentence", False) and not config.family.next_sentence:
+        raise ValueError(
+            f"{config.model_type} has no next-sentence head ({model_cls.__name__} needs one): its "
+            "models are masked LMs; use BertForMaskedLM, or the fill-mask, embed and finetune "
+            "commands")
+
+
 class BertForPreTraining(_MaskedLM):
     """BERT with the masked-LM and next-sentence-prediction heads."""
 
     head_modules = ("mlm_head", "nsp_head")
+    needs_next_sentence = True
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
@@ -131,6 +149,7 @@ class BertForNextSentencePrediction(_WithEncoder):
     """BERT with the next-sentence-prediction head on the pooled [CLS] output."""
 
     head_modules = ("nsp_head",)
+    needs_next_sentence = True
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
@@ -140,19 +159,65 @@ class BertForNextSentencePrediction(_WithEncoder):
         return dataclasses.replace(out, nsp_logits=self.nsp_head(numerics.upcast(out.pooled_output)))
 
 
+class ClassificationHead(nn.Module):
+    """RoBERTa's sequence classifier on the first token: dropout, dense, tanh, dropout,
+    `out_proj`; float32 (`bertjax.heads.ClassificationHead`)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = float32_linear(config, config.hidden_size, config.hidden_size)
+        self.out_proj = float32_linear(config, config.hidden_size, config.num_labels)
+
+    def forward(self, first: torch.Tensor, dropout: nn.Dropout) -> torch.Tensor:
+        h = torch.tanh(self.dense(dropout(first)))  # (B, [K,] H)
+        return self.out_proj(dropout(h))  # (B, [K,] num_labels)
+
+
 class BertForSequenceClassification(_WithEncoder):
-    """BERT with dropout and a dense layer on the pooled [CLS] output: (B, num_labels)."""
+    """BERT with dropout and a dense layer on the pooled [CLS] output: (B, num_labels); a family
+    with its own classifier head (RoBERTa's): no pooler, `ClassificationHead` on the first
+    token."""
 
     head_modules = ("classifier",)
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.dropout = nn.Dropout(config.classifier_dropout_prob)
-        self.classifier = float32_linear(config, config.hidden_size, config.num_labels)
+        self.classifier: nn.Module = (
+            ClassificationHead(config) if config.family.classifier_head
+            else float32_linear(config, config.hidden_size, config.num_labels))
+
+    @classmethod
+    def has_pooler(cls, config: BertConfig) -> bool:
+        return not config.family.classifier_head
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        **options: Any,
+    ) -> BertOutput:
+        if not isinstance(self.classifier, ClassificationHead):  # on the pooled output: _head
+            return super().forward(input_ids, token_type_ids, attention_mask, **options)
+        out = self.bert(input_ids, token_type_ids, attention_mask, **options)
+        first = first_tokens(out.sequence_output, options.get("cls_positions"))  # (B, [K,] H)
+        logits = self.classifier(numerics.upcast(first), self.dropout)
+        return dataclasses.replace(out, logits=logits)  # (B, [K,] num_labels)
 
     def _head(self, out: BertOutput) -> BertOutput:
         pooled = self.dropout(numerics.upcast(out.pooled_output))
         return dataclasses.replace(out, logits=self.classifier(pooled))  # (B, [K,] num_labels)
+
+
+def first_tokens(sequence_output: torch.Tensor, cls_positions: torch.Tensor | None
+                 ) -> torch.Tensor:
+    """Each sequence's first token (B, H), or packed rows' at `cls_positions` (B, K, H), an empty
+    slot's zeros (`bertjax.heads.first_tokens`)."""
+    if cls_positions is None:
+        return sequence_output[:, 0]
+    rows = take_rows(sequence_output, cls_positions.clamp(min=0))  # (B, K, H)
+    return torch.where(cls_positions[:, :, None] >= 0, rows, torch.zeros_like(rows))
 
 
 class BertForTokenClassification(_WithEncoder):

@@ -24,11 +24,10 @@ def check_inputs(
     if input_ids.ndim != 2:
         raise ValueError(f"input_ids must have shape (batch, seq_len), got {tuple(input_ids.shape)}")
     B, S = input_ids.shape
-    if S > config.max_position_embeddings:
+    if S > config.max_sequence_length:
         raise ValueError(
-            f"input_ids has seq_len {S} > max_position_embeddings "
-            f"({config.max_position_embeddings}); truncate the input or use a config with more "
-            "positions"
+            f"input_ids has seq_len {S} > {config.positions_limit}; truncate the input or use a "
+            "config with more positions"
         )
     if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
         dtype = str(input_ids.dtype).removeprefix("torch.")
@@ -57,9 +56,20 @@ def packing_inputs(
     (B, S) or (B, S, S), and the position ids (None: 0..S-1)."""
     check_packing(config, input_ids, sequence_ids, position_ids, cls_positions)
     if sequence_ids is None:
+        if position_ids is None and config.family.offset_positions:
+            position_ids = offset_positions(input_ids, config.pad_token_id)
         return attention_mask, position_ids
     mask, positions = packed_attention(sequence_ids, attention_mask)
+    if config.family.offset_positions:  # each sequence's from pad + 1, padding at pad
+        positions = torch.where(sequence_ids != 0, positions + config.position_offset,
+                                config.pad_token_id)
     return mask, positions if position_ids is None else position_ids
+
+
+def offset_positions(input_ids: torch.Tensor, pad_token_id: int) -> torch.Tensor:
+    """RoBERTa's positions (B, S), as `bertjax.inputs.offset_positions`."""
+    real = (input_ids != pad_token_id).long()  # (B, S)
+    return torch.cumsum(real, dim=1) * real + pad_token_id
 
 
 def check_packing(

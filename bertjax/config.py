@@ -1,4 +1,5 @@
-"""BertConfig: the one configuration shared by bertjax, bert_torch and parity.
+"""BertConfig: the one configuration shared by bertjax, bert_torch and parity, and the BERT
+family (`FAMILIES`: RoBERTa and XLM-RoBERTa as a table of their differences from BERT).
 
 This module imports no framework, so `bert_torch` can use it without pulling in JAX.
 Field names follow Hugging Face's `BertConfig`, so `config.json` files read and write as-is.
@@ -28,8 +29,9 @@ ATTENTION_IMPLEMENTATIONS = ("auto", "exact", "fused")
 COMPUTE_FIELDS = ("dtype", "attn_implementation", "scan_layers", "remat")
 # The fields that set the weights' shapes: a checkpoint's config.json decides them, a loader's
 # overrides may not (they change only how the model computes: dtype, dropout, ...).
-SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                "intermediate_size", "max_position_embeddings", "type_vocab_size")
+SHAPE_FIELDS = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers",
+                "num_attention_heads", "intermediate_size", "max_position_embeddings",
+                "type_vocab_size")
 # The MLM loss divides by max(sum of masked_weights, this): a batch with no real prediction has
 # loss 0, not NaN. Shared by bertjax.losses and bert_torch.losses.
 LOSS_WEIGHT_FLOOR = 1e-5
@@ -39,8 +41,59 @@ QA_OUTPUTS = ("start", "end")
 
 
 @dataclasses.dataclass(frozen=True)
+class Family:
+    """What a checkpoint of one BERT family does differently from BERT: the whole difference is
+    data, read by the one encoder (`bertjax.model`, `bert_torch.model`), the heads, the tokenizer
+    and the name tables of `bertjax.io.names`. config.json's `model_type` names the family."""
+
+    model_type: str
+    class_prefix: str  # transformers' class names: f"{class_prefix}ForMaskedLM", ...
+    # positions count from pad_token_id + 1 and padding sits at pad_token_id (RoBERTa's
+    # `create_position_ids_from_input_ids`), so pad_token_id + 1 rows of the table are not
+    # positions of a sequence; BERT's positions are 0..S-1
+    offset_positions: bool
+    next_sentence: bool  # pre-trained with a next-sentence head (BertForPreTraining, NSP)
+    # sequence classification on the first token through dense + tanh + out_proj (RoBERTa's
+    # `classifier.dense` / `classifier.out_proj`, no pooler), not the pooler and one dense layer
+    classifier_head: bool
+    # role (pad, unk, cls, sep, mask) -> the token's spelling in this family's vocabularies
+    special_tokens: tuple[tuple[str, str], ...]
+    pair_separators: int  # separators between a pair's segments: [SEP] (1) or </s></s> (2)
+    second_segment_type: int  # the token type of a pair's second segment
+
+    @property
+    def specials(self) -> dict[str, str]:
+        """role -> spelling of the special tokens."""
+        return dict(self.special_tokens)
+
+    def class_name(self, bert_name: str) -> str:
+        """transformers' name of the class bertjax calls `bert_name` (BertForMaskedLM ->
+        RobertaForMaskedLM)."""
+        return self.class_prefix + bert_name.removeprefix("Bert")
+
+
+BERT_SPECIAL_TOKENS = (("pad", "[PAD]"), ("unk", "[UNK]"), ("cls", "[CLS]"), ("sep", "[SEP]"),
+                       ("mask", "[MASK]"))
+_ROBERTA_SPECIAL_TOKENS = (("pad", "<pad>"), ("unk", "<unk>"), ("cls", "<s>"), ("sep", "</s>"),
+                           ("mask", "<mask>"))
+# The families bertjax has, by config.json's model_type. XLM-RoBERTa is RoBERTa's architecture
+# with a SentencePiece vocabulary (the tokenizer's business, read from tokenizer.json).
+FAMILIES: dict[str, Family] = {f.model_type: f for f in (
+    Family("bert", "Bert", offset_positions=False, next_sentence=True, classifier_head=False,
+           special_tokens=BERT_SPECIAL_TOKENS, pair_separators=1, second_segment_type=1),
+    Family("roberta", "Roberta", offset_positions=True, next_sentence=False,
+           classifier_head=True, special_tokens=_ROBERTA_SPECIAL_TOKENS, pair_separators=2,
+           second_segment_type=0),
+    Family("xlm-roberta", "XLMRoberta", offset_positions=True, next_sentence=False,
+           classifier_head=True, special_tokens=_ROBERTA_SPECIAL_TOKENS, pair_separators=2,
+           second_segment_type=0),
+)}
+
+
+@dataclasses.dataclass(frozen=True)
 class BertConfig:
-    """Shape and numerics of a BERT model (Hugging Face field names)."""
+    """Shape and numerics of a BERT model (Hugging Face field names); `model_type` is its
+    family (`FAMILIES`)."""
 
     vocab_size: int = 30522
     hidden_size: int = 768
@@ -59,6 +112,7 @@ class BertConfig:
     # the classifier (None: hidden_dropout_prob; multiple choice uses it too), as in Hugging Face.
     id2label: tuple[str, ...] = ("LABEL_0", "LABEL_1")
     classifier_dropout: float | None = None
+    model_type: str = "bert"  # the family (FAMILIES): BERT, RoBERTa, XLM-RoBERTa
     # Not Hugging Face fields (COMPUTE_FIELDS): how bertjax computes, never what.
     # The dtype of activations and matmuls; parameters, softmax, LayerNorm statistics and logits
     # stay float32 whatever this says.
@@ -68,6 +122,9 @@ class BertConfig:
     remat: bool = False  # recompute each layer's activations in the backward pass (less memory)
 
     def __post_init__(self) -> None:
+        if self.model_type not in FAMILIES:
+            raise InputError(f"BertConfig.model_type {self.model_type!r} is not a family bertjax "
+                             f"has; use one of {', '.join(FAMILIES)}")
         for name in (
             "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
             "intermediate_size", "max_position_embeddings", "type_vocab_size",
@@ -97,6 +154,11 @@ class BertConfig:
                 f"BertConfig.pad_token_id ({self.pad_token_id}) must be in [0, vocab_size="
                 f"{self.vocab_size})"
             )
+        if self.max_sequence_length < 1:
+            raise InputError(
+                f"BertConfig.max_position_embeddings ({self.max_position_embeddings}) leaves no "
+                f"position for a token: {self.model_type} positions start at pad_token_id + 1 "
+                f"= {self.position_offset}")
         if not self.id2label or len(set(self.id2label)) != len(self.id2label):
             raise InputError(f"BertConfig.id2label must name each label once, got {self.id2label!r}")
         if self.classifier_dropout is not None and not 0.0 <= self.classifier_dropout < 1.0:
@@ -111,6 +173,31 @@ class BertConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def family(self) -> Family:
+        return FAMILIES[self.model_type]
+
+    @property
+    def position_offset(self) -> int:
+        """The first position row of a sequence: 0, or pad_token_id + 1 (RoBERTa)."""
+        return self.pad_token_id + 1 if self.family.offset_positions else 0
+
+    @property
+    def max_sequence_length(self) -> int:
+        """The longest sequence the position table holds: max_position_embeddings less the
+        rows before the first position (RoBERTa's 514 rows hold 512 tokens)."""
+        return self.max_position_embeddings - self.position_offset
+
+    @property
+    def positions_limit(self) -> str:
+        """How messages name the longest sequence: max_position_embeddings (N), and for a
+        family whose positions start later, the rows before the first one."""
+        limit = f"max_position_embeddings ({self.max_position_embeddings})"
+        if self.position_offset:
+            limit += (f" less the {self.position_offset} rows before {self.model_type}'s first "
+                      f"position: {self.max_sequence_length} tokens")
+        return limit
 
     @property
     def num_labels(self) -> int:
@@ -135,12 +222,13 @@ class BertConfig:
     # --- Hugging Face config.json -------------------------------------------------------------
 
     def to_hf_dict(self, architecture: str = "BertForPreTraining") -> dict[str, Any]:
-        """The fields transformers' BertConfig reads, for a checkpoint of `architecture`."""
+        """The fields transformers' config of the family reads, for a checkpoint of
+        `architecture` (bertjax's class name: BertForMaskedLM is a RobertaForMaskedLM in a
+        RoBERTa's config.json)."""
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                   if f.name not in (*COMPUTE_FIELDS, "id2label")}
         return {
-            "architectures": [architecture],
-            "model_type": "bert",
+            "architectures": [self.family.class_name(architecture)],
             "position_embedding_type": "absolute",
             **fields,
             "id2label": {str(i): name for i, name in enumerate(self.id2label)},
@@ -150,8 +238,10 @@ class BertConfig:
     @classmethod
     def from_hf_dict(cls, data: dict[str, Any], **overrides: Any) -> BertConfig:
         """Read the fields we model; refuse settings that would change the architecture."""
-        if data.get("model_type", "bert") != "bert":
-            raise InputError(f"config.json has model_type {data['model_type']!r}; expected 'bert'")
+        model_type = data.get("model_type", "bert")
+        if model_type not in FAMILIES:
+            raise InputError(f"config.json has model_type {model_type!r}, a family bertjax does "
+                             f"not have; it loads {', '.join(FAMILIES)}")
         position_type = data.get("position_embedding_type", "absolute")
         if position_type != "absolute":
             raise InputError(

@@ -24,6 +24,7 @@ answering) give rows (B, S, ...) whose sequence k is where `sequence_ids == k`
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import jax
@@ -31,7 +32,9 @@ import jax.numpy as jnp
 from flax import nnx
 
 from bertjax import HEAD_CLASSES, inputs, numerics
+from bertjax.attention import take_rows
 from bertjax.config import QA_OUTPUTS, BertConfig
+from bertjax.errors import InputError
 from bertjax.model import BertModel, BertOutput, LayerNorm, linear
 
 
@@ -63,10 +66,17 @@ class _WithEncoder(nnx.Module):
     base_model_prefix: ClassVar[str] = "bert"
     head_modules: ClassVar[tuple[str, ...]] = ()
     pooled: ClassVar[bool] = True
+    needs_next_sentence: ClassVar[bool] = False  # a head only BERT's family is trained with
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+        check_family(type(self), config)
         self.config = config
-        self.bert = BertModel(config, add_pooling_layer=self.pooled, rngs=rngs)
+        self.bert = BertModel(config, add_pooling_layer=self.has_pooler(config), rngs=rngs)
+
+    @classmethod
+    def has_pooler(cls, config: BertConfig) -> bool:
+        """Whether this class's encoder has the pooler, for a model of `config`'s family."""
+        return cls.pooled
 
     def __call__(
         self,
@@ -94,10 +104,10 @@ class _WithEncoder(nnx.Module):
         raise NotImplementedError
 
     def _head_dropout(self, x: jax.Array, deterministic: bool,
-                      dropout_rng: jax.Array | None) -> jax.Array:
+                      dropout_rng: jax.Array | None, stream: int = 1) -> jax.Array:
         """`self.dropout` on `x` in float32 with the head's own stream (the encoder's streams
-        start from `dropout_rng` itself)."""
-        head_rng = None if dropout_rng is None else jax.random.fold_in(dropout_rng, 1)
+        start from `dropout_rng` itself; a head that drops out twice takes stream 2 too)."""
+        head_rng = None if dropout_rng is None else jax.random.fold_in(dropout_rng, stream)
         return self.dropout(x.astype(jnp.float32), deterministic=deterministic,
                             rngs=numerics.dropout_rngs(deterministic, head_rng))
 
@@ -130,12 +140,23 @@ class _MaskedLM(_WithEncoder):
         return out
 
 
+def check_family(model_cls: type, config: BertConfig) -> None:
+    """Refuse a class whose head the family was never trained with (a next-sentence head of a
+    RoBERTa), in one line naming what the family has."""
+    if getattr(model_cls, "needs_next_sentence", False) and not config.family.next_sentence:
+        raise InputError(
+            f"{config.model_type} has no next-sentence head ({model_cls.__name__} needs one): its "
+            "models are masked LMs; use BertForMaskedLM, or the fill-mask, embed and finetune "
+            "commands")
+
+
 class BertForPreTraining(_MaskedLM):
     """BERT with the masked-LM (`mlm_head`, tied to the word embeddings) and next-sentence-
     prediction (`nsp_head`) heads: `mlm_logits` (B, P, V) at `masked_positions` or (B, S, V),
     and `nsp_logits` (B, 2), or (B, K, 2) at packed rows' `cls_positions`."""
 
     head_modules = ("mlm_head", "nsp_head")
+    needs_next_sentence = True
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         super().__init__(config, rngs=rngs)
@@ -165,6 +186,7 @@ class BertForNextSentencePrediction(_WithEncoder):
     BertForNextSentencePrediction)."""
 
     head_modules = ("nsp_head",)
+    needs_next_sentence = True
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         super().__init__(config, rngs=rngs)
@@ -175,22 +197,76 @@ class BertForNextSentencePrediction(_WithEncoder):
         return out.replace(nsp_logits=self.nsp_head(out.pooled_output.astype(jnp.float32)))
 
 
+class ClassificationHead(nnx.Module):
+    """RoBERTa's sequence classifier (`Family.classifier_head`), on the first token's output
+    instead of a pooler: dropout, dense, tanh, dropout, `out_proj` to the labels; float32."""
+
+    def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+        self.dense = float32_linear(config, config.hidden_size, config.hidden_size, rngs)
+        self.out_proj = float32_linear(config, config.hidden_size, config.num_labels, rngs)
+
+    def __call__(self, first: jax.Array, dropout: Callable[[jax.Array, int], jax.Array]
+                 ) -> jax.Array:
+        """`first` (B, [K,] H): each sequence's first token; `dropout(x, stream)` the class's."""
+        h = jnp.tanh(self.dense(dropout(first, 1)))  # (B, [K,] H)
+        return self.out_proj(dropout(h, 2))  # (B, [K,] num_labels)
+
+
 class BertForSequenceClassification(_WithEncoder):
     """BERT with a classifier on the pooled [CLS] output: dropout (`classifier_dropout`), then a
     dense layer to `logits` (B, num_labels), or (B, K, num_labels) packed (Hugging Face's
-    BertForSequenceClassification)."""
+    BertForSequenceClassification). A family with its own classifier head (RoBERTa's) has no
+    pooler and a `ClassificationHead` on the first token instead."""
 
     head_modules = ("classifier",)
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         super().__init__(config, rngs=rngs)
         self.dropout = nnx.Dropout(config.classifier_dropout_prob)
-        self.classifier = float32_linear(config, config.hidden_size, config.num_labels, rngs)
+        self.classifier: nnx.Linear | ClassificationHead = (
+            ClassificationHead(config, rngs=rngs) if config.family.classifier_head
+            else float32_linear(config, config.hidden_size, config.num_labels, rngs))
+
+    @classmethod
+    def has_pooler(cls, config: BertConfig) -> bool:
+        return not config.family.classifier_head
+
+    def __call__(
+        self,
+        input_ids: jax.Array,
+        token_type_ids: jax.Array | None = None,
+        attention_mask: jax.Array | None = None,
+        *,
+        deterministic: bool = True,
+        dropout_rng: jax.Array | None = None,
+        **options: Any,
+    ) -> BertOutput:
+        if not isinstance(self.classifier, ClassificationHead):  # on the pooled output: _head
+            return super().__call__(input_ids, token_type_ids, attention_mask,
+                                    deterministic=deterministic, dropout_rng=dropout_rng,
+                                    **options)
+        out = self.bert(input_ids, token_type_ids, attention_mask, deterministic=deterministic,
+                        dropout_rng=dropout_rng, **options)
+        first = first_tokens(out.sequence_output, options.get("cls_positions"))  # (B, [K,] H)
+
+        def dropout(x: jax.Array, stream: int) -> jax.Array:
+            return self._head_dropout(x, deterministic, dropout_rng, stream)
+
+        return out.replace(logits=self.classifier(first, dropout))  # (B, [K,] num_labels)
 
     def _head(self, out: BertOutput, deterministic: bool,
               dropout_rng: jax.Array | None) -> BertOutput:
         pooled = self._head_dropout(out.pooled_output, deterministic, dropout_rng)
         return out.replace(logits=self.classifier(pooled))  # (B, [K,] num_labels)
+
+
+def first_tokens(sequence_output: jax.Array, cls_positions: jax.Array | None) -> jax.Array:
+    """Each sequence's first token (B, H) of (B, S, H), or packed rows' at `cls_positions`
+    (B, K, H), an empty slot's (-1) zeros: what a classifier without a pooler reads."""
+    if cls_positions is None:
+        return sequence_output[:, 0]
+    rows = take_rows(sequence_output, jnp.maximum(cls_positions, 0))  # (B, K, H)
+    return jnp.where(cls_positions[:, :, None] >= 0, rows, 0)
 
 
 class BertForTokenClassification(_WithEncoder):

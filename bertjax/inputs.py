@@ -55,11 +55,10 @@ def check_inputs(
     if input_ids.ndim != 2:
         raise InputError(f"input_ids must have shape (batch, seq_len), got {input_ids.shape}")
     B, S = input_ids.shape
-    if S > config.max_position_embeddings and not packed:  # packed: each sequence's, below
+    if S > config.max_sequence_length and not packed:  # packed: each sequence's, below
         raise InputError(
-            f"input_ids has seq_len {S} > max_position_embeddings "
-            f"({config.max_position_embeddings}); truncate the input or use a config with more "
-            "positions"
+            f"input_ids has seq_len {S} > {config.positions_limit}; truncate the input or use a "
+            "config with more positions"
         )
     if not jnp.issubdtype(input_ids.dtype, jnp.integer):
         raise InputError(f"input_ids must be integers, got dtype {input_ids.dtype}")
@@ -109,10 +108,23 @@ def packing_inputs(
     or packed rows' block-diagonal mask (B, S, S)) and the position ids (None: 0..S-1 in every
     row; with `sequence_ids` and no `position_ids`, each sequence's from 0)."""
     check_packing(config, input_ids, sequence_ids, position_ids, cls_positions)
+    offset = config.position_offset
     if sequence_ids is None:
+        if position_ids is None and config.family.offset_positions:
+            position_ids = offset_positions(input_ids, config.pad_token_id)
         return attention_mask, position_ids
     mask, positions = packed_attention(sequence_ids, attention_mask)
+    if config.family.offset_positions:  # each sequence's from pad + 1, padding at pad
+        positions = jnp.where(sequence_ids != 0, positions + offset, config.pad_token_id)
     return mask, positions if position_ids is None else position_ids
+
+
+def offset_positions(input_ids: jax.Array, pad_token_id: int) -> jax.Array:
+    """RoBERTa's positions (B, S): a token's is pad_token_id + 1 + the number of tokens before
+    it that are not padding, a padding token's pad_token_id (transformers'
+    `create_position_ids_from_input_ids`)."""
+    real = (input_ids != pad_token_id).astype(jnp.int32)  # (B, S)
+    return jnp.cumsum(real, axis=1, dtype=jnp.int32) * real + pad_token_id
 
 
 def check_packing(
@@ -140,15 +152,14 @@ def check_packing(
     if position_ids is not None and _is_concrete(position_ids):
         _check_range("position_ids", position_ids, config.max_position_embeddings,
                      "max_position_embeddings")
-    elif sequence_ids is not None and S > config.max_position_embeddings and _is_concrete(
+    elif sequence_ids is not None and S > config.max_sequence_length and _is_concrete(
             sequence_ids):  # a row longer than the positions: each sequence must fit them
         ids = np.asarray(sequence_ids)
         rows = np.repeat(np.arange(B), S).reshape(B, S)  # (B, S): each token's row
         _, counts = np.unique(np.stack([rows[ids > 0], ids[ids > 0]]), axis=1, return_counts=True)
-        if counts.size and counts.max() > config.max_position_embeddings:
+        if counts.size and counts.max() > config.max_sequence_length:
             raise InputError(f"a packed sequence of {counts.max()} tokens is longer than "
-                             f"max_position_embeddings ({config.max_position_embeddings}); "
-                             "truncate it")
+                             f"{config.positions_limit}; truncate it")
     if cls_positions is not None:
         _check_cls_positions(cls_positions, input_ids, sequence_ids)
 

@@ -19,10 +19,10 @@ from typing import Any
 
 from flax import nnx
 
-from bertjax.config import SHAPE_FIELDS, BertConfig
+from bertjax.config import FAMILIES, SHAPE_FIELDS, BertConfig
 from bertjax.data.tokenizer import WordPieceTokenizer, fits_vocabulary
 from bertjax.errors import InputError
-from bertjax.heads import MODEL_CLASSES, BertForPreTraining
+from bertjax.heads import MODEL_CLASSES, BertForMaskedLM, BertForPreTraining
 from bertjax.io.hf import CONFIG
 from bertjax.io.models import load_model, save_model
 from bertjax.io.report import LoadReport
@@ -45,7 +45,17 @@ def checkpoint_class(path: str | Path | ModelSource, *,
     names (`architectures`, v4 `FlaxBert*` names too), or `DEFAULT_MODEL_CLASS` if bertjax has no
     class of that name."""
     source = locate(path, revision=revision)
-    return MODEL_CLASSES.get(source.architecture or "", DEFAULT_MODEL_CLASS)
+    return MODEL_CLASSES.get(source.architecture or "", default_class(source))
+
+
+def default_class(source: ModelSource) -> type[nnx.Module]:
+    """The class a checkpoint that names none loads as: `DEFAULT_MODEL_CLASS`, or the masked LM
+    for a family pre-trained without a next-sentence head (RoBERTa)."""
+    model_type = str((source.config or {}).get("model_type", "bert"))
+    family = FAMILIES.get(model_type)
+    if family is None or family.next_sentence:
+        return DEFAULT_MODEL_CLASS
+    return BertForMaskedLM
 
 
 def from_pretrained(
@@ -85,7 +95,7 @@ def from_pretrained(
         raise InputError(f"{source.given} is not a `bertjax pretrain` run directory: step={step} "
                          "only chooses a checkpoint of a run")
     model, report = _load_hf(source, model_cls, seed, missing_heads, config_overrides)
-    tokenizer = WordPieceTokenizer.load(source.directory)
+    tokenizer = WordPieceTokenizer.load(source.directory, family=model.config.family)
     if not fits_vocabulary(tokenizer.vocab_size, model.config.vocab_size):  # another's tokenizer
         raise InputError(
             f"{tokenizer.source} has {tokenizer.vocab_size} tokens but "
@@ -157,7 +167,7 @@ def _load_hf(source: ModelSource, model_cls: type[nnx.Module] | None, seed: int,
              missing_heads: str, config_overrides: dict[str, Any]) -> tuple[Any, LoadReport]:
     """A Hugging Face source as `model_cls` (None: the class config.json names)."""
     source_cls = MODEL_CLASSES.get(source.architecture or "")
-    return load_model(source, model_cls or source_cls or DEFAULT_MODEL_CLASS,
+    return load_model(source, model_cls or source_cls or default_class(source),
                       source_cls=source_cls, seed=seed, missing_heads=missing_heads,
                       **config_overrides)
 

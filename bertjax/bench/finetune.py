@@ -49,7 +49,7 @@ def matching_max_tokens(task: Any, tokenizer: Any, train: Sequence[Any], config:
     arrays = task.batch(tokenizer, units, config.max_length, model_config)
     lengths = task.pack_lengths(arrays)
     row = token_budget(10**9, int(lengths.max()),
-                       row_limit(arrays["input_ids"], model_config.max_position_embeddings)).row_len
+                       row_limit(arrays["input_ids"], model_config.max_sequence_length)).row_len
     return row * max(1, round(config.examples_per_step * float(lengths.mean()) / row))
 
 
@@ -134,7 +134,7 @@ def _check_budget(name: str, source: ModelSource, max_tokens: int, max_length: i
                         model_config)
     try:
         token_budget(max_tokens, int(task.pack_lengths(arrays).max()),
-                     row_limit(arrays["input_ids"], model_config.max_position_embeddings))
+                     row_limit(arrays["input_ids"], model_config.max_sequence_length))
     except ValueError as err:
         raise InputError(f"{name}: {err}") from None
 

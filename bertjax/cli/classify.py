@@ -77,7 +77,7 @@ def _classify(args: argparse.Namespace) -> int:
     examples = _read(args)
     model, tokenizer = load_model(args, model_cls=BertForSequenceClassification,
                                   missing_heads="error")
-    limit = model.config.max_position_embeddings
+    limit = model.config.max_sequence_length
     max_length = args.max_length or min(DEFAULT_MAX_LENGTH, limit)
     check_max_length(max_length, limit, "--max-length")
     labels = model.config.id2label

@@ -45,7 +45,8 @@ def _fill(args: argparse.Namespace) -> int:
     results = fill_mask(model, tokenizer, texts, top_k=args.top_k, names=names,
                         max_tokens=args.max_tokens)
     for text, masks in zip(texts, results, strict=True):
-        print(f"{text}\n  -> {fill_in(text, masks)}")
+        mask = tokenizer.special_tokens["mask"]  # [MASK] in the text is <mask> for a RoBERTa
+        print(f"{text}\n  -> {fill_in(tokenizer.with_mask_token(text), masks, mask)}")
         for m, top in enumerate(masks, 1):
             shown = ", ".join(f"{p.token} {p.probability:.4f}" for p in top)
             print(f"  [MASK] {m}: {shown}")

@@ -78,7 +78,7 @@ def _check_options(args: argparse.Namespace, model: Any, seq_len: int) -> int:
     from bertjax.use.encode import check_max_length
     from parity.tensors import masked_lm
 
-    check_max_length(seq_len, model.config.max_position_embeddings, "--seq-len")
+    check_max_length(seq_len, model.config.max_sequence_length, "--seq-len")
     name = type(model).__name__
     if args.train_steps and name != "BertForPreTraining":
         raise CommandError(f"--train-steps trains BERT's pre-training objective, which needs a "

@@ -1,5 +1,7 @@
-"""WordPiece through Hugging Face `tokenizers`: train a vocabulary, or load `vocab.txt` /
-`tokenizer.json`; special-token ids are always looked up in the vocabulary."""
+"""Tokenizers through Hugging Face `tokenizers`: train a WordPiece vocabulary, or load `vocab.txt`
+/ any `tokenizer.json` (WordPiece, RoBERTa's byte-level BPE, XLM-R's SentencePiece Unigram);
+special-token ids are always looked up in the vocabulary, by the spellings of the model's family
+(`bertjax.config.FAMILIES`: [MASK] or <mask>)."""
 
 from __future__ import annotations
 
@@ -16,15 +18,14 @@ from pathlib import Path
 
 import numpy as np
 from tokenizers import BertWordPieceTokenizer, Tokenizer
-from tokenizers.processors import BertProcessing
+from tokenizers.processors import BertProcessing, RobertaProcessing
 
 from bertjax.common.files import read_text, write_text_atomic
-from bertjax.config import MAX_VOCAB_SIZE
+from bertjax.config import BERT_SPECIAL_TOKENS, FAMILIES, MAX_VOCAB_SIZE, Family
 from bertjax.errors import InputError
 
-SPECIAL_TOKENS: dict[str, str] = {
-    "pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]",
-}
+SPECIAL_TOKENS: dict[str, str] = dict(BERT_SPECIAL_TOKENS)  # what `train` gives a vocabulary
+MASK = SPECIAL_TOKENS["mask"]  # how a user writes the mask in text, whatever the model spells
 SAVED_FILES = ("tokenizer.json", "vocab.txt")  # what `WordPieceTokenizer.save` writes
 MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + 1  # the special tokens and one more
 CONTINUATION = "##"  # WordPiece's prefix of a piece that continues a word
@@ -56,7 +57,8 @@ class WordPieceTokenizer:
     `BertConfig(vocab_size=tok.vocab_size, pad_token_id=tok.special.pad, ...)`.
     """
 
-    def __init__(self, tokenizer: Tokenizer, source: str = "<memory>"):
+    def __init__(self, tokenizer: Tokenizer, source: str = "<memory>",
+                 family: Family | None = None):
         # a tokenizer.json may pad/truncate every encoding (all-MiniLM pads to 128): sentences
         # must come out whole and unpadded, pair creation does the fitting (and bertjax's own
         # encoding never asks the post-processor for [CLS]/[SEP])
@@ -65,16 +67,23 @@ class WordPieceTokenizer:
         self.tokenizer = tokenizer
         self.source = source
         vocab = tokenizer.get_vocab(with_added_tokens=True)
-        missing = [tok for tok in SPECIAL_TOKENS.values() if tok not in vocab]
+        # the family whose special tokens these are: the model's, or the first that fits
+        self.family = family or next((f for f in FAMILIES.values()
+                                      if all(t in vocab for t in f.specials.values())),
+                                     FAMILIES["bert"])
+        self.special_tokens = self.family.specials  # role -> spelling
+        missing = [tok for tok in self.special_tokens.values() if tok not in vocab]
         if missing:
             raise InputError(
                 f"vocabulary {source} lacks the special tokens {', '.join(missing)}; add them "
                 "(one per line in vocab.txt) or train a vocabulary with `bertjax vocab`"
             )
-        self.special = SpecialTokens(**{k: vocab[v] for k, v in SPECIAL_TOKENS.items()})
+        self.special = SpecialTokens(**{k: vocab[v] for k, v in self.special_tokens.items()})
         if tokenizer.post_processor is None:  # a trained one: what tokenizer.json users expect
-            tokenizer.post_processor = BertProcessing(
-                (SPECIAL_TOKENS["sep"], self.special.sep), (SPECIAL_TOKENS["cls"], self.special.cls))
+            processing = RobertaProcessing if self.family.pair_separators == 2 else BertProcessing
+            tokenizer.post_processor = processing(
+                (self.special_tokens["sep"], self.special.sep),
+                (self.special_tokens["cls"], self.special.cls))
         self.vocab_size = max(tokenizer.get_vocab_size(with_added_tokens=True),
                               max(vocab.values()) + 1)
         self._vocab = vocab
@@ -126,16 +135,18 @@ class WordPieceTokenizer:
         return tokenizer
 
     @classmethod
-    def load(cls, path: str | os.PathLike, *, lowercase: bool = True) -> WordPieceTokenizer:
+    def load(cls, path: str | os.PathLike, *, lowercase: bool = True,
+             family: Family | None = None) -> WordPieceTokenizer:
         """From `tokenizer.json`, `vocab.txt`, or a directory holding one (tokenizer.json first).
 
         `lowercase` applies to a bare `vocab.txt` only; `tokenizer.json` carries its normaliser.
+        `family`: the model's, whose special tokens to look up (None: the first that fits).
         """
         path = Path(path)
         if path.is_dir():
             for name in SAVED_FILES:  # tokenizer.json first
                 if (path / name).is_file():
-                    return cls.load(path / name, lowercase=lowercase)
+                    return cls.load(path / name, lowercase=lowercase, family=family)
             raise FileNotFoundError(
                 f"vocabulary directory {path} holds neither tokenizer.json nor vocab.txt; pass "
                 "one of those files, or train a vocabulary with `bertjax vocab`"
@@ -165,16 +176,19 @@ class WordPieceTokenizer:
             wp = BertWordPieceTokenizer(str(path), lowercase=lowercase,
                                         strip_accents=None if lowercase else False)
             tokenizer = wp._tokenizer
-        return cls(tokenizer, source=str(path))
+        return cls(tokenizer, source=str(path), family=family)
 
     def save(self, directory: str | os.PathLike) -> None:
-        """Write `vocab.txt` (ids in order) and `tokenizer.json` into `directory`, each written
-        aside and renamed into place (a crash never leaves half a file)."""
+        """Write `tokenizer.json` and, for WordPiece, `vocab.txt` (ids in order) into
+        `directory`, each written aside and renamed into place (a crash never leaves half a
+        file)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         json_file, vocab_file = SAVED_FILES
         write_text_atomic(directory / json_file, self.tokenizer.to_str(pretty=True))
-        write_text_atomic(directory / vocab_file, "".join(t + "\n" for t in self.id_to_token_list()))
+        if self.wordpiece:  # a BPE or Unigram vocabulary is only whole in tokenizer.json
+            write_text_atomic(directory / vocab_file,
+                              "".join(t + "\n" for t in self.id_to_token_list()))
 
     # --- use -------------------------------------------------------------------------------------
 
@@ -185,7 +199,22 @@ class WordPieceTokenizer:
         return tokens
 
     def id_to_token(self, i: int) -> str:
-        return self.tokenizer.id_to_token(int(i)) or "[UNK]"
+        return self.tokenizer.id_to_token(int(i)) or self.special_tokens["unk"]
+
+    def token_text(self, i: int) -> str:
+        """How token `i` reads in text: a WordPiece token as it is ("##ing" joins the word
+        before), a byte-level or SentencePiece one decoded ("Ġthe" -> " the")."""
+        return self.id_to_token(i) if self.wordpiece else self.tokenizer.decode([int(i)])
+
+    @property
+    def wordpiece(self) -> bool:
+        """Whether this is a WordPiece vocabulary (BERT's), not BPE or Unigram."""
+        return type(self.tokenizer.model).__name__ == "WordPiece"
+
+    def with_mask_token(self, text: str) -> str:
+        """`text` with each [MASK] written as this vocabulary's mask token (`<mask>`)."""
+        mask = self.special_tokens["mask"]
+        return text if mask == MASK else text.replace(MASK, mask)
 
     def token_to_id(self, token: str) -> int | None:
         return self._vocab.get(token)

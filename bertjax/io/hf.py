@@ -26,8 +26,7 @@ from safetensors import SafetensorError
 
 from bertjax.common.files import atomic_directory, check_output_directory, follow_umask
 from bertjax.common.input_overlap import Inputs
-from bertjax.config import BertConfig
-from bertjax.data.tokenizer import SPECIAL_TOKENS
+from bertjax.config import FAMILIES, BertConfig
 from bertjax.errors import InputError
 from bertjax.io.flax_msgpack import FLAX_WEIGHTS, FLAX_WEIGHTS_INDEX, read_flax_tensors
 from bertjax.io.hub import CONFIG
@@ -35,8 +34,10 @@ from bertjax.io.names import (
     BASE_PREFIX,
     HF_DERIVED_KEYS,
     checkpoint_name,
+    from_family_name,
     from_hf_name,
     normalise_hf_key,
+    to_family_name,
     to_hf_name,
 )
 
@@ -161,7 +162,8 @@ def read_hf(path: str | Path, config_data: Mapping[str, Any] | None = None,
         raise InputError(f"{path / CONFIG}: {_one_line(err)}; fix it, or pass a directory whose "
                          "config.json describes a BERT") from err
     architecture = architecture_in(data)
-    tensors = {normalise_hf_key(k): v for k, v in read_hf_tensors(path).items()}
+    tensors = {normalise_hf_key(from_family_name(k, config.model_type)): v
+               for k, v in read_hf_tensors(path).items()}
     _check_tied(tensors)
     arrays = {from_hf_name(k, architecture=architecture): v for k, v in tensors.items()
               if k not in HF_DERIVED_KEYS}
@@ -177,12 +179,18 @@ def architecture_of(path: str | Path) -> str | None:
 
 
 def architecture_in(data: Mapping[str, Any]) -> str | None:
-    """`architecture_of` for config.json's content."""
+    """`architecture_of` for config.json's content, by bertjax's name for the class: a v4 Flax
+    class (`FlaxBertForMaskedLM`) and another family's (`RobertaForMaskedLM`) as the BERT class
+    it is (`BertForMaskedLM`)."""
     names = data.get("architectures")
     if not isinstance(names, list) or not names:
         return None
     name = str(names[0])
-    return name[len("Flax"):] if name.startswith("FlaxBert") else name  # a v4 Flax checkpoint's
+    family = FAMILIES.get(str(data.get("model_type", "bert")), FAMILIES["bert"])
+    for prefix in (f"Flax{family.class_prefix}", family.class_prefix):
+        if name.startswith(prefix):
+            return "Bert" + name[len(prefix):]
+    return name
 
 
 def read_config_json(path: Path) -> dict[str, Any]:
@@ -218,11 +226,13 @@ def _check_tied(tensors: dict[str, np.ndarray]) -> None:
         )
 
 
-def hf_name(name: str, base_model_prefix: str) -> str:
-    """A parameter name of a class with this `base_model_prefix` -> its Hugging Face name: the
-    encoder under `bert.`, or bare for the encoder itself (as transformers saves BertModel)."""
+def hf_name(name: str, base_model_prefix: str, model_type: str = "bert") -> str:
+    """A parameter name of a class with this `base_model_prefix` -> its Hugging Face name in a
+    `model_type` checkpoint: the encoder under `bert.` (`roberta.`, ...), or bare for the
+    encoder itself (as transformers saves BertModel)."""
     full = to_hf_name(checkpoint_name(name, base_model_prefix))
-    return full if base_model_prefix else full.removeprefix(BASE_PREFIX)
+    return to_family_name(full if base_model_prefix else full.removeprefix(BASE_PREFIX),
+                          model_type)
 
 
 def write_hf(
@@ -240,24 +250,29 @@ def write_hf(
     """
     path = Path(path)
     check_export_directory(path)
-    tensors = {hf_name(name, model_cls.base_model_prefix): np.ascontiguousarray(value)
+    tensors = {hf_name(name, model_cls.base_model_prefix, config.model_type):
+               np.ascontiguousarray(value)
                for name, value in arrays.items()}
     with atomic_directory(path, replace=True) as tmp:
         safetensors.numpy.save_file(tensors, tmp / SAFETENSORS, metadata={"format": "pt"})
         follow_umask(tmp / SAFETENSORS)  # safetensors creates it 0600
         config.save_hf_json(tmp / CONFIG, architecture=model_cls.__name__)
         if tokenizer is not None:
-            _save_tokenizer(tokenizer, tmp, config.max_position_embeddings)
+            _save_tokenizer(tokenizer, tmp, config)
     return path
 
 
-def _save_tokenizer(tokenizer: Any, directory: Path, max_length: int) -> None:
-    """`tokenizer.json`, `vocab.txt` and the two small JSON files `AutoTokenizer` reads."""
+def _save_tokenizer(tokenizer: Any, directory: Path, config: BertConfig) -> None:
+    """`tokenizer.json` (and WordPiece's `vocab.txt`) and the two small JSON files
+    `AutoTokenizer` reads, naming the family's tokenizer class and special tokens."""
     tokenizer.save(directory)
-    specials = {f"{k}_token": v for k, v in SPECIAL_TOKENS.items()}
+    specials = {f"{k}_token": v for k, v in tokenizer.special_tokens.items()}
+    if config.family.pair_separators == 2:  # RoBERTa's <s> and </s> also begin and end text
+        specials |= {"bos_token": specials["cls_token"], "eos_token": specials["sep_token"]}
     (directory / "special_tokens_map.json").write_text(json.dumps(specials, indent=2) + "\n")
-    settings = {"tokenizer_class": "BertTokenizer", "do_lower_case": tokenizer.lowercase,
-                "model_max_length": max_length, **specials}
+    settings = {"tokenizer_class": config.family.class_name("BertTokenizer"),
+                "do_lower_case": tokenizer.lowercase,
+                "model_max_length": config.max_sequence_length, **specials}
     (directory / "tokenizer_config.json").write_text(json.dumps(settings, indent=2) + "\n")
 
 

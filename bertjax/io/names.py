@@ -57,6 +57,20 @@ CLASSIFIER_OF: dict[str, str] = {
     "BertForMultipleChoice": "choice_classifier.",
 }
 
+# The other families' Hugging Face names where they differ from BERT's, as (theirs, BERT's)
+# prefixes, first match wins: a checkpoint's names are read into BERT's (then ours, by the tables
+# above) and written back the same way, so the tables above serve every family.
+_ROBERTA_NAMES = [
+    ("roberta.", "bert."),
+    ("lm_head.dense.", "cls.predictions.transform.dense."),
+    ("lm_head.layer_norm.", "cls.predictions.transform.LayerNorm."),
+    ("lm_head.decoder.", "cls.predictions.decoder."),
+    ("lm_head.bias", "cls.predictions.bias"),
+]
+HF_FAMILY_NAMES: dict[str, list[tuple[str, str]]] = {
+    "bert": [], "roberta": _ROBERTA_NAMES, "xlm-roberta": _ROBERTA_NAMES,
+}
+
 # Hugging Face keys that carry no parameter of ours: a buffer, and the tied decoder.
 HF_DERIVED_KEYS = (
     "bert.embeddings.position_ids",
@@ -171,6 +185,26 @@ def checkpoint_name(name: str, base_model_prefix: str) -> str:
     if not name.startswith(own):
         return name  # a head
     return BASE_PREFIX + name[len(own):]
+
+
+def _swap_prefix(name: str, table: list[tuple[str, str]], reverse: bool) -> str:
+    for theirs, bert in table:
+        source, target = (bert, theirs) if reverse else (theirs, bert)
+        if name.startswith(source):
+            return target + name[len(source):]
+    return name
+
+
+def from_family_name(name: str, model_type: str) -> str:
+    """A Hugging Face name of a `model_type` checkpoint -> BERT's name for it
+    (`roberta.encoder...` -> `bert.encoder...`, `lm_head.dense.` -> `cls.predictions...`)."""
+    return _swap_prefix(name, HF_FAMILY_NAMES[model_type], reverse=False)
+
+
+def to_family_name(name: str, model_type: str) -> str:
+    """BERT's Hugging Face name -> the `model_type` family's (the inverse of
+    `from_family_name`)."""
+    return _swap_prefix(name, HF_FAMILY_NAMES[model_type], reverse=True)
 
 
 def normalise_hf_key(key: str) -> str:

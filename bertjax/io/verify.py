@@ -54,14 +54,14 @@ def probe_inputs(config: Any, tokenizer: Any, choices: bool) -> Batch:
     """Fixed (input_ids, token_type_ids, attention_mask), int32 (B, S) or (B, C, S) for multiple
     choice: [CLS] ... [SEP] rows of random ids, the second half token type 1, the last row
     right-padded to half its length."""
-    B, S = PROBE_BATCH, min(PROBE_LENGTH, config.max_position_embeddings)
+    B, S = PROBE_BATCH, min(PROBE_LENGTH, config.max_sequence_length)
     shape = (B, PROBE_CHOICES, S) if choices else (B, S)
     vocab = min(tokenizer.vocab_size, config.vocab_size)
     rng = np.random.default_rng(PROBE_SEED)
     ids = rng.integers(min(FIRST_ORDINARY_ID, vocab - 1), vocab, size=shape).astype(np.int32)
     types = np.zeros(shape, np.int32)
     mask = np.ones(shape, np.int32)
-    types[..., S // 2:] = 1
+    types[..., S // 2:] = min(1, config.type_vocab_size - 1)  # one type: RoBERTa
     ids[..., 0], ids[..., -1] = tokenizer.special.cls, tokenizer.special.sep
     short = max(2, S // 2)  # the last row's real length
     ids[-1, ..., short - 1] = tokenizer.special.sep
@@ -130,8 +130,8 @@ def check_transformers(model: Any, ours: dict[str, np.ndarray], directory: Path,
     except ImportError:
         return ("not checked with transformers: it is not installed (pip install transformers "
                 "torch to have every export loaded by it)")
-    name = type(model).__name__
-    fields = HF_OUTPUT_FIELDS[name]
+    fields = HF_OUTPUT_FIELDS[type(model).__name__]
+    name = model.config.family.class_name(type(model).__name__)  # transformers' (RoBERTa's, ...)
     if model.config.dtype != "float32":  # compare float32 with float32: the same weights
         ours = outputs_of(load_model(directory, type(model), dtype="float32")[0], batch)
     hf_logging = transformers.utils.logging

@@ -109,7 +109,7 @@ def choice_inputs(tokenizer: WordPieceTokenizer, examples: Sequence[ChoiceExampl
         names = [f"{e.where} + choice {c + 1}" for e in examples for c in range(C)]
         real = [c < len(e.choices) for e in examples for c in range(C)]
         encoded.cut = [cut if keep else 0 for cut, keep in zip(encoded.cut, real, strict=True)]
-        limit = model_config.max_position_embeddings if model_config is not None else max_length
+        limit = model_config.max_sequence_length if model_config is not None else max_length
         warn_cut(encoded, names, max_length, limit, option, stacklevel=4)
     arrays = encoded.arrays(model_config)
     B = len(examples)

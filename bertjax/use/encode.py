@@ -1,7 +1,8 @@
 """Text -> model inputs for inference: [CLS] A [SEP] (B [SEP]), padded batches, a jitted forward.
 
 Sequences are built from the tokenizer's ids exactly as pre-training builds them (and as
-Hugging Face's BERT tokenizers do): [CLS] A [SEP] with token type 0, then B [SEP] with type 1.
+Hugging Face's BERT tokenizers do): [CLS] A [SEP] with token type 0, then B [SEP] with type 1;
+RoBERTa's family as its tokenizers do: <s> A </s></s> B </s>, every token type 0.
 Text longer than the model allows is cut (longest segment first, as Hugging Face's
 `truncation=True`) with a warning naming the line. Batches are padded to a multiple of
 `PAD_MULTIPLE` so that a handful of shapes is compiled, not one per length.
@@ -72,23 +73,27 @@ def encode(
     if pairs is not None and len(pairs) != len(texts):
         raise InputError(f"got {len(texts)} first segments but {len(pairs)} second segments")
     pairs = list(pairs) if pairs is not None else [None] * len(texts)
-    if max_length < (5 if any(p is not None for p in pairs) else 3):
+    if max_length < (5 + tokenizer.family.pair_separators - 1 if any(
+            p is not None for p in pairs) else 3):
         raise InputError(f"max_length {max_length} leaves no room for text")
     names = names or [f"line {i + 1}" for i in range(len(texts))]
     special = tokenizer.special
     a_ids = tokenizer.encode_batch(list(texts))
     encoded_pairs = iter(tokenizer.encode_batch([p for p in pairs if p is not None]))
     b_ids = [None if p is None else next(encoded_pairs) for p in pairs]
+    family = tokenizer.family  # [SEP] or </s></s> between segments, B's token type
+    between = [special.sep] * (family.pair_separators - 1)
     rows, types, cuts = [], [], []
     for name, a, b in zip(names, a_ids, b_ids, strict=True):
-        a, b, cut = _truncate(a, b, max_length)
+        a, b, cut = _truncate(a, b, max_length, len(between))
         cuts.append(cut)
         if cut and warn:
             warnings.warn(f"{name} has {cut} more tokens than the model's {max_length} positions "
                           "allow: cut to fit", TruncationWarning, stacklevel=2)
-        row = [special.cls, *a, special.sep] + ([*b, special.sep] if b is not None else [])
+        row = [special.cls, *a, special.sep] + ([*between, *b, special.sep] if b is not None
+                                                  else [])
         rows.append(row)
-        types.append([0] * (len(a) + 2) + [1] * (len(row) - len(a) - 2))
+        types.append([0] * (len(a) + 2) + [family.second_segment_type] * (len(row) - len(a) - 2))
     longest = max((len(r) for r in rows), default=1)
     width = pad_to or min(max_length, -(-longest // PAD_MULTIPLE) * PAD_MULTIPLE)
     if width < longest:
@@ -102,10 +107,11 @@ def encode(
     return Encoded(ids, type_ids, mask, tokens, cuts)
 
 
-def _truncate(a: list[int], b: list[int] | None, max_length: int
+def _truncate(a: list[int], b: list[int] | None, max_length: int, between: int = 0
               ) -> tuple[list[int], list[int] | None, int]:
-    """Cut the longer segment first until [CLS] A [SEP] (B [SEP]) fits; returns how many went."""
-    room = max_length - (3 if b is not None else 2)
+    """Cut the longer segment first until [CLS] A [SEP] (`between` more [SEP]s, B [SEP]) fits;
+    returns how many went."""
+    room = max_length - (3 + between if b is not None else 2)
     a, b = list(a), None if b is None else list(b)
     cut = 0
     while len(a) + (len(b) if b is not None else 0) > room:
@@ -134,7 +140,7 @@ def jitted_forward(model: Any, **outputs: bool) -> Callable[[dict[str, np.ndarra
 
 def model_max_length(model: Any) -> int:
     """The longest sequence the model takes."""
-    return int(model.config.max_position_embeddings)
+    return int(model.config.max_sequence_length)
 
 
 def check_max_length(max_length: int, limit: int, option: str = "max_length") -> None:

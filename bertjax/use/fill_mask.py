@@ -54,6 +54,7 @@ def fill_mask(
             raise InputError(f"{name} is empty: give a text with at least one [MASK]")
     if not texts:
         return []
+    texts = [tokenizer.with_mask_token(t) for t in texts]  # [MASK] is <mask> for a RoBERTa
     mask_id = tokenizer.special.mask
     wanted = [ids.count(mask_id) for ids in tokenizer.encode_batch(list(texts))]
     for name, n in zip(names, wanted, strict=True):
@@ -75,7 +76,7 @@ def fill_mask(
     else:
         per_text = _packed_top_k(model, tokenizer, arrays, max_tokens, top_k)
     return [
-        [[Prediction(tokenizer.id_to_token(int(i)), int(i), float(p))
+        [[Prediction(tokenizer.token_text(int(i)), int(i), float(p))
           for p, i in zip(top_p[m], top_i[m], strict=True)] for m in range(len(top_p))]
         for top_p, top_i in per_text
     ]
@@ -129,10 +130,14 @@ def _mlm_logits(model: Any, arrays: dict[str, Any]) -> jax.Array:
 
 
 def fill_in(text: str, predictions: list[list[Prediction]], mask: str = "[MASK]") -> str:
-    """`text` with each [MASK] replaced by its best prediction (WordPiece "##" joined on)."""
+    """`text` with each `mask` replaced by its best prediction (WordPiece "##" joined on; a
+    byte-level or SentencePiece token's own leading space in place of the one before)."""
     out = text
     for top in predictions:
         token = top[0].token
         before, after = out.split(mask, 1)
-        out = (before.rstrip() + token[2:] if token.startswith("##") else before + token) + after
+        if token.startswith("##"):
+            out = before.rstrip() + token[2:] + after
+        else:
+            out = (before.rstrip() if token.startswith(" ") else before) + token + after
     return out

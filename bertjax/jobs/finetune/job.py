@@ -132,7 +132,7 @@ def check_inputs(task: Task, model_config: Any, train: Sequence[Any],
     for what, examples in (("the training data", train), ("the validation data", validation),
                            ("the test data", test or [])):
         task.check(examples, model_config.id2label, what)
-    check_max_length(config.max_length, model_config.max_position_embeddings, "--max-length")
+    check_max_length(config.max_length, model_config.max_sequence_length, "--max-length")
     task.check_length(config.max_length)
     batch = config.examples_per_step
     if batch is not None and len(train) < batch:
@@ -220,7 +220,7 @@ class _Packed:
         arrays = task.batch(tokenizer, units, config.max_length, model_config)
         lengths = task.pack_lengths(arrays)
         budget = token_budget(int(config.max_tokens), int(lengths.max()), row_limit(
-            arrays["input_ids"], model_config.max_position_embeddings), "--max-tokens")
+            arrays["input_ids"], model_config.max_sequence_length), "--max-tokens")
         layout = pack_layout(lengths, budget.row_len)
         if layout.num_rows < budget.rows:
             raise InputError(f"the {len(units)} training units fill {layout.num_rows} packed rows "
