@@ -63,8 +63,9 @@ def test_hf_config_is_readable_by_transformers(tmp_path):
 def test_hf_config_refuses_other_architectures(tmp_path):
     with pytest.raises(ValueError, match="position_embedding_type 'relative_key'"):
         BertConfig.from_hf_dict({"position_embedding_type": "relative_key"})
-    with pytest.raises(ValueError, match="model_type 'roberta'"):
-        BertConfig.from_hf_dict({"model_type": "roberta"})
+    with pytest.raises(ValueError, match="model_type 'deberta-v2', a family bertjax does not "
+                       "have; it loads bert, roberta, xlm-roberta"):
+        BertConfig.from_hf_dict({"model_type": "deberta-v2"})
     with pytest.raises(FileNotFoundError, match="no config.json"):
         BertConfig.load_hf_json(tmp_path)
     (tmp_path / "config.json").write_text("{not json")

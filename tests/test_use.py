@@ -101,10 +101,10 @@ def test_from_pretrained_errors_name_the_problem(tmp_path, peaked):
         bertjax.from_pretrained(tmp_path)
     with pytest.raises(ValueError, match="not a `bertjax pretrain` run directory"):
         bertjax.from_pretrained(peaked, step=3)
-    other = tmp_path / "roberta"
+    other = tmp_path / "t5"
     other.mkdir()
-    (other / "config.json").write_text('{"model_type": "roberta"}')
-    with pytest.raises(ValueError, match="model_type 'roberta'; expected 'bert'"):
+    (other / "config.json").write_text('{"model_type": "t5"}')
+    with pytest.raises(ValueError, match="model_type 't5', a family bertjax does not have"):
         bertjax.from_pretrained(other)
 
 

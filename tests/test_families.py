@@ -1,0 +1,201 @@
+"""The BERT family: RoBERTa and XLM-RoBERTa checkpoints written by transformers 5 in, used, and
+out again.
+
+The fixtures (tests/fixtures/families/<model_type>/<Class>/, made once by
+scripts/dev/make_family_fixtures.py with transformers 5) are `save_pretrained` directories of tiny
+random models (odd sizes, every weight perturbed off its init) with their own tokenizers (RoBERTa's
+byte-level BPE, XLM-R's SentencePiece Unigram), and transformers' outputs on a right-padded batch
+in float32 and float64, the gradients of a fixed weighted sum of those outputs, and its fill-mask
+pipeline's answers.
+
+Tolerance (the parity rule, `parity.noise`): each output within 1e-5 of transformers' float32 run,
+or 3 x that run's own distance from its float64 run where that is larger; every position compared,
+padding included. Gradients: within 1e-5 relative to each tensor's scale (transformers' float32
+gradients alone are stored).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import transformers
+from flax import nnx
+
+import bertjax
+from bertjax.cli.main import main
+from bertjax.io.hf import hf_name
+from bertjax.io.names import HF_OUTPUT_FIELDS
+from bertjax.io.weights import state_to_numpy
+from bertjax.use.encode import encode
+from parity.convert import to_torch_model
+from parity.noise import failures
+
+TOL = 1e-5
+FIXTURES = Path(__file__).parent / "fixtures" / "families"
+FAMILIES = {"roberta": "Roberta", "xlm-roberta": "XLMRoberta"}
+CLASSES = ["BertModel", "BertForMaskedLM", "BertForSequenceClassification",
+           "BertForTokenClassification", "BertForQuestionAnswering", "BertForMultipleChoice"]
+CASES = [(family, name) for family in FAMILIES for name in CLASSES]
+INPUTS = ("input_ids", "token_type_ids", "attention_mask")
+
+
+def _directory(family: str, name: str) -> Path:
+    return FIXTURES / family / (FAMILIES[family] + name.removeprefix("Bert"))
+
+
+def _saved(path: Path) -> dict[str, np.ndarray]:
+    return dict(np.load(path / "outputs.npz"))
+
+
+def _fields(name: str) -> dict[str, str]:
+    """Our output field -> transformers' field, for class `name`."""
+    return HF_OUTPUT_FIELDS[name]
+
+
+def _ours(model, saved: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Our outputs on the saved inputs, by transformers' field name."""
+    with jax.default_matmul_precision("highest"):
+        out = model(*(jnp.asarray(saved[k]) if k in saved else None for k in INPUTS))
+    return {theirs: np.asarray(getattr(out, ours))
+            for ours, theirs in _fields(type(model).__name__).items()}
+
+
+def _theirs(saved: dict[str, np.ndarray], fields: list[str], suffix: str = ""
+            ) -> dict[str, np.ndarray]:
+    return {f: saved[f + suffix] for f in fields}
+
+
+@pytest.fixture(scope="module")
+def loaded() -> dict[tuple[str, str], tuple]:
+    """Each fixture through `bertjax.from_pretrained`: (model, tokenizer), loaded once."""
+    return {case: bertjax.from_pretrained(_directory(*case)) for case in CASES}
+
+
+@pytest.mark.parametrize(("family", "name"), CASES)
+def test_checkpoint_gives_transformers_outputs(loaded, family, name):
+    model, tokenizer = loaded[family, name]
+    assert type(model).__name__ == name  # config.json's RobertaFor... is bertjax's BertFor...
+    assert model.config.model_type == family and tokenizer.family.model_type == family
+    saved = _saved(_directory(family, name))
+    ours = _ours(model, saved)
+    assert failures(ours, _theirs(saved, list(ours)), _theirs(saved, list(ours), "@float64"),
+                    TOL) == []
+
+
+@pytest.mark.parametrize(("family", "name"), CASES)
+def test_gradients_match_transformers(loaded, family, name):
+    model, _ = loaded[family, name]
+    saved = _saved(_directory(family, name))
+    weights = {f: jnp.asarray(saved[f"loss_weight/{f}"]) for f in _fields(name).values()}
+    inputs = [jnp.asarray(saved[k]) if k in saved else None for k in INPUTS]
+
+    def loss(m):
+        out = m(*inputs)
+        return sum(jnp.sum(getattr(out, ours) * weights[theirs])
+                   for ours, theirs in _fields(name).items())
+
+    with jax.default_matmul_precision("highest"):
+        grads = state_to_numpy(nnx.grad(loss)(model))
+    ours = {hf_name(k, type(model).base_model_prefix, family): v for k, v in grads.items()}
+    theirs = {k.removeprefix("grad/"): v for k, v in saved.items() if k.startswith("grad/")}
+    assert set(ours) == set(theirs)
+    worst = {k: float(np.max(np.abs(ours[k] - theirs[k])) / max(1.0, np.max(np.abs(theirs[k]))))
+             for k in theirs}
+    assert max(worst.values()) <= TOL, sorted(worst.items(), key=lambda kv: -kv[1])[:3]
+
+
+@pytest.mark.parametrize(("family", "name"), CASES)
+def test_mirror_computes_the_same(loaded, family, name):
+    """bert_torch mirrors the family's options name for name (strict load) and gives the same
+    outputs, in float32 and float64 (its float64 run measures float32's noise)."""
+    model, _ = loaded[family, name]
+    saved = _saved(_directory(family, name))
+    ours = _ours(model, saved)
+    runs = []
+    for float64 in (False, True):
+        mirror = to_torch_model(model, float64=float64)
+        with torch.no_grad():
+            out = mirror(*(torch.from_numpy(saved[k]).long() if k in saved else None
+                           for k in INPUTS))
+        runs.append({theirs: getattr(out, o).double().numpy()
+                     for o, theirs in _fields(name).items()})
+    assert failures(ours, *runs, TOL) == []
+
+
+@pytest.mark.parametrize(("family", "name"), CASES)
+def test_saved_back_transformers_loads_the_same(loaded, family, name, tmp_path):
+    model, tokenizer = loaded[family, name]
+    bertjax.save_pretrained(model, tmp_path / "out", tokenizer)
+    cls = getattr(transformers, FAMILIES[family] + name.removeprefix("Bert"))
+    hf, info = cls.from_pretrained(tmp_path / "out", attn_implementation="eager",
+                                   output_loading_info=True)
+    assert {k: v for k, v in info.items() if v} == {}, info
+    saved = _saved(_directory(family, name))
+    with torch.no_grad():
+        out = hf.eval()(**{k: torch.from_numpy(saved[k]).long() for k in INPUTS if k in saved})
+    fields = list(_fields(name).values())
+    theirs = {f: getattr(out, f).numpy() for f in fields}
+    assert failures(theirs, _theirs(saved, fields), _theirs(saved, fields, "@float64"),
+                    TOL) == []
+    # the tokenizer as transformers reads it: the same pieces and the same pair template
+    text, pair = "Then let us go, my lord.", "What light through yonder window breaks?"
+    before = transformers.AutoTokenizer.from_pretrained(_directory(family, name))
+    after = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
+    assert type(after).__name__ == type(before).__name__
+    assert after(text, pair)["input_ids"] == before(text, pair)["input_ids"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_pairs_are_encoded_as_transformers_does(loaded, family):
+    _, tokenizer = loaded[family, "BertModel"]
+    hf = transformers.AutoTokenizer.from_pretrained(_directory(family, "BertModel"))
+    texts, pairs = ["Good morrow, cousin.", "A horse!"], ["How now?", None]
+    batch = encode(tokenizer, texts, pairs, max_length=32)
+    for i, (a, b) in enumerate(zip(texts, pairs, strict=True)):
+        want = hf(a, b)["input_ids"] if b is not None else hf(a)["input_ids"]
+        row = batch.input_ids[i, : batch.attention_mask[i].sum()].tolist()
+        assert row == want  # <s> A </s></s> B </s>
+    assert not batch.token_type_ids.any()  # one token type
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_fill_mask_tops_transformers_pipeline(loaded, family):
+    import json
+
+    model, tokenizer = loaded[family, "BertForMaskedLM"]
+    expected = json.loads((_directory(family, "BertForMaskedLM") / "fill_mask.json").read_text())
+    mask = tokenizer.special_tokens["mask"]
+    # [MASK] in a user's text is the model's <mask>
+    texts = [t.replace(mask, "[MASK]") for t in expected["inputs"]]
+    got = bertjax.fill_mask(model, tokenizer, texts, top_k=5)
+    for predictions, theirs in zip(got, expected["outputs"], strict=True):
+        theirs = theirs[0] if isinstance(theirs[0], list) else theirs  # one mask per text
+        assert [p.id for p in predictions[0]] == [t["token"] for t in theirs]
+        np.testing.assert_allclose([p.probability for p in predictions[0]],
+                                   [t["score"] for t in theirs], rtol=1e-4)
+
+
+def test_fill_mask_command_takes_the_family_mask(capsys):
+    directory = _directory("roberta", "BertForMaskedLM")
+    assert main(["fill-mask", str(directory), "Then let us [MASK], my lord."]) == 0
+    out = capsys.readouterr().out
+    assert "[MASK] 1:" in out and "->" in out
+
+
+def test_next_sentence_is_refused_for_a_family_without_it(capsys):
+    assert main(["nsp", str(_directory("roberta", "BertModel")), "A.", "B."]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "roberta has no next-sentence head" in err
+
+
+def test_a_family_bertjax_lacks_is_one_line_listing_those_it_has(tmp_path, capsys):
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}')
+    assert main(["fill-mask", str(tmp_path), "a [MASK]"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "model_type 'gpt2'" in err and "bert, roberta, xlm-roberta" in err
