@@ -199,3 +199,74 @@ def test_a_family_bertjax_lacks_is_one_line_listing_those_it_has(tmp_path, capsy
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "model_type 'gpt2'" in err and "bert, roberta, xlm-roberta" in err
+
+
+# --- transformers 4's Flax checkpoints of the family (made once by
+# scripts/dev/make_flax_v4_family_fixtures.py with transformers 4.57.6 + flax 0.12.8): loaded, and
+# converted to a directory transformers 5 loads; judged against FlaxRoberta's own float32 outputs,
+# with transformers 5's float64 run of the converted weights measuring float32's noise.
+FLAX_V4 = Path(__file__).parent / "fixtures" / "flax_v4_families"
+
+
+def _hf_outputs(directory: Path, cls_name: str, saved: dict[str, np.ndarray], fields: list[str],
+                float64: bool) -> dict[str, np.ndarray]:
+    hf = getattr(transformers, cls_name).from_pretrained(directory, attn_implementation="eager")
+    hf = (hf.double() if float64 else hf).eval()
+    with torch.no_grad():
+        out = hf(**{k: torch.from_numpy(saved[k]).long() for k in INPUTS if k in saved})
+    return {f: getattr(out, f).double().numpy() for f in fields}
+
+
+@pytest.mark.parametrize(("family", "name"), CASES)
+def test_v4_flax_checkpoint_loads_and_converts_for_transformers_5(family, name, tmp_path):
+    cls_name = FAMILIES[family] + name.removeprefix("Bert")
+    path = FLAX_V4 / family / f"Flax{cls_name}"
+    saved = _saved(path)
+    model = bertjax.load_hf(path)
+    assert type(model).__name__ == name and model.config.model_type == family
+    assert main(["convert", str(path), str(tmp_path / "out")]) == 0  # with its own checks
+    fields = list(_fields(name).values())
+    flax = _theirs(saved, fields)
+    theirs64 = _hf_outputs(tmp_path / "out", cls_name, saved, fields, float64=True)
+    assert failures(_ours(model, saved), flax, theirs64, TOL) == []
+    theirs = _hf_outputs(tmp_path / "out", cls_name, saved, fields, float64=False)
+    assert failures(theirs, flax, theirs64, TOL) == []
+
+
+# --- fine-tuning a RoBERTa: each task end to end on tiny settings, the model written as the
+# family's class that transformers loads
+TASKS = {"shakespeare-genres": ("BertModel", "RobertaForSequenceClassification",
+                                ["--per-genre", "8"]),
+         "shakespeare-characters": ("BertModel", "RobertaForTokenClassification", []),
+         "shakespeare-next-line": ("BertModel", "RobertaForMultipleChoice", [])}
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_finetune_runs_on_a_roberta(task, tmp_path):
+    start, written, extra = TASKS[task]
+    out = tmp_path / "run"
+    assert main(["finetune", str(_directory("roberta", start)), "--task", task, "--output-dir",
+                 str(out), "--epochs", "1", "--batch-size", "32", "--max-length", "32",
+                 "--no-progress", *extra]) == 0
+    _, info = getattr(transformers, written).from_pretrained(out / "model",
+                                                             output_loading_info=True)
+    assert {k: v for k, v in info.items() if v} == {}, info
+
+
+def test_finetune_question_answering_on_a_roberta(tmp_path):
+    from test_qa_finetune import _records
+
+    from bertjax.data.squad import write_squad
+
+    files = []
+    for split, n, seed in (("train", 32, 0), ("validation", 8, 1), ("test", 8, 2)):
+        write_squad(_records(n, seed), tmp_path / f"{split}.json")
+        files += [f"--{split}", str(tmp_path / f"{split}.json")]
+    out = tmp_path / "run"
+    assert main(["finetune", str(_directory("roberta", "BertModel")), "--task",
+                 "question-answering", *files, "--output-dir", str(out), "--epochs", "1",
+                 "--batch-size", "16", "--max-length", "40", "--doc-stride", "12",
+                 "--max-query-length", "8", "--no-progress"]) == 0
+    _, info = transformers.RobertaForQuestionAnswering.from_pretrained(
+        out / "model", output_loading_info=True)
+    assert {k: v for k, v in info.items() if v} == {}, info
