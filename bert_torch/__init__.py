@@ -6,6 +6,7 @@ from bert_torch.heads import (
     BertForNextSentencePrediction,
     BertForPreTraining,
     BertForQuestionAnswering,
+    BertForReplacedTokenDetection,
     BertForSequenceClassification,
     BertForTokenClassification,
     BertMLMHead,
@@ -24,6 +25,7 @@ from bertjax.config import BertConfig
 __all__ = [
     "BertAttention", "BertConfig", "BertEmbeddings", "BertForMaskedLM", "BertForMultipleChoice",
     "BertForNextSentencePrediction", "BertForPreTraining", "BertForQuestionAnswering",
-    "BertForSequenceClassification", "BertForTokenClassification", "BertLayer", "BertMLMHead",
+    "BertForReplacedTokenDetection", "BertForSequenceClassification",
+    "BertForTokenClassification", "BertLayer", "BertMLMHead",
     "BertModel", "BertOutput", "BertPooler", "LayerNorm",
 ]

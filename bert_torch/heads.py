@@ -30,8 +30,9 @@ class BertMLMHead(nn.Module):
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.transform = linear(config, config.hidden_size, config.hidden_size)
-        self.layer_norm = LayerNorm(config)
+        width = config.embedding_width  # ELECTRA's generator: to the embeddings' width
+        self.transform = linear(config, config.hidden_size, width)
+        self.layer_norm = LayerNorm(config, width=width)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
         self.activation = numerics.activation(config.hidden_act)
 
@@ -50,6 +51,7 @@ class _WithEncoder(nn.Module):
     head_modules: ClassVar[tuple[str, ...]] = ()
     pooled: ClassVar[bool] = True
     needs_next_sentence: ClassVar[bool] = False  # a head only BERT's family is trained with
+    families: ClassVar[tuple[str, ...]] = ()  # the only families that have this class, if any
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -117,6 +119,11 @@ def check_family(model_cls: type, config: BertConfig) -> None:
             f"{config.model_type} has no next-sentence head ({model_cls.__name__} needs one): its "
             "models are masked LMs; use BertForMaskedLM, or the fill-mask, embed and finetune "
             "commands")
+    families = getattr(model_cls, "families", ())
+    if families and config.model_type not in families:
+        raise ValueError(f"{model_cls.__name__} is a head of {', '.join(families)} models only, "
+                         f"not of a {config.model_type}: build it from a config with "
+                         f"model_type={families[0]!r}")
 
 
 class BertForPreTraining(_MaskedLM):
@@ -160,16 +167,18 @@ class BertForNextSentencePrediction(_WithEncoder):
 
 
 class ClassificationHead(nn.Module):
-    """RoBERTa's sequence classifier on the first token: dropout, dense, tanh, dropout,
-    `out_proj`; float32 (`bertjax.heads.ClassificationHead`)."""
+    """RoBERTa's and ELECTRA's sequence classifier on the first token: dropout, dense, tanh
+    (ELECTRA: GELU), dropout, `out_proj`; float32 (`bertjax.heads.ClassificationHead`)."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
         self.dense = float32_linear(config, config.hidden_size, config.hidden_size)
         self.out_proj = float32_linear(config, config.hidden_size, config.num_labels)
+        name = config.family.classifier_head  # RoBERTa's tanh, ELECTRA's gelu
+        self.activation = torch.tanh if name == "tanh" else numerics.activation(name)
 
     def forward(self, first: torch.Tensor, dropout: nn.Dropout) -> torch.Tensor:
-        h = torch.tanh(self.dense(dropout(first)))  # (B, [K,] H)
+        h = self.activation(self.dense(dropout(first)))  # (B, [K,] H)
         return self.out_proj(dropout(h))  # (B, [K,] num_labels)
 
 
@@ -285,3 +294,34 @@ class BertForMultipleChoice(_WithEncoder):
         # (B * C, H) stacked, (B, C, H) packed -> (B * C, 1) or (B, C, 1)
         pooled = self.dropout(numerics.upcast(out.pooled_output))
         return dataclasses.replace(out, logits=self.choice_classifier(pooled))
+
+
+class DiscriminatorHead(nn.Module):
+    """ELECTRA's discriminator head (`bertjax.heads.DiscriminatorHead`): dense, the hidden
+    activation, `dense_prediction` to one float32 logit per token."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = linear(config, config.hidden_size, config.hidden_size)
+        self.dense_prediction = float32_linear(config, config.hidden_size, 1)
+        self.activation = numerics.activation(config.hidden_act)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        h = numerics.upcast(self.activation(self.dense(h)))  # (B, S, H)
+        return self.dense_prediction(h)[..., 0]  # (B, S, 1) -> (B, S)
+
+
+class BertForReplacedTokenDetection(_WithEncoder):
+    """ELECTRA's discriminator (transformers' ElectraForPreTraining): a logit per token that it
+    was replaced, (B, S); no pooler. ELECTRA models only."""
+
+    head_modules = ("discriminator_predictions",)
+    pooled = False
+    families = ("electra",)
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.discriminator_predictions = DiscriminatorHead(config)
+
+    def _head(self, out: BertOutput) -> BertOutput:
+        return dataclasses.replace(out, logits=self.discriminator_predictions(out.sequence_output))

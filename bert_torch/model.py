@@ -74,7 +74,7 @@ def linear(config: BertConfig, n_in: int, n_out: int) -> Linear:
 
 
 def _embed(config: BertConfig, num: int) -> Embed:
-    layer = Embed(num, config.hidden_size, numerics.compute_dtype(config))
+    layer = Embed(num, config.embedding_width, numerics.compute_dtype(config))
     nn.init.normal_(layer.weight, std=config.initializer_range)
     return layer
 
@@ -82,8 +82,8 @@ def _embed(config: BertConfig, num: int) -> Embed:
 class LayerNorm(nn.LayerNorm):
     """LayerNorm with BERT's epsilon and float32 statistics."""
 
-    def __init__(self, config: BertConfig):
-        super().__init__(config.hidden_size, eps=config.layer_norm_eps)  # PyTorch defaults to 1e-5
+    def __init__(self, config: BertConfig, *, width: int | None = None):
+        super().__init__(width or config.hidden_size, eps=config.layer_norm_eps)  # PyTorch: 1e-5
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return super().forward(numerics.upcast(x)).to(x.dtype)
@@ -97,19 +97,18 @@ class BertEmbeddings(nn.Module):
         super().__init__()
         self.word_embeddings = _embed(config, config.vocab_size)
         self.position_embeddings = _embed(config, config.max_position_embeddings)
-        self.token_type_embeddings = _embed(config, config.type_vocab_size)
-        self.layer_norm = LayerNorm(config)
+        self.token_type_embeddings = (_embed(config, config.type_vocab_size)
+                                      if config.family.token_types else None)  # DistilBERT: none
+        self.layer_norm = LayerNorm(config, width=config.embedding_width)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
                 position_ids: torch.Tensor | None = None) -> torch.Tensor:
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None, :] if (
             position_ids is None) else position_ids  # (1 or B, S)
-        x = (
-            self.word_embeddings(input_ids)
-            + self.position_embeddings(positions)
-            + self.token_type_embeddings(token_type_ids)
-        )  # (B, S, H)
+        x = self.word_embeddings(input_ids) + self.position_embeddings(positions)  # (B, S, H)
+        if self.token_type_embeddings is not None:
+            x = x + self.token_type_embeddings(token_type_ids)
         return self.dropout(self.layer_norm(x))
 
 
@@ -190,13 +189,15 @@ class BertPooler(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.dense = linear(config, config.hidden_size, config.hidden_size)
+        name = config.family.pooler_activation  # BERT's tanh; DistilBERT's relu, ELECTRA's gelu
+        self.activation = torch.tanh if name == "tanh" else numerics.activation(name)
 
     def forward(self, sequence_output: torch.Tensor, cls_positions: torch.Tensor | None = None
                 ) -> torch.Tensor:
         if cls_positions is None:
-            return torch.tanh(self.dense(sequence_output[:, 0]))  # (B, H)
+            return self.activation(self.dense(sequence_output[:, 0]))  # (B, H)
         cls = take_rows(sequence_output, cls_positions.clamp(min=0))  # (B, K, H)
-        pooled = torch.tanh(self.dense(cls))  # (B, K, H)
+        pooled = self.activation(self.dense(cls))  # (B, K, H)
         return torch.where(cls_positions[:, :, None] >= 0, pooled, torch.zeros_like(pooled))
 
 
@@ -209,11 +210,16 @@ class BertModel(nn.Module):
     base_model_prefix: ClassVar[str] = ""
     head_modules: ClassVar[tuple[str, ...]] = ("pooler",)
 
-    def __init__(self, config: BertConfig, *, add_pooling_layer: bool = True):
+    def __init__(self, config: BertConfig, *, add_pooling_layer: bool | None = None):
         super().__init__()
         self.config = config
         self.embeddings = BertEmbeddings(config)
+        # ELECTRA's narrower embeddings, taken to hidden_size after their LayerNorm and dropout
+        self.embeddings_project = (linear(config, config.embedding_width, config.hidden_size)
+                                   if config.embedding_width != config.hidden_size else None)
         self.layers = nn.ModuleList([BertLayer(config) for _ in range(config.num_hidden_layers)])
+        if add_pooling_layer is None:  # the family's bare encoder: BERT's has one, ELECTRA's not
+            add_pooling_layer = config.family.base_pooler
         self.pooler = BertPooler(config) if add_pooling_layer else None
 
     def forward(
@@ -243,6 +249,8 @@ class BertModel(nn.Module):
         # (B, [1 or K +] Q) or None
         rows = self._last_rows(output_positions, input_ids.shape[1], whole, cls_positions)
         x = self.embeddings(input_ids, token_type_ids, position_ids)
+        if self.embeddings_project is not None:
+            x = self.embeddings_project(x)  # (B, S, E) -> (B, S, H)
         hidden_states, attentions = [x], []
         for i, layer in enumerate(self.layers):
             x, probs = layer(x, attention_mask, rows if i == len(self.layers) - 1 else None)

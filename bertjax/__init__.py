@@ -21,11 +21,12 @@ from bertjax.common.lazy import lazy_names
 from bertjax.config import PRESETS, BertConfig
 from bertjax.errors import InputError
 
-# The head classes: every `BertFor*` class of Hugging Face transformers (the one list of their
-# names; `bertjax.heads.MODEL_CLASSES` maps them, and BertModel, to the classes).
+# The head classes: every `BertFor*` class of Hugging Face transformers and ELECTRA's discriminator
+# (the one list of their names; `bertjax.heads.MODEL_CLASSES` maps them, and BertModel, to the classes).
 HEAD_CLASSES = ("BertForPreTraining", "BertForMaskedLM", "BertForNextSentencePrediction",
                 "BertForSequenceClassification", "BertForTokenClassification",
-                "BertForQuestionAnswering", "BertForMultipleChoice")
+                "BertForQuestionAnswering", "BertForMultipleChoice",
+                "BertForReplacedTokenDetection")
 _NAMES = {
     "BertModel": "bertjax.model", "BertOutput": "bertjax.model",
     "MODEL_CLASSES": "bertjax.heads", **dict.fromkeys(HEAD_CLASSES, "bertjax.heads"),

@@ -44,11 +44,13 @@ def float32_linear(config: BertConfig, n_in: int, n_out: int, rngs: nnx.Rngs) ->
 
 
 class BertMLMHead(nnx.Module):
-    """Dense + GELU + LayerNorm, then the decoder tied to the word embeddings plus its own bias."""
+    """Dense + GELU + LayerNorm, then the decoder tied to the word embeddings plus its own bias;
+    the dense layer goes to the embeddings' width (ELECTRA's generator: E, not H)."""
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
-        self.transform = linear(config, config.hidden_size, config.hidden_size, rngs)
-        self.layer_norm = LayerNorm(config, rngs=rngs)
+        width = config.embedding_width
+        self.transform = linear(config, config.hidden_size, width, rngs)
+        self.layer_norm = LayerNorm(config, width=width, rngs=rngs)
         self.bias = nnx.Param(jnp.zeros((config.vocab_size,), jnp.float32))
         self.activation = numerics.activation(config.hidden_act)
 
@@ -67,6 +69,7 @@ class _WithEncoder(nnx.Module):
     head_modules: ClassVar[tuple[str, ...]] = ()
     pooled: ClassVar[bool] = True
     needs_next_sentence: ClassVar[bool] = False  # a head only BERT's family is trained with
+    families: ClassVar[tuple[str, ...]] = ()  # the only families that have this class, if any
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         check_family(type(self), config)
@@ -148,6 +151,11 @@ def check_family(model_cls: type, config: BertConfig) -> None:
             f"{config.model_type} has no next-sentence head ({model_cls.__name__} needs one): its "
             "models are masked LMs; use BertForMaskedLM, or the fill-mask, embed and finetune "
             "commands")
+    families = getattr(model_cls, "families", ())
+    if families and config.model_type not in families:
+        raise InputError(f"{model_cls.__name__} is a head of {', '.join(families)} models only, "
+                         f"not of a {config.model_type}: build it from a config with "
+                         f"model_type={families[0]!r}")
 
 
 class BertForPreTraining(_MaskedLM):
@@ -198,17 +206,20 @@ class BertForNextSentencePrediction(_WithEncoder):
 
 
 class ClassificationHead(nnx.Module):
-    """RoBERTa's sequence classifier (`Family.classifier_head`), on the first token's output
-    instead of a pooler: dropout, dense, tanh, dropout, `out_proj` to the labels; float32."""
+    """RoBERTa's and ELECTRA's sequence classifier (`Family.classifier_head`), on the first
+    token's output instead of a pooler: dropout, dense, tanh (ELECTRA: GELU), dropout, `out_proj`
+    to the labels; float32."""
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         self.dense = float32_linear(config, config.hidden_size, config.hidden_size, rngs)
         self.out_proj = float32_linear(config, config.hidden_size, config.num_labels, rngs)
+        name = config.family.classifier_head
+        self.activation = jnp.tanh if name == "tanh" else numerics.activation(name)
 
     def __call__(self, first: jax.Array, dropout: Callable[[jax.Array, int], jax.Array]
                  ) -> jax.Array:
         """`first` (B, [K,] H): each sequence's first token; `dropout(x, stream)` the class's."""
-        h = jnp.tanh(self.dense(dropout(first, 1)))  # (B, [K,] H)
+        h = self.activation(self.dense(dropout(first, 1)))  # (B, [K,] H)
         return self.out_proj(dropout(h, 2))  # (B, [K,] num_labels)
 
 
@@ -348,6 +359,37 @@ class BertForMultipleChoice(_WithEncoder):
         # (B * C, H) stacked, (B, C, H) packed -> (B * C, 1) or (B, C, 1)
         pooled = self._head_dropout(out.pooled_output, deterministic, dropout_rng)
         return out.replace(logits=self.choice_classifier(pooled))
+
+
+class DiscriminatorHead(nnx.Module):
+    """ELECTRA's discriminator head: dense, the hidden activation, then `dense_prediction` to one
+    float32 logit per token."""
+
+    def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+        self.dense = linear(config, config.hidden_size, config.hidden_size, rngs)
+        self.dense_prediction = float32_linear(config, config.hidden_size, 1, rngs)
+        self.activation = numerics.activation(config.hidden_act)
+
+    def __call__(self, h: jax.Array) -> jax.Array:
+        h = self.activation(self.dense(h)).astype(jnp.float32)  # (B, S, H)
+        return self.dense_prediction(h)[..., 0]  # (B, S, 1) -> (B, S)
+
+
+class BertForReplacedTokenDetection(_WithEncoder):
+    """ELECTRA's discriminator (transformers' ElectraForPreTraining): for every token the logit
+    that a generator replaced it, `logits` (B, S) float32; no pooler. ELECTRA models only."""
+
+    head_modules = ("discriminator_predictions",)
+    pooled = False
+    families = ("electra",)
+
+    def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+        super().__init__(config, rngs=rngs)
+        self.discriminator_predictions = DiscriminatorHead(config, rngs=rngs)
+
+    def _head(self, out: BertOutput, deterministic: bool,
+              dropout_rng: jax.Array | None) -> BertOutput:
+        return out.replace(logits=self.discriminator_predictions(out.sequence_output))
 
 
 # Every model class by name: the names config.json's `architectures` and `bertjax convert --as` use.

@@ -60,7 +60,7 @@ def linear(config: BertConfig, n_in: int, n_out: int, rngs: nnx.Rngs) -> nnx.Lin
 def _embed(config: BertConfig, num: int, rngs: nnx.Rngs) -> nnx.Embed:
     return nnx.Embed(
         num,
-        config.hidden_size,
+        config.embedding_width,
         dtype=numerics.compute_dtype(config),
         param_dtype=jnp.float32,
         embedding_init=nnx.initializers.normal(config.initializer_range),
@@ -82,9 +82,9 @@ class LayerNorm(nnx.LayerNorm):
     """LayerNorm with BERT's epsilon, two-pass variance and float32 statistics
     (`numerics.layer_norm`: the parameters' gradients as matmuls)."""
 
-    def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+    def __init__(self, config: BertConfig, *, width: int | None = None, rngs: nnx.Rngs):
         super().__init__(
-            config.hidden_size,
+            width or config.hidden_size,
             epsilon=config.layer_norm_eps,  # Flax defaults to 1e-6
             use_fast_variance=False,  # E[x^2]-E[x]^2 loses half the 1e-5 margin
             dtype=jnp.float32,
@@ -114,8 +114,9 @@ class BertEmbeddings(nnx.Module):
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         self.word_embeddings = _embed(config, config.vocab_size, rngs)
         self.position_embeddings = _embed(config, config.max_position_embeddings, rngs)
-        self.token_type_embeddings = _embed(config, config.type_vocab_size, rngs)
-        self.layer_norm = LayerNorm(config, rngs=rngs)
+        self.token_type_embeddings = (_embed(config, config.type_vocab_size, rngs)
+                                      if config.family.token_types else None)  # DistilBERT: none
+        self.layer_norm = LayerNorm(config, width=config.embedding_width, rngs=rngs)
         self.dropout = nnx.Dropout(config.hidden_dropout_prob)
 
     def __call__(
@@ -128,17 +129,17 @@ class BertEmbeddings(nnx.Module):
         rngs: nnx.Rngs | None = None,
     ) -> jax.Array:
         dtype = numerics.compute_dtype_of(self.word_embeddings)
-        table = self.token_type_embeddings.embedding[...].astype(dtype)  # (T, H)
-        one_hot = jax.nn.one_hot(token_type_ids, table.shape[0], dtype=dtype)  # (B, S, T)
-        types = jnp.einsum("bst,th->bsh", one_hot, table,
-                           precision=jax.lax.Precision.HIGHEST)  # exact rows (no TF32 rounding)
         words = _rows(self.word_embeddings, input_ids)  # (B, S, H)
         if position_ids is None:  # 0..S-1 in every row: a slice of the table
             positions = self.position_embeddings.embedding[...][: input_ids.shape[1]]  # (S, H)
             x = numerics.add_broadcast(words, positions.astype(dtype))  # (B, S, H)
         else:
             x = words + _rows(self.position_embeddings, position_ids)  # (B, S, H)
-        x = x + types  # the mirror's order: words + positions + types
+        if self.token_type_embeddings is not None:
+            table = self.token_type_embeddings.embedding[...].astype(dtype)  # (T, H)
+            one_hot = jax.nn.one_hot(token_type_ids, table.shape[0], dtype=dtype)  # (B, S, T)
+            x = x + jnp.einsum("bst,th->bsh", one_hot, table,  # the mirror's order: + types last
+                               precision=jax.lax.Precision.HIGHEST)  # exact rows (no TF32)
         return self.dropout(self.layer_norm(x), deterministic=deterministic, rngs=rngs)
 
 
@@ -256,13 +257,16 @@ class BertPooler(nnx.Module):
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         self.dense = linear(config, config.hidden_size, config.hidden_size, rngs)
+        name = config.family.pooler_activation  # BERT's tanh; DistilBERT's relu, ELECTRA's gelu
+        self.activation = jnp.tanh if name == "tanh" else numerics.activation(name)
 
     def __call__(self, sequence_output: jax.Array, cls_positions: jax.Array | None = None
                  ) -> jax.Array:
         if cls_positions is None:
-            return jnp.tanh(self.dense(sequence_output[:, 0]))  # (B, H)
+            return self.activation(self.dense(sequence_output[:, 0]))  # (B, H)
         cls = take_rows(sequence_output, jnp.maximum(cls_positions, 0))  # (B, K, H)
-        return jnp.where(cls_positions[:, :, None] >= 0, jnp.tanh(self.dense(cls)), 0)  # (B, K, H)
+        pooled = self.activation(self.dense(cls))  # (B, K, H)
+        return jnp.where(cls_positions[:, :, None] >= 0, pooled, 0)
 
 
 def _stacked_layers(config: BertConfig, rngs: nnx.Rngs) -> BertLayer:
@@ -302,14 +306,20 @@ class BertModel(nnx.Module):
     base_model_prefix: ClassVar[str] = ""
     head_modules: ClassVar[tuple[str, ...]] = ("pooler",)
 
-    def __init__(self, config: BertConfig, *, add_pooling_layer: bool = True, rngs: nnx.Rngs):
+    def __init__(self, config: BertConfig, *, add_pooling_layer: bool | None = None,
+                 rngs: nnx.Rngs):
         self.config = config
         self.embeddings = BertEmbeddings(config, rngs=rngs)
+        # ELECTRA's narrower embeddings, taken to hidden_size after their LayerNorm and dropout
+        self.embeddings_project = (linear(config, config.embedding_width, config.hidden_size, rngs)
+                                   if config.embedding_width != config.hidden_size else None)
         # a loop model holds `layers.{i}`; a scan model one stacked layer (`_stacked_layers`),
         # whose (L, ...) parameters conversion and checkpoints name per layer all the same
         self.layers: nnx.List[BertLayer] | BertLayer = (
             _stacked_layers(config, rngs) if config.scan_layers
             else nnx.List([BertLayer(config, rngs=rngs) for _ in range(config.num_hidden_layers)]))
+        if add_pooling_layer is None:  # the family's bare encoder: BERT's has one, ELECTRA's not
+            add_pooling_layer = config.family.base_pooler
         self.pooler = BertPooler(config, rngs=rngs) if add_pooling_layer else None
 
     def __call__(
@@ -343,6 +353,8 @@ class BertModel(nnx.Module):
         keys = numerics.dropout_keys(deterministic, dropout_rng, self.config.num_hidden_layers + 1)
         x = self.embeddings(input_ids, token_type_ids, position_ids, deterministic=deterministic,
                             rngs=numerics.rngs_of(keys, 0))
+        if self.embeddings_project is not None:
+            x = self.embeddings_project(x)  # (B, S, E) -> (B, S, H)
         # (B, [1 or K +] Q) or None
         rows = self._last_rows(output_positions, input_ids.shape[1], whole, cls_positions)
         x, hidden, probs = self._layers(x, attention_mask, keys, deterministic, output_attentions,

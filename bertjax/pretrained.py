@@ -19,14 +19,15 @@ from typing import Any
 
 from flax import nnx
 
-from bertjax.config import FAMILIES, SHAPE_FIELDS, BertConfig
+from bertjax.config import SHAPE_FIELDS, BertConfig
+from bertjax.config.families import FAMILIES
 from bertjax.data.tokenizer import WordPieceTokenizer, fits_vocabulary
 from bertjax.errors import InputError
 from bertjax.heads import MODEL_CLASSES, BertForMaskedLM, BertForPreTraining
 from bertjax.io.hf import CONFIG
 from bertjax.io.models import load_model, save_model
 from bertjax.io.report import LoadReport
-from bertjax.io.runs import load_run_model
+from bertjax.io.runs import load_run_model, run_class_name
 from bertjax.io.source import RUN, ModelSource, locate
 from bertjax.io.weights import MISSING_HEADS
 
@@ -50,7 +51,10 @@ def checkpoint_class(path: str | Path | ModelSource, *,
 
 def default_class(source: ModelSource) -> type[nnx.Module]:
     """The class a checkpoint that names none loads as: `DEFAULT_MODEL_CLASS`, or the masked LM
-    for a family pre-trained without a next-sentence head (RoBERTa)."""
+    for a family pre-trained without a next-sentence head (RoBERTa); a run's, the class it
+    trains (`BertForMaskedLM` for `--train.objective mlm`)."""
+    if source.kind == RUN:
+        return MODEL_CLASSES[run_class_name(source.directory)]
     model_type = str((source.config or {}).get("model_type", "bert"))
     family = FAMILIES.get(model_type)
     if family is None or family.next_sentence:
@@ -88,7 +92,7 @@ def from_pretrained(
     source = locate(path, revision=revision)
     if source.kind == RUN:
         model, tokenizer, report = load_run_model(
-            source, step=step, model_cls=model_cls or DEFAULT_MODEL_CLASS, seed=seed,
+            source, step=step, model_cls=model_cls or default_class(source), seed=seed,
             missing_heads=missing_heads, **config_overrides)
         return (model, tokenizer, report) if output_loading_info else (model, tokenizer)
     if step is not None:

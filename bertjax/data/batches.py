@@ -18,6 +18,10 @@ Batch (B = global_batch_size // process_count rows, S = seq_len, P = max_predict
 
 `masked_weights` is float32 rather than int32 because it multiplies float losses directly.
 
+For masked LM alone (`next_sentence=False`, RoBERTa's recipe) a row holds one full-sentence
+segment, [CLS] text [SEP] (`bertjax.data.segments`), instead of a pair: token types are all 0 and
+there is no `next_sentence_label`.
+
 Packed (`packing="best-fit"`, `bertjax.data.pair_packing`), a row holds several pairs, each
 masked as it would be alone; the B rows of a batch then hold a varying number of pairs, and the
 batch has the model's packing arrays besides (K = `pair_packing.max_pairs_per_row`):
@@ -28,6 +32,9 @@ batch has the model's packing arrays besides (K = `pair_packing.max_pairs_per_ro
     masked_positions     (B, P) int32   every pair's predictions, in row positions
     next_sentence_label  (B, K) int32   each pair's label; 0 in an empty slot
     next_sentence_weights (B, K) float32 1.0 for a pair, 0.0 for an empty slot
+
+Packed segments have no `next_sentence_*` arrays and no `position_ids`: the model numbers each
+sequence's positions itself, from its family's first position (RoBERTa's start at pad + 1).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from bertjax.data.masking import mask_tokens, row_keys
+from bertjax.data.packing import RowLayout
 from bertjax.data.pair_packing import (
     PlannedRows,
     pack_pair_batch,
@@ -45,7 +53,8 @@ from bertjax.data.pair_packing import (
     plan_rows,
     resolve_packing,
 )
-from bertjax.data.pairs import load_or_create_pairs
+from bertjax.data.pairs import SPECIAL_PER_PAIR, load_or_create_pairs
+from bertjax.data.segments import SPECIAL_PER_SEGMENT, load_or_create_segments
 from bertjax.data.shards import Shards
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.errors import InputError
@@ -73,6 +82,11 @@ class PretrainingBatches:
     `pair_packing.AUTO_MAX_FILL` of their unpacked rows; `self.packing` says which).
     `not_next`: where NotNext's B comes from, "any" other document or "far" (the other half of
     the corpus; `bertjax.data.pairs`).
+
+    `next_sentence=False`: masked LM alone; rows of full-sentence segments
+    (`bertjax.data.segments`, cached as `segments-*.npy` with `cache_pairs`) instead of NSP
+    pairs, so `short_seq_prob`, `dupe_factor` and `not_next` do not apply. `pairs`, `num_pairs`
+    and `lengths` then count segments.
     """
 
     def __init__(
@@ -95,6 +109,7 @@ class PretrainingBatches:
         cache_pairs: bool = False,
         packing: str = "none",
         not_next: str = "any",
+        next_sentence: bool = True,
     ):
         self.shards = shards if isinstance(shards, Shards) else Shards(shards)
         if process_count < 1 or not 0 <= process_index < process_count:
@@ -115,11 +130,16 @@ class PretrainingBatches:
         self.batch_size = global_batch_size // process_count
         self.process_index, self.process_count = process_index, process_count
         self.seed, self.shuffle, self.num_epochs = seed, shuffle, num_epochs
-        self.pairs = load_or_create_pairs(self.shards, seq_len, short_seq_prob=short_seq_prob,
-                                          dupe_factor=dupe_factor, seed=seed, cache=cache_pairs,
-                                          not_next=not_next)
+        self.next_sentence = next_sentence
+        if next_sentence:
+            self.pairs = load_or_create_pairs(self.shards, seq_len, short_seq_prob=short_seq_prob,
+                                              dupe_factor=dupe_factor, seed=seed,
+                                              cache=cache_pairs, not_next=not_next)
+        else:
+            self.pairs = load_or_create_segments(self.shards, seq_len, cache=cache_pairs)
+        self.specials = SPECIAL_PER_PAIR if next_sentence else SPECIAL_PER_SEGMENT
         self.num_pairs = len(self.pairs)
-        self.lengths = pair_lengths(self.pairs)  # (N,)
+        self.lengths = pair_lengths(self.pairs, self.specials)  # (N,)
         self.packing = resolve_packing(packing, self.lengths, seq_len)
         self._plan: tuple[int, PlannedRows] | None = None
         self._order_epoch: int | None = None
@@ -128,9 +148,10 @@ class PretrainingBatches:
         if self.steps_per_epoch == 0:
             rows = "" if self.packing == "none" else f" (packed into {self.plan(0).num_rows} rows)"
             raise InputError(
-                f"{self.shards.directory} yields {self.num_pairs} pairs at seq_len {seq_len}"
-                f"{rows}, fewer than one global batch of {global_batch_size}; use a smaller "
-                "batch, a larger corpus or a larger dupe_factor"
+                f"{self.shards.directory} yields {self.num_pairs} {self.unit}s at seq_len "
+                f"{seq_len}{rows}, fewer than one global batch of {global_batch_size}; use a "
+                "smaller batch, a larger corpus"
+                + (" or a larger dupe_factor" if next_sentence else "")
             )
         self._tokens = self.shards.tokens
         self._is_special = np.zeros(max(self.vocab_size, int(max(self.special.ids)) + 1), bool)
@@ -138,6 +159,11 @@ class PretrainingBatches:
         self._replacement = tokenizer.replacement_ids()
         self._continuation = tokenizer.continuation_mask() if whole_word_mask else None
         self.epoch, self.step = 0, 0
+
+    @property
+    def unit(self) -> str:
+        """What a row holds (unpacked), in words: "pair", or "segment" (masked LM alone)."""
+        return "pair" if self.next_sentence else "segment"
 
     # --- iteration -------------------------------------------------------------------------------
 
@@ -169,7 +195,8 @@ class PretrainingBatches:
             rng = np.random.default_rng([self.seed, epoch, 0x9ACC]) if self.shuffle else None
             self._plan = (epoch, plan_rows(self.order(epoch), self.lengths, seq_len=self.seq_len,
                                            max_predictions=self.max_predictions,
-                                           mask_prob=self.mask_prob, rng=rng))
+                                           mask_prob=self.mask_prob, rng=rng,
+                                           specials=self.specials))
         return self._plan[1]
 
     def order(self, epoch: int) -> np.ndarray:
@@ -189,7 +216,7 @@ class PretrainingBatches:
         start = step * self.global_batch_size + self.process_index * self.batch_size
         if self.packing != "none":
             index, layout = self.plan(epoch).rows(start, start + self.batch_size, self.batch_size)
-            return pack_pair_batch(self.make_batch(index, epoch), layout, self.special.pad)
+            return self._packed(self.make_batch(index, epoch), layout)
         index = self.order(epoch)[start:start + self.batch_size]
         return self.make_batch(index, epoch)
 
@@ -199,30 +226,41 @@ class PretrainingBatches:
         each, masked as in epoch `epoch`. The same pairs and masks as their unpacked batches, in
         fewer rows (held-out evaluation)."""
         plan = plan_rows(index, self.lengths, seq_len=self.seq_len,
-                         max_predictions=self.max_predictions, mask_prob=self.mask_prob)
+                         max_predictions=self.max_predictions, mask_prob=self.mask_prob,
+                         specials=self.specials)
         out = []
         for first in range(0, plan.num_rows, self.global_batch_size):
             start = first + self.process_index * self.batch_size
             pairs, layout = plan.rows(start, start + self.batch_size, self.batch_size)
-            out.append(pack_pair_batch(self.make_batch(pairs, epoch), layout, self.special.pad))
+            out.append(self._packed(self.make_batch(pairs, epoch), layout))
         return out
 
+    def _packed(self, batch: dict[str, np.ndarray], layout: RowLayout) -> dict[str, np.ndarray]:
+        """Unpacked rows moved into the packed rows of `layout` (`pair_packing.pack_pair_batch`);
+        segments leave their positions to the model (its family's may start at pad + 1)."""
+        packed = pack_pair_batch(batch, layout, self.special.pad)
+        if not self.next_sentence:
+            del packed["position_ids"]
+        return packed
+
     def make_batch(self, index: np.ndarray, epoch: int) -> dict[str, np.ndarray]:
-        """The batch of the pairs `index`, one per row, masked as in epoch `epoch`."""
+        """The batch of the pairs (or segments) `index`, one per row, masked as in epoch
+        `epoch`."""
         S = self.seq_len
         pairs = np.asarray(self.pairs[np.asarray(index)])
         a0, a1, b0, b1 = (pairs[:, c:c + 1] for c in range(4))
         la, lb = a1 - a0, b1 - b0
+        end = la + lb + self.specials  # (N, 1) the row's tokens: [CLS] A [SEP] (B [SEP])
         pos = np.arange(S)[None, :]
         in_a = (pos >= 1) & (pos <= la)
-        in_b = (pos >= la + 2) & (pos < la + 2 + lb)
+        in_b = (pos >= la + 2) & (pos < end - 1)  # empty for a segment
         text = in_a | in_b
         src = np.where(in_a, a0 + pos - 1, np.where(in_b, b0 + pos - la - 2, 0))
         ids = np.where(text, self._tokens[src], self.special.pad).astype(np.int32)
         rows = np.arange(len(pairs))
         ids[:, 0] = self.special.cls
         ids[rows, la[:, 0] + 1] = self.special.sep
-        ids[rows, (la + lb)[:, 0] + 2] = self.special.sep
+        ids[rows, end[:, 0] - 1] = self.special.sep  # a segment's one [SEP] again
         candidates = text & ~self._is_special[ids]
         input_ids, positions, masked_ids, weights = mask_tokens(
             ids, candidates, row_keys(self.seed, epoch, index),
@@ -230,15 +268,17 @@ class PretrainingBatches:
             replacement_ids=self._replacement, mask_prob=self.mask_prob,
             continuation=self._continuation,
         )
-        return {
+        batch = {
             "input_ids": input_ids,
-            "token_type_ids": ((pos >= la + 2) & (pos <= la + lb + 2)).astype(np.int32),
-            "attention_mask": (pos < la + lb + 3).astype(np.int32),
+            "token_type_ids": ((pos >= la + 2) & (pos < end)).astype(np.int32),  # B [SEP]
+            "attention_mask": (pos < end).astype(np.int32),
             "masked_positions": positions,
             "masked_ids": masked_ids,
             "masked_weights": weights,
-            "next_sentence_label": pairs[:, 4].astype(np.int32),
         }
+        if self.next_sentence:
+            batch["next_sentence_label"] = pairs[:, 4].astype(np.int32)
+        return batch
 
     # --- state -----------------------------------------------------------------------------------
 

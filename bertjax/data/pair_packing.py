@@ -1,4 +1,6 @@
-"""Packed pre-training rows: several [CLS] A [SEP] B [SEP] pairs per row of `seq_len` tokens.
+"""Packed pre-training rows: several [CLS] A [SEP] B [SEP] pairs per row of `seq_len` tokens (or
+several [CLS] segment [SEP] segments of masked LM alone, `bertjax.data.segments`: the same table
+with an empty B, `specials=2`).
 
 Every pair is masked exactly as it would be alone in its own row (`masking.mask_tokens` keyed by
 its pair index), then moved into its packed row: the same tokens, masks, labels and so the same
@@ -37,17 +39,18 @@ AUTO_MAX_FILL = 0.8
 PAIR_TOKENS = 16
 
 
-def pair_lengths(pairs: np.ndarray) -> np.ndarray:
-    """(N,) tokens of each pair's row: [CLS] A [SEP] B [SEP]."""
+def pair_lengths(pairs: np.ndarray, specials: int = SPECIAL_PER_PAIR) -> np.ndarray:
+    """(N,) tokens of each pair's row: [CLS] A [SEP] B [SEP] (`specials` special tokens; 2 for
+    a segment's [CLS] A [SEP])."""
     pairs = np.asarray(pairs)
-    return (pairs[:, 1] - pairs[:, 0] + pairs[:, 3] - pairs[:, 2] + SPECIAL_PER_PAIR
-            ).astype(np.int64)
+    return (pairs[:, 1] - pairs[:, 0] + pairs[:, 3] - pairs[:, 2] + specials).astype(np.int64)
 
 
-def prediction_bound(lengths: np.ndarray, max_predictions: int, mask_prob: float) -> np.ndarray:
+def prediction_bound(lengths: np.ndarray, max_predictions: int, mask_prob: float,
+                     specials: int = SPECIAL_PER_PAIR) -> np.ndarray:
     """(N,) the most predictions `mask_tokens` can give each pair: its rule applied to every
     token of A and B as a candidate (special tokens in the text only lower the count)."""
-    candidates = np.asarray(lengths) - SPECIAL_PER_PAIR
+    candidates = np.asarray(lengths) - specials
     return np.minimum(max_predictions, np.maximum(1, np.rint(candidates * mask_prob))).astype(
         np.int64)
 
@@ -95,17 +98,18 @@ class PlannedRows:
 
 
 def plan_rows(index: np.ndarray, lengths: np.ndarray, *, seq_len: int, max_predictions: int,
-              mask_prob: float, rng: np.random.Generator | None = None, chunk: int = CHUNK
-              ) -> PlannedRows:
-    """The pairs `index` (in this order; `lengths` indexed by pair) packed into rows, chunk by
-    chunk; the rows shuffled by `rng` (None: kept in order)."""
+              mask_prob: float, rng: np.random.Generator | None = None, chunk: int = CHUNK,
+              specials: int = SPECIAL_PER_PAIR) -> PlannedRows:
+    """The pairs `index` (in this order; `lengths` indexed by pair, each holding `specials`
+    special tokens) packed into rows, chunk by chunk; the rows shuffled by `rng` (None: kept in
+    order)."""
     index = np.asarray(index, np.int64)
     K = max_pairs_per_row(seq_len, max_predictions)
     rows: list[np.ndarray] = []
     for first in range(0, len(index), chunk):
         part = index[first:first + chunk]
         n = lengths[part]
-        costs = prediction_bound(n, max_predictions, mask_prob)
+        costs = prediction_bound(n, max_predictions, mask_prob, specials)
         rows += [part[r] for r in best_fit_decreasing(n.tolist(), seq_len, K, costs.tolist(),
                                                       max_predictions)]
     if rng is not None:
@@ -121,7 +125,7 @@ def pack_pair_batch(batch: dict[str, np.ndarray], layout: RowLayout, pad_id: int
     """Unpacked pair rows (`PretrainingBatches.make_batch`, one pair each) moved into packed
     rows: the token arrays placed at each pair's offset, its predictions after those of the
     pairs before it in its row, its NSP label in its slot with `next_sentence_weights` 1 (0 for
-    an empty slot)."""
+    an empty slot; segments of masked LM alone have no NSP label, and get none)."""
     P = batch["masked_positions"].shape[1]
     out = layout.inputs()
     out["input_ids"] = layout.tokens(batch["input_ids"], pad_id)
@@ -142,7 +146,8 @@ def pack_pair_batch(batch: dict[str, np.ndarray], layout: RowLayout, pad_id: int
         member]
     out["masked_ids"][rows, rank] = batch["masked_ids"][member, slot]
     out["masked_weights"][rows, rank] = batch["masked_weights"][member, slot]
-    out["next_sentence_label"] = layout.per_sequence(batch["next_sentence_label"])
-    out["next_sentence_weights"] = layout.per_sequence(
-        np.ones(layout.count, np.float32), 0.0)
+    if "next_sentence_label" in batch:
+        out["next_sentence_label"] = layout.per_sequence(batch["next_sentence_label"])
+        out["next_sentence_weights"] = layout.per_sequence(
+            np.ones(layout.count, np.float32), 0.0)
     return out

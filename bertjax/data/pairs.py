@@ -200,12 +200,19 @@ def load_or_create_pairs(
     """Pairs from the shard directory's cache file (memory-mapped) if there is one, else made;
     with `cache`, written there (atomically; a read-only shard directory just skips caching).
     Writing is opt-in: a reader of shards it does not own leaves their directory as it was."""
-    path = pairs_path(shards, seq_len, short_seq_prob, dupe_factor, seed, not_next)
+    return cached_table(
+        pairs_path(shards, seq_len, short_seq_prob, dupe_factor, seed, not_next),
+        lambda: create_pairs(shards, seq_len, short_seq_prob=short_seq_prob,
+                             dupe_factor=dupe_factor, seed=seed, not_next=not_next), cache=cache)
+
+
+def cached_table(path: Path, make: Callable[[], np.ndarray], *, cache: bool) -> np.ndarray:
+    """The table cached at `path` (memory-mapped) if there is one, else `make()`; with `cache`,
+    written there (atomically; a read-only shard directory just skips caching)."""
     if path.is_file():
         return np.load(path, mmap_mode="r")
-    pairs = create_pairs(shards, seq_len, short_seq_prob=short_seq_prob,
-                         dupe_factor=dupe_factor, seed=seed, not_next=not_next)
+    table = make()
     if cache:
         with contextlib.suppress(OSError):  # a read-only shard directory: no cache
-            write_npy_atomic(path, pairs)
-    return pairs
+            write_npy_atomic(path, table)
+    return table

@@ -16,7 +16,8 @@ and renamed into place at the end, so a crash never leaves a half-written shard 
 belongs in it (the NSP pairs) can be made before that rename (`write_shards(then=...)`).
 
 Only a shard directory is ever replaced (`check_shard_output`): a directory holding anything but the
-files above and cached pairs (`pairs-*.npy`) is refused, so a mistyped `--out` loses nothing.
+files above and cached pairs or segments (`pairs-*.npy`, `segments-*.npy`) is refused, so a
+mistyped `--out` loses nothing.
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ from bertjax.errors import InputError
 FORMAT = "bertjax-shards-1"
 META = "meta.json"
 BIN_FILES = ("tokens.bin", "sentences.bin", "documents.bin")
-# cached NSP pairs (bertjax.data.pairs.pairs_path) and the temporary file of one being written
-PAIRS_PATTERNS = ("pairs-*.npy", temporary_name("pairs-*.npy"))
+# cached NSP pairs (bertjax.data.pairs.pairs_path) and masked-LM segments
+# (bertjax.data.segments.segments_path), and the temporary file of one being written
+PAIRS_PATTERNS = tuple(name for pattern in ("pairs-*.npy", "segments-*.npy")
+                       for name in (pattern, temporary_name(pattern)))
 
 
 def is_shard_directory(path: str | os.PathLike) -> bool:

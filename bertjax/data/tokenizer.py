@@ -21,7 +21,8 @@ from tokenizers import BertWordPieceTokenizer, Tokenizer
 from tokenizers.processors import BertProcessing, RobertaProcessing
 
 from bertjax.common.files import read_text, write_text_atomic
-from bertjax.config import BERT_SPECIAL_TOKENS, FAMILIES, MAX_VOCAB_SIZE, Family
+from bertjax.config import MAX_VOCAB_SIZE
+from bertjax.config.families import BERT_SPECIAL_TOKENS, FAMILIES, Family
 from bertjax.errors import InputError
 
 SPECIAL_TOKENS: dict[str, str] = dict(BERT_SPECIAL_TOKENS)  # what `train` gives a vocabulary
@@ -100,8 +101,14 @@ class WordPieceTokenizer:
         min_frequency: int = 2,
         limit_alphabet: int = 1000,
         show_progress: bool = False,
+        family: Family | None = None,
     ) -> WordPieceTokenizer:
         """Train on an iterator of sentences; `[PAD]` gets id 0, then `[UNK] [CLS] [SEP] [MASK]`.
+
+        `family` (default BERT's) spells the special tokens, in that order: a RoBERTa's
+        vocabulary has `<pad> <unk> <s> </s> <mask>` (ids 0 to 4) and its pair template. The
+        vocabulary is WordPiece whatever the family: RoBERTa's byte-level BPE and XLM-R's
+        SentencePiece are not trained here (they load from a tokenizer.json).
 
         Deterministic: the same sentences and options give the same vocabulary, ids included, in
         any process. `tokenizers` alone does not: it numbers the continuation pieces ("##e") in
@@ -115,6 +122,8 @@ class WordPieceTokenizer:
                              f"got {vocab_size:,}")
         if limit_alphabet < 1:
             raise InputError(f"limit_alphabet must be at least 1, got {limit_alphabet}")
+        family = family or FAMILIES["bert"]
+        specials = list(family.specials.values())
         wp = BertWordPieceTokenizer(lowercase=lowercase, strip_accents=None if lowercase else False)
         words = _word_counts(wp._tokenizer, sentences)
         if not words:
@@ -124,10 +133,10 @@ class WordPieceTokenizer:
         wp.train_from_iterator(
             _repeated_words(words), vocab_size=vocab_size, min_frequency=min_frequency,
             limit_alphabet=len(alphabet), initial_alphabet=alphabet,
-            special_tokens=[*SPECIAL_TOKENS.values(), *continuations], show_progress=show_progress,
+            special_tokens=[*specials, *continuations], show_progress=show_progress,
         )
-        tokenizer = cls(_only_special_tokens_added(wp._tokenizer),
-                        source=f"trained (vocab_size={vocab_size})")
+        tokenizer = cls(_only_special_tokens_added(wp._tokenizer, specials),
+                        source=f"trained (vocab_size={vocab_size})", family=family)
         if tokenizer.vocab_size > vocab_size:
             warnings.warn(f"the vocabulary has {tokenizer.vocab_size} tokens, not {vocab_size}: the "
                           f"special tokens, the corpus's {len(alphabet)} characters and their "
@@ -304,10 +313,9 @@ def _repeated_words(words: Counter[str], chunk: int = 4096) -> Iterator[str]:
             left -= n
 
 
-def _only_special_tokens_added(tokenizer: Tokenizer) -> Tokenizer:
+def _only_special_tokens_added(tokenizer: Tokenizer, specials: list[str]) -> Tokenizer:
     """The trained tokenizer without the continuation pieces as added tokens (they were added
-    only to fix their ids; as added tokens they would be matched in raw text)."""
+    only to fix their ids; as added tokens they would be matched in raw text): `specials` alone."""
     spec = json.loads(tokenizer.to_str())
-    spec["added_tokens"] = [t for t in spec["added_tokens"]
-                            if t["content"] in SPECIAL_TOKENS.values()]
+    spec["added_tokens"] = [t for t in spec["added_tokens"] if t["content"] in specials]
     return Tokenizer.from_str(json.dumps(spec))

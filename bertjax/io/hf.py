@@ -26,7 +26,8 @@ from safetensors import SafetensorError
 
 from bertjax.common.files import atomic_directory, check_output_directory, follow_umask
 from bertjax.common.input_overlap import Inputs
-from bertjax.config import FAMILIES, BertConfig
+from bertjax.config import BertConfig
+from bertjax.config.families import FAMILIES
 from bertjax.errors import InputError
 from bertjax.io.flax_msgpack import FLAX_WEIGHTS, FLAX_WEIGHTS_INDEX, read_flax_tensors
 from bertjax.io.hub import CONFIG
@@ -185,12 +186,8 @@ def architecture_in(data: Mapping[str, Any]) -> str | None:
     names = data.get("architectures")
     if not isinstance(names, list) or not names:
         return None
-    name = str(names[0])
     family = FAMILIES.get(str(data.get("model_type", "bert")), FAMILIES["bert"])
-    for prefix in (f"Flax{family.class_prefix}", family.class_prefix):
-        if name.startswith(prefix):
-            return "Bert" + name[len(prefix):]
-    return name
+    return family.bertjax_name(str(names[0]))
 
 
 def read_config_json(path: Path) -> dict[str, Any]:

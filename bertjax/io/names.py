@@ -8,6 +8,7 @@ pattern, under any encoder prefix. This module imports no framework and knows no
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable
 
@@ -57,20 +58,52 @@ CLASSIFIER_OF: dict[str, str] = {
     "BertForMultipleChoice": "choice_classifier.",
 }
 
-# The other families' Hugging Face names where they differ from BERT's, as (theirs, BERT's)
-# prefixes, first match wins: a checkpoint's names are read into BERT's (then ours, by the tables
-# above) and written back the same way, so the tables above serve every family.
-_ROBERTA_NAMES = [
-    ("roberta.", "bert."),
+# The other families' Hugging Face names where they differ from BERT's: a checkpoint's names are
+# read into BERT's (then ours, by the tables above) and written back the same way, so the tables
+# above serve every family. Per family: where its encoder is (for BERT's `bert.`), its encoder's
+# names relative to that (`{i}` a layer index), and its heads', as (theirs, BERT's) prefixes.
+@dataclasses.dataclass(frozen=True)
+class FamilyNames:
+    prefix: str = "bert."
+    encoder: tuple[tuple[str, str], ...] = ()
+    heads: tuple[tuple[str, str], ...] = ()
+
+
+_ROBERTA_NAMES = FamilyNames("roberta.", heads=(
     ("lm_head.dense.", "cls.predictions.transform.dense."),
     ("lm_head.layer_norm.", "cls.predictions.transform.LayerNorm."),
     ("lm_head.decoder.", "cls.predictions.decoder."),
     ("lm_head.bias", "cls.predictions.bias"),
-]
-HF_FAMILY_NAMES: dict[str, list[tuple[str, str]]] = {
-    "bert": [], "roberta": _ROBERTA_NAMES, "xlm-roberta": _ROBERTA_NAMES,
+))
+HF_FAMILY_NAMES: dict[str, FamilyNames] = {
+    "bert": FamilyNames(),
+    "roberta": _ROBERTA_NAMES,
+    "xlm-roberta": _ROBERTA_NAMES,
+    "distilbert": FamilyNames("distilbert.", encoder=tuple(
+        (f"transformer.layer.{{i}}.{theirs}", f"encoder.layer.{{i}}.{bert}") for theirs, bert in (
+            ("attention.q_lin.", "attention.self.query."),
+            ("attention.k_lin.", "attention.self.key."),
+            ("attention.v_lin.", "attention.self.value."),
+            ("attention.out_lin.", "attention.output.dense."),
+            ("sa_layer_norm.", "attention.output.LayerNorm."),
+            ("ffn.lin1.", "intermediate.dense."),
+            ("ffn.lin2.", "output.dense."),
+            ("output_layer_norm.", "output.LayerNorm."),
+        )), heads=(
+        ("vocab_transform.", "cls.predictions.transform.dense."),
+        ("vocab_layer_norm.", "cls.predictions.transform.LayerNorm."),
+        ("vocab_projector.weight", "cls.predictions.decoder.weight"),
+        ("vocab_projector.bias", "cls.predictions.bias"),
+        ("pre_classifier.", "bert.pooler.dense."),  # the classifiers' pooler, + ReLU
+    )),
+    "electra": FamilyNames("electra.", heads=(
+        ("generator_predictions.dense.", "cls.predictions.transform.dense."),
+        ("generator_predictions.LayerNorm.", "cls.predictions.transform.LayerNorm."),
+        ("generator_lm_head.weight", "cls.predictions.decoder.weight"),
+        ("generator_lm_head.bias", "cls.predictions.bias"),
+        ("sequence_summary.summary.", "bert.pooler.dense."),  # multiple choice's, + GELU
+    )),
 }
-
 # Hugging Face keys that carry no parameter of ours: a buffer, and the tied decoder.
 HF_DERIVED_KEYS = (
     "bert.embeddings.position_ids",
@@ -81,8 +114,9 @@ HF_DERIVED_KEYS = (
 # class lacks (left out). Which heads a class has, and so may initialise fresh when a checkpoint
 # lacks them, the class itself declares (`head_modules`); every other weight is required.
 POOLER = "bert.pooler."  # the encoder's one head (HF's MaskedLM, token and QA classes lack it)
+DISCRIMINATOR = "discriminator_predictions."  # ELECTRA's replaced-token detection
 HEAD_PREFIXES = (POOLER, "mlm_head.", "nsp_head.", "classifier.", "token_classifier.",
-                 "qa_outputs.", "choice_classifier.")
+                 "qa_outputs.", "choice_classifier.", DISCRIMINATOR)
 # How to get a checkpoint of a class with all its heads, by class name: the fix named when a
 # checkpoint lacks a head the class needs (`missing_heads="error"`); other classes get DEFAULT.
 MADE_BY: dict[str, str] = {
@@ -125,6 +159,7 @@ HF_OUTPUT_FIELDS: dict[str, dict[str, str]] = {
     "BertForTokenClassification": {"logits": "logits"},
     "BertForQuestionAnswering": {"start_logits": "start_logits", "end_logits": "end_logits"},
     "BertForMultipleChoice": {"logits": "logits"},
+    "BertForReplacedTokenDetection": {"logits": "logits"},
 }
 
 
@@ -187,32 +222,58 @@ def checkpoint_name(name: str, base_model_prefix: str) -> str:
     return BASE_PREFIX + name[len(own):]
 
 
-def _swap_prefix(name: str, table: list[tuple[str, str]], reverse: bool) -> str:
-    for theirs, bert in table:
-        source, target = (bert, theirs) if reverse else (theirs, bert)
-        if name.startswith(source):
-            return target + name[len(source):]
-    return name
-
-
-def from_family_name(name: str, model_type: str) -> str:
-    """A Hugging Face name of a `model_type` checkpoint -> BERT's name for it
-    (`roberta.encoder...` -> `bert.encoder...`, `lm_head.dense.` -> `cls.predictions...`)."""
-    return _swap_prefix(name, HF_FAMILY_NAMES[model_type], reverse=False)
-
-
-def to_family_name(name: str, model_type: str) -> str:
-    """BERT's Hugging Face name -> the `model_type` family's (the inverse of
-    `from_family_name`)."""
-    return _swap_prefix(name, HF_FAMILY_NAMES[model_type], reverse=True)
-
-
 def normalise_hf_key(key: str) -> str:
     """Accept the variants found in the wild: no `bert.` prefix, TF-era gamma/beta leaves."""
-    if not key.startswith(("bert.", "cls.", HF_CLASSIFIER, "qa_outputs.")):
+    if not key.startswith(("bert.", "cls.", HF_CLASSIFIER, "qa_outputs.", DISCRIMINATOR)):
         key = "bert." + key
     if key.endswith(".gamma"):
         key = key[: -len("gamma")] + "weight"
     elif key.endswith(".beta"):
         key = key[: -len("beta")] + "bias"
     return key
+
+
+_FAMILY_RULES = {model_type: (_compile(list(names.encoder), True),
+                              _compile(list(names.encoder), False))
+                 for model_type, names in HF_FAMILY_NAMES.items()}
+
+
+def _swap(name: str, table: Iterable[tuple[str, str]], reverse: bool) -> str | None:
+    """`name` with the first matching prefix of `table` swapped, None if none matches."""
+    for theirs, bert in table:
+        source, target = (bert, theirs) if reverse else (theirs, bert)
+        if name.startswith(source):
+            return target + name[len(source):]
+    return None
+
+
+def _encoder_rules(rules: _Rules, name: str) -> str:
+    return next((p.sub(r, name, count=1) for p, r in rules if p.match(name)), name)
+
+
+def from_family_name(name: str, model_type: str) -> str:
+    """A Hugging Face name of a `model_type` checkpoint -> BERT's name for it
+    (`roberta.encoder...` -> `bert.encoder...`, `distilbert.transformer.layer.0.ffn.lin1.` ->
+    `bert.encoder.layer.0.intermediate.dense.`, `lm_head.dense.` -> `cls.predictions...`); a
+    bare encoder's name (no prefix) stays bare."""
+    names = HF_FAMILY_NAMES[model_type]
+    head = _swap(name, names.heads, reverse=False)
+    if head is not None:
+        return head
+    to_bert = _FAMILY_RULES[model_type][1]
+    if name.startswith(names.prefix):
+        return BASE_PREFIX + _encoder_rules(to_bert, name[len(names.prefix):])
+    return _encoder_rules(to_bert, name)
+
+
+def to_family_name(name: str, model_type: str) -> str:
+    """BERT's Hugging Face name -> the `model_type` family's (the inverse of
+    `from_family_name`)."""
+    names = HF_FAMILY_NAMES[model_type]
+    head = _swap(name, names.heads, reverse=True)
+    if head is not None:
+        return head
+    to_family = _FAMILY_RULES[model_type][0]
+    if name.startswith(BASE_PREFIX):
+        return names.prefix + _encoder_rules(to_family, name[len(BASE_PREFIX):])
+    return _encoder_rules(to_family, name)

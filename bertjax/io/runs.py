@@ -22,6 +22,7 @@ from bertjax.errors import InputError
 from bertjax.io.report import LoadReport
 from bertjax.io.source import RUN, ModelSource
 from bertjax.io.weights import build_model, missing_heads_error, saved_params_to_numpy
+from bertjax.runs.config import RunConfig
 from bertjax.runs.layout import RunDir
 from bertjax.train.saved import (
     CheckpointCorruptWarning,
@@ -31,8 +32,26 @@ from bertjax.train.saved import (
     read_params,
 )
 
-# the head modules every run's checkpoint holds: `bertjax pretrain` trains a BertForPreTraining
+# the head modules a run's checkpoint holds: `bertjax pretrain` trains a BertForPreTraining, or
+# with train.objective=mlm a BertForMaskedLM (`RunConfig.model_class`)
 RUN_HEADS = ("pooler", "mlm_head", "nsp_head")
+MASKED_LM_RUN_HEADS = ("mlm_head",)
+
+
+def run_heads(config: RunConfig) -> tuple[str, ...]:
+    """The head modules the checkpoints of a run of `config` hold."""
+    return RUN_HEADS if config.next_sentence else MASKED_LM_RUN_HEADS
+
+
+def run_class_name(root: str | Path) -> str:
+    """The name of the class the run in `root` trains (`RunConfig.model_class`), from its
+    run_config.json (a damaged one is an InputError naming it)."""
+    run = RunDir(root)
+    saved = run.saved_config(reading=True)
+    if saved is None:
+        raise InputError(f"{run.config} is missing; pass a `bertjax pretrain` run directory or a "
+                         "Hugging Face model")
+    return RunConfig.from_dict(saved, source=str(run.config)).model_class
 
 
 def _readable(directory: Path, step: int) -> bool:
@@ -136,13 +155,13 @@ def load_run_model(
     source = root if isinstance(root, ModelSource) else ModelSource(str(root), Path(root), RUN)
     run = RunDir(source.directory)
     config, tokenizer = run.finished_config()
-    lacking = [h for h in model_cls.head_modules if h not in RUN_HEADS]
+    lacking = [h for h in model_cls.head_modules if h not in run_heads(config)]
     if lacking and missing_heads == "error":  # said before a step is read (or found damaged)
         raise missing_heads_error(str(run), lacking, model_cls)
     found = read_run_checkpoint(run, step)
     check_run_tokenizer(run, tokenizer, found)
-    bert_config = config.bert_config(tokenizer.vocab_size).replace(
-        **{"pad_token_id": tokenizer.special.pad, **config_overrides})
+    bert_config = config.bert_config(tokenizer.vocab_size, tokenizer.special.pad).replace(
+        **config_overrides)
     model, report = build_model(
         saved_params_to_numpy(found.params), bert_config, model_cls, seed=seed,
         source=f"{run} step {found.step}", missing_heads=missing_heads,

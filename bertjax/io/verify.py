@@ -130,7 +130,8 @@ def check_transformers(model: Any, ours: dict[str, np.ndarray], directory: Path,
     except ImportError:
         return ("not checked with transformers: it is not installed (pip install transformers "
                 "torch to have every export loaded by it)")
-    fields = HF_OUTPUT_FIELDS[type(model).__name__]
+    fields = {k: v for k, v in HF_OUTPUT_FIELDS[type(model).__name__].items()
+              if k in ours}  # a bare DistilBERT or ELECTRA encoder has no pooled output
     name = model.config.family.class_name(type(model).__name__)  # transformers' (RoBERTa's, ...)
     if model.config.dtype != "float32":  # compare float32 with float32: the same weights
         ours = outputs_of(load_model(directory, type(model), dtype="float32")[0], batch)

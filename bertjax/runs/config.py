@@ -13,6 +13,10 @@ bundled Shakespeare corpus, tuned to learn as much as it can in under 10 minutes
 prediction stays at chance in this budget, even trained alone (`train.mlm_loss_weight=0`); the
 recipe draws NotNext from the other half of the corpus (`data.not_next`), as BERT's pairs carry
 another subject.
+
+`train.objective=mlm` pre-trains a masked LM alone, RoBERTa's recipe (full-sentence segments,
+no pairs, no NSP head: `bertjax.data.segments`), for any family of `PRETRAIN_FAMILIES`
+(`model.model_type`); a family pre-trained without a next-sentence head (RoBERTa) needs it.
 """
 
 from __future__ import annotations
@@ -31,11 +35,16 @@ from bertjax.config import (
     PRESETS,
     BertConfig,
 )
+from bertjax.config.families import FAMILIES, Family
 from bertjax.data.pair_packing import PACKINGS
 from bertjax.data.pairs import NOT_NEXT_CHOICES
 from bertjax.errors import InputError
-from bertjax.train.choices import PARALLEL_CHOICES, PRNG_IMPLS
+from bertjax.train.choices import OBJECTIVES, PARALLEL_CHOICES, PRNG_IMPLS
 from bertjax.train.schedule import OptimConfig
+
+# The families `bertjax pretrain` trains (`bertjax.config.families.FAMILIES`): BERT, and RoBERTa's
+# architecture (a WordPiece vocabulary with its special tokens: `WordPieceTokenizer.train`).
+PRETRAIN_FAMILIES = ("bert", "roberta", "xlm-roberta")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,11 +52,19 @@ class ModelSection:
     """Which BERT: a preset size plus the few fields a pre-training run may change."""
 
     preset: str = _f("mini", "model size from bertjax.config.PRESETS", tuple(sorted(PRESETS)))
+    model_type: str = _f("bert", "the family (bertjax.config.families): bert; roberta or "
+                         "xlm-roberta (RoBERTa's architecture: positions from pad + 1, one token "
+                         "type, special tokens <s> </s> <pad> <unk> <mask> in a WordPiece "
+                         "vocabulary, not their byte-level BPE or SentencePiece) have no "
+                         "next-sentence head and train with train.objective=mlm",
+                         PRETRAIN_FAMILIES)
     hidden_dropout_prob: float = _f(0.0, "dropout on embeddings and residual branches",
                                     check="probability")
     attention_probs_dropout_prob: float = _f(0.0, "dropout on attention probabilities",
                                              check="probability")
-    max_position_embeddings: int = _f(0, "position table size; 0 keeps the preset's",
+    max_position_embeddings: int = _f(0, "position table size; 0 keeps the preset's, plus the "
+                                      "rows before the first position for a family whose "
+                                      "positions start at pad + 1 (roberta: 128 + 1 for tiny)",
                                       check="non_negative")
     dtype: str = _f("float32", "compute dtype of activations and matmuls", COMPUTE_DTYPES)
     attn_implementation: str = _f("auto", "attention: exact einsum + float32 softmax, fused "
@@ -85,8 +102,8 @@ class DataSection:
     text_field: str = _f("text", "the JSON field or Parquet/Arrow column that holds the text")
     vocab_size: int = _f(512, "WordPiece vocabulary size (trained on the training split)",
                          minimum=32, maximum=MAX_VOCAB_SIZE)
-    seq_len: int = _f(128, "tokens per sequence, [CLS] A [SEP] B [SEP] included",
-                      minimum=MIN_SEQ_LEN)
+    seq_len: int = _f(128, "tokens per sequence, [CLS] A [SEP] B [SEP] included ([CLS] text "
+                      "[SEP] for train.objective=mlm)", minimum=MIN_SEQ_LEN)
     max_predictions: int = _f(20, "masked positions per row (static shape); each sequence keeps "
                               "its own 15%, up to this many", check="positive")
     mask_prob: float = _f(0.15, "fraction of tokens chosen for prediction (80/10/10); held-out "
@@ -96,14 +113,15 @@ class DataSection:
                          "processes; a packed row holds several sequences)", check="positive")
     eval_batches: int = _f(64, "batches of the held-out split in each evaluation (the pairs of "
                            "that many unpacked batches, packed or not)", check="positive")
-    packing: str = _f("auto", "several [CLS] A [SEP] B [SEP] pairs per row, packed by best-fit "
-                      "decreasing, each masked as alone (max_predictions per row); auto: best-fit "
-                      "where the pairs fill under 80% of their unpacked rows (short documents), "
-                      "none otherwise (the bundled plays)", PACKINGS)
+    packing: str = _f("auto", "several [CLS] A [SEP] B [SEP] pairs (or train.objective=mlm's "
+                      "segments) per row, packed by best-fit decreasing, each masked as alone "
+                      "(max_predictions per row); auto: best-fit where they fill under 80% of "
+                      "their unpacked rows (short documents), none otherwise (the bundled plays)",
+                      PACKINGS)
     not_next: str = _f("far", "where a NotNext pair's B comes from: 'far', a document of the other "
                        "half of the corpus (a distant part, another play for the bundled ones); "
-                       "'any', any other document (BERT's rule, often the same play here)",
-                       NOT_NEXT_CHOICES)
+                       "'any', any other document (BERT's rule, often the same play here); "
+                       "train.objective=mlm has no NotNext", NOT_NEXT_CHOICES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,12 +143,16 @@ class TrainSection:
     prng_impl: str = _f("threefry2x32", "PRNG of dropout (rbg/unsafe_rbg: cheaper on GPU/TPU)",
                         PRNG_IMPLS)
     fsdp: int = _f(1, "FSDP (parameter sharding) degree for parallel='mesh'", check="positive")
+    objective: str = _f("mlm+nsp", "what is pre-trained: mlm+nsp, BERT's masked LM and "
+                        "next-sentence prediction on pairs (BertForPreTraining); mlm, RoBERTa's "
+                        "masked LM alone on full-sentence segments (BertForMaskedLM, no NSP head; "
+                        "what roberta and xlm-roberta need)", OBJECTIVES)
     mlm_loss_weight: float = _f(1.0, "weight of the masked-LM loss in the loss trained on (0: "
-                                "next-sentence prediction alone; MLM is still evaluated)",
-                                check="non_negative")
+                                "next-sentence prediction alone; MLM is still evaluated); "
+                                "train.objective=mlm+nsp only", check="non_negative")
     nsp_loss_weight: float = _f(1.0, "weight of the next-sentence-prediction loss in the loss "
-                                "trained on (0: masked LM alone; NSP is still evaluated)",
-                                check="non_negative")
+                                "trained on (0: masked LM alone, NSP still evaluated and its "
+                                "head kept); train.objective=mlm+nsp only", check="non_negative")
 
 
 SECTIONS: dict[str, type] = {
@@ -152,7 +174,8 @@ DEFAULTS: dict[str, Any] = {
 ADDED_LATER: dict[str, Any] = {"model.local_attention_layers": 0, "data.text_field": "text",
                                "data.packing": "none", "optim.flatten": False,
                                "train.mlm_loss_weight": 1.0, "train.nsp_loss_weight": 1.0,
-                               "data.not_next": "any"}
+                               "data.not_next": "any", "model.model_type": "bert",
+                               "train.objective": "mlm+nsp"}
 
 
 def complete_saved(saved: dict[str, Any]) -> dict[str, Any]:
@@ -205,9 +228,31 @@ class RunConfig:
         defaults; every name and value checked."""
         return build(cls, flatten(data), source=source)
 
-    def bert_config(self, vocab_size: int | None = None) -> BertConfig:
-        """The model's BertConfig; `vocab_size` is the trained tokenizer's actual size."""
+    @property
+    def family(self) -> Family:
+        """The model's family (`model.model_type`)."""
+        return FAMILIES[self.model.model_type]
+
+    @property
+    def next_sentence(self) -> bool:
+        """Whether the run pre-trains next-sentence prediction (train.objective=mlm+nsp)."""
+        return self.train.objective == "mlm+nsp"
+
+    @property
+    def model_class(self) -> str:
+        """The name of the class the run trains and its checkpoints hold (`bertjax.heads`)."""
+        return "BertForPreTraining" if self.next_sentence else "BertForMaskedLM"
+
+    def bert_config(self, vocab_size: int | None = None, pad_token_id: int = 0) -> BertConfig:
+        """The model's BertConfig; `vocab_size` and `pad_token_id` are the trained tokenizer's
+        (its [PAD] or <pad> is id 0). A family whose positions start at pad + 1 gets as many
+        more rows as `model.max_position_embeddings` (or the preset's) and one token type per
+        segment type it uses (RoBERTa: 1)."""
+        family = self.family
         overrides: dict[str, Any] = {
+            "model_type": family.model_type,
+            "type_vocab_size": family.second_segment_type + 1,
+            "pad_token_id": pad_token_id,
             "vocab_size": vocab_size or self.data.vocab_size,
             "hidden_dropout_prob": self.model.hidden_dropout_prob,
             "attention_probs_dropout_prob": self.model.attention_probs_dropout_prob,
@@ -218,7 +263,11 @@ class RunConfig:
         }
         if self.model.max_position_embeddings:
             overrides["max_position_embeddings"] = self.model.max_position_embeddings
-        return BertConfig.from_preset(self.model.preset, **overrides)
+        config = BertConfig.from_preset(self.model.preset, **overrides)
+        if self.model.max_position_embeddings or not config.position_offset:
+            return config
+        return config.replace(  # the preset's positions, after the rows before the first one
+            max_position_embeddings=config.max_position_embeddings + config.position_offset)
 
 
 def load(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
@@ -245,13 +294,23 @@ def validate(config: RunConfig) -> None:
     own type, choices and range are checked as it is read: `bertjax.common.options`)."""
     check(config)
     m, d, t = config.model, config.data, config.train
+    if config.next_sentence and not config.family.next_sentence:
+        raise InputError(f"model.model_type={m.model_type!r} has no next-sentence head ("
+                         f"{m.model_type} is pre-trained as a masked LM alone), so "
+                         "train.objective='mlm+nsp' cannot train it; pass --train.objective mlm")
+    if not config.next_sentence and (t.mlm_loss_weight, t.nsp_loss_weight) != (1.0, 1.0):
+        raise InputError("train.mlm_loss_weight and train.nsp_loss_weight weigh the parts of "
+                         "train.objective='mlm+nsp'; train.objective='mlm' trains the masked LM "
+                         "alone: leave them out")
     if d.max_predictions > d.seq_len:
         raise InputError(
             f"data.max_predictions ({d.max_predictions}) exceeds data.seq_len ({d.seq_len})")
-    positions = m.max_position_embeddings or PRESETS[m.preset].get("max_position_embeddings", 512)
-    if d.seq_len > positions:
-        raise InputError(
-            f"data.seq_len ({d.seq_len}) exceeds the model's max_position_embeddings ({positions})")
+    bert = config.bert_config()  # BertConfig checks the rest (dropout ranges, dtype)
+    if d.seq_len > bert.max_sequence_length:
+        raise InputError(f"data.seq_len ({d.seq_len}) exceeds the model's {bert.positions_limit}"
+                         + (f"; set model.max_position_embeddings to at least "
+                            f"{d.seq_len + bert.position_offset}" if bert.position_offset
+                            else ""))
     if t.fsdp > 1 and t.parallel != "mesh":
         raise InputError(f"train.fsdp={t.fsdp} shards parameters over a mesh, which "
                          f"train.parallel={t.parallel!r} does not use; pass --train.parallel mesh "
@@ -263,4 +322,3 @@ def validate(config: RunConfig) -> None:
         raise InputError("optim.flatten puts every gradient in one vector, which train.fsdp="
                          f"{t.fsdp} would gather from its shards on each step; leave one of them "
                          "out")
-    config.bert_config()  # BertConfig checks the rest (dropout ranges, dtype)

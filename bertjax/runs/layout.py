@@ -115,8 +115,8 @@ class RunDir:
         if not self.tokenizer.is_file():
             raise InputError(f"{self.root} is a run without its tokenizer: "
                                     f"{self.tokenizer} is missing; {self._tokenizer_fix()}")
-        return (RunConfig.from_dict(saved, source=str(self.config)),
-                WordPieceTokenizer.load(self.tokenizer))
+        config = RunConfig.from_dict(saved, source=str(self.config))
+        return config, WordPieceTokenizer.load(self.tokenizer, family=config.family)
 
     def _tokenizer_fix(self) -> str:
         """How to put back a run's tokenizer.json: its shards keep a copy."""

@@ -9,3 +9,6 @@ PARALLEL_CHOICES = ("none", "pmap", "mesh")  # bertjax.train.parallel.STRATEGIES
 # JAX's PRNG implementations for dropout: threefry (JAX's default, counter-based, many integer
 # ops per bit), rbg and unsafe_rbg (XLA's RngBitGenerator: far cheaper on GPUs and TPUs).
 PRNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
+# What `bertjax pretrain` trains (train.objective): BERT's masked LM + next-sentence prediction
+# on pairs, or RoBERTa's masked LM alone on full-sentence segments (bertjax.train.objectives).
+OBJECTIVES = ("mlm+nsp", "mlm")

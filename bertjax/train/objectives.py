@@ -19,7 +19,9 @@ import numpy as np
 from bertjax.inputs import packing_options
 from bertjax.losses import (
     IGNORE_INDEX,
+    argmax_is,
     classification_sums,
+    cross_entropy,
     loss_from_sums,
     metrics_from_sums,
     nsp_count,
@@ -74,6 +76,53 @@ def pretraining(mlm_weight: float = 1.0, nsp_weight: float = 1.0) -> Objective:
 
 
 PRETRAINING = pretraining()
+
+# The next-sentence sums a masked LM alone does not have, as nothing: the pre-training loss and
+# means (`bertjax.losses`) then read the masked-LM part alone.
+_NO_NEXT_SENTENCE = {"nsp_loss_sum": 0.0, "nsp_count": 0.0, "nsp_correct": 0.0}
+
+
+def masked_lm_sums(mlm_logits: jax.Array, batch: Batch) -> Sums:
+    """The masked-LM sums of `bertjax.losses.pretraining_sums` (logits (B, P, V) at
+    `masked_positions`, `masked_ids` and `masked_weights` (B, P)), without next-sentence ones."""
+    weights = batch["masked_weights"].astype(jnp.float32)  # (B, P)
+    ce = cross_entropy(mlm_logits.astype(jnp.float32), batch["masked_ids"])  # (B, P)
+    return {"mlm_loss_sum": jnp.sum(ce * weights), "mlm_weight": jnp.sum(weights),
+            "mlm_correct": jnp.sum(argmax_is(mlm_logits, batch["masked_ids"]) * weights)}
+
+
+def pretraining_means(sums: dict[str, Any]) -> dict[str, Any]:
+    """Means from summed pre-training counts (JAX or host numbers): MLM loss, accuracy and
+    perplexity, and NSP loss and accuracy where the sums have them (not for masked LM alone)."""
+    if "nsp_count" in sums:
+        return metrics_from_sums(sums)
+    means = metrics_from_sums({**sums, **_NO_NEXT_SENTENCE})
+    return {k: v for k, v in means.items() if not k.startswith("nsp_")}
+
+
+def _masked_lm_sums(model: Any, batch: Batch, rng: jax.Array | None) -> Sums:
+    out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
+                batch["masked_positions"], deterministic=rng is None, dropout_rng=rng,
+                **packing_options(batch))
+    return masked_lm_sums(out.mlm_logits, batch)
+
+
+def _masked_lm_metrics(sums: Sums) -> dict[str, jax.Array]:
+    means = pretraining_means(sums)
+    del means["perplexity"]
+    return {"loss": means["mlm_loss"], **means}
+
+
+# Masked LM alone (RoBERTa's pre-training; `bertjax pretrain --train.objective mlm`): a model with
+# the MLM head (BertForMaskedLM) on batches without next-sentence labels; the mean MLM loss over
+# the global batch's predictions, as `pretraining` with no NSP part.
+MASKED_LM = Objective(
+    forward_sums=_masked_lm_sums,
+    counts=lambda batch: {"predictions": jnp.sum(batch["masked_weights"].astype(jnp.float32))},
+    loss=lambda sums, counts: loss_from_sums({**sums, **_NO_NEXT_SENTENCE},
+                                             counts["predictions"], jnp.float32(1.0),
+                                             nsp_weight=0.0),
+    metrics=_masked_lm_metrics)
 
 
 def _forward(model: Any, batch: Batch, rng: jax.Array | None) -> Any:

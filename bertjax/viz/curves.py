@@ -66,7 +66,8 @@ def _save(fig: Figure, png_path: str | Path, dpi: int = 100) -> Path:
 
 def plot_curves(records: Iterable[dict[str, Any]], png_path: str | Path, *, title: str = "") -> Path:
     """Training and evaluation curves (losses, MLM accuracy vs baseline, NSP accuracy) as a PNG,
-    from a run's metrics records (`bertjax.train.metrics.read_jsonl`)."""
+    from a run's metrics records (`bertjax.train.metrics.read_jsonl`). A run of masked LM alone
+    has no NSP lines: its third panel shows the learning rate alone, and says so."""
     records = list(records)
     train = [r for r in records if r.get("kind") == "train"]
     evals = [r for r in records if r.get("kind") == "eval"]
@@ -81,7 +82,8 @@ def plot_curves(records: Iterable[dict[str, Any]], png_path: str | Path, *, titl
         (train, "mlm_accuracy", "train MLM accuracy", "-", w),
         (evals, "mlm_accuracy", "eval MLM accuracy", "o-", 1),
         (evals, "baseline_accuracy", "most-frequent-token baseline", "--", 1)])
-    _panel(nsp, "next-sentence accuracy", [
+    next_sentence = any("nsp_accuracy" in r for r in records)
+    _panel(nsp, "next-sentence accuracy" if next_sentence else "learning rate (masked LM alone)", [
         (train, "nsp_accuracy", "train NSP accuracy", "-", w),
         (evals, "nsp_accuracy", "eval NSP accuracy", "o-", 1),
         (train, "learning_rate", "LR / peak LR", ":", 1)])

@@ -23,9 +23,9 @@ from bertjax.runs.layout import RunDir
 from bertjax.train.distributed import barrier, gather_rows
 
 SPLITS = ("train", "eval")
-# the options the vocabulary and the shards are made from: a run's cached data is made anew
-# when they change
-CACHE_OPTIONS = ("data.corpus", "data.text_field", "data.vocab_size")
+# the options the vocabulary and the shards are made from (the family spells the special
+# tokens): a run's cached data is made anew when they change
+CACHE_OPTIONS = ("data.corpus", "data.text_field", "data.vocab_size", "model.model_type")
 EVAL_SEED = 12345  # the held-out batches' masks and pairs: the same in every evaluation and run
 # The held-out batches are masked at BERT's rate whatever the run trains with, so accuracies and
 # baseline ratios compare across recipes; a run at another rate is also evaluated at its own.
@@ -41,6 +41,7 @@ class PretrainData:
     train: PretrainingBatches  # iterator of batches with get_state() / set_state(state)
     eval_batches: list[Batch]  # fixed held-out batches (this process's rows), masked at 15%
     vocab_size: int
+    pad_id: int  # the vocabulary's padding token (the model's pad_token_id)
     baseline_token: str  # the most frequent held-out target (all processes' rows)
     baseline_accuracy: float  # the accuracy of always predicting it
     # the same held-out pairs masked at the run's own rate; empty when that is EVAL_MASK_PROB
@@ -71,7 +72,7 @@ def open_data(config: rc.RunConfig, run: RunDir, *, rebuild: bool = False,
         else:
             _complete(config, run, poll)
     barrier("bertjax_pretrain_data_ready")  # process 0's vocabulary and shards are on disk
-    tok = WordPieceTokenizer.load(run.tokenizer)
+    tok = WordPieceTokenizer.load(run.tokenizer, family=config.family)
     train = training_batches(run, config, tok)
     eval_batches = held_out_batches(run, config, tok, packing=train.packing)
     own_rate = ([] if d.mask_prob == EVAL_MASK_PROB
@@ -79,7 +80,7 @@ def open_data(config: rc.RunConfig, run: RunDir, *, rebuild: bool = False,
                                       packing=train.packing))
     token, accuracy = baseline(gather_rows(eval_batches, ("masked_ids", "masked_weights")))
     return PretrainData(train=train, eval_batches=eval_batches, vocab_size=tok.vocab_size,
-                        baseline_token=tok.id_to_token(token), baseline_accuracy=accuracy,
+                        pad_id=tok.special.pad, baseline_token=tok.id_to_token(token), baseline_accuracy=accuracy,
                         own_rate_batches=own_rate, packing_note=packing_note(config, train))
 
 
@@ -88,6 +89,7 @@ def _batch_options(config: rc.RunConfig, tok: WordPieceTokenizer) -> dict[str, A
     d = config.data
     return dict(seq_len=d.seq_len, global_batch_size=d.batch_size,
                 max_predictions=d.max_predictions, not_next=d.not_next,
+                next_sentence=config.next_sentence,
                 process_index=jax.process_index(), process_count=jax.process_count(),
                 tokenizer=tok, cache_pairs=True)  # the job owns its run's shards: pairs kept there
 
@@ -103,10 +105,11 @@ def training_batches(run: RunDir, config: rc.RunConfig, tok: WordPieceTokenizer
 
 def held_out_batches(run: RunDir, config: rc.RunConfig, tok: WordPieceTokenizer, *,
                      mask_prob: float = EVAL_MASK_PROB, packing: str = "none") -> list[Batch]:
-    """The pairs of the first `data.eval_batches` unpacked batches of the held-out split,
-    masked at `mask_prob` (the same pairs and masks in every evaluation and run); with
-    `packing` ("best-fit") packed into fewer batches of rows. The metrics are the same either
-    way: every pair is masked as alone, and the sums run over the same predictions and pairs."""
+    """The pairs (or segments) of the first `data.eval_batches` unpacked batches of the
+    held-out split, masked at `mask_prob` (the same pairs and masks in every evaluation and
+    run); with `packing` ("best-fit") packed into fewer batches of rows. The metrics are the
+    same either way: every pair is masked as alone, and the sums run over the same predictions
+    and pairs."""
     held_out = PretrainingBatches(run.data("eval"), seed=EVAL_SEED, mask_prob=mask_prob,
                                   **_batch_options(config, tok))
     if packing == "none":
@@ -121,12 +124,12 @@ def held_out_batches(run: RunDir, config: rc.RunConfig, tok: WordPieceTokenizer,
 
 def packing_note(config: rc.RunConfig, train: PretrainingBatches) -> str:
     """What packing the run trains with, in words (and why, for "auto")."""
-    share = real_token_share(train.lengths, train.seq_len)
-    why = (f" (data.packing=auto: the pairs fill {share:.0%} of unpacked rows)"
+    share, unit = real_token_share(train.lengths, train.seq_len), train.unit
+    why = (f" (data.packing=auto: the {unit}s fill {share:.0%} of unpacked rows)"
            if config.data.packing == "auto" else "")
     if train.packing == "none":
-        return f"packing: none, one pair per row{why}"
-    return (f"packing: {train.packing}, {train.num_pairs} pairs in about "
+        return f"packing: none, one {unit} per row{why}"
+    return (f"packing: {train.packing}, {train.num_pairs} {unit}s in about "
             f"{train.plan(0).num_rows} rows of {train.seq_len} tokens per epoch{why}")
 
 
@@ -174,8 +177,8 @@ class CorpusError(InputError):
 def _vocabulary(config: rc.RunConfig, poll: Callable[[], None] | None) -> WordPieceTokenizer:
     d = config.data
     sentences = (s for doc in _documents(config, "train", poll) for s in doc)
-    try:
-        return WordPieceTokenizer.train(sentences, vocab_size=d.vocab_size)
+    try:  # WordPiece with the family's special tokens (RoBERTa's <s> ... </s> too)
+        return WordPieceTokenizer.train(sentences, vocab_size=d.vocab_size, family=config.family)
     except ValueError as err:  # an empty corpus
         raise CorpusError.of(d.corpus, err) from err
 
@@ -185,7 +188,7 @@ def _shards(config: rc.RunConfig, split: str, tok: WordPieceTokenizer, out: Path
     corpus = config.data.corpus
     try:
         write_shards(_documents(config, split, poll), tok, out, corpus=corpus, overwrite=True,
-                     min_documents=2)  # next-sentence prediction draws B from another one
+                     min_documents=2 if config.next_sentence else 1)  # NotNext: another one
     except ValueError as err:  # too few documents
         raise CorpusError.of(corpus, err) from err
 
@@ -204,7 +207,7 @@ def _complete(config: rc.RunConfig, run: RunDir, poll: Callable[[], None] | None
     """Make what a run's data lacks (a set-up stopped part way), reusing what is there."""
     if not run.tokenizer.is_file():
         _vocabulary(config, poll).save(run.root)
-    tok = WordPieceTokenizer.load(run.tokenizer)
+    tok = WordPieceTokenizer.load(run.tokenizer, family=config.family)
     for split in SPLITS:
         if not (run.data(split) / "meta.json").is_file():
             _shards(config, split, tok, run.data(split), poll)

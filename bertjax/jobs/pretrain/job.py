@@ -30,7 +30,7 @@ from flax import nnx
 
 from bertjax.common.console import quiet, to_stderr
 from bertjax.common.files import write_json_atomic
-from bertjax.heads import BertForPreTraining
+from bertjax.heads import MODEL_CLASSES, BertForMaskedLM, BertForPreTraining
 from bertjax.jobs.pretrain.data import PretrainData, accuracy_ratio, check_corpus, open_data
 from bertjax.jobs.pretrain.start import (
     PretrainError,
@@ -47,7 +47,6 @@ from bertjax.jobs.pretrain.summary import (
     write_summary,
 )
 from bertjax.jobs.stop import NOTHING_TO_SAVE, SAVING, SETTING_UP, Interrupted, StopRequest
-from bertjax.losses import metrics_from_sums
 from bertjax.runs import config as rc
 from bertjax.runs.layout import RunDir
 from bertjax.train.assembly import Strategy, assemble
@@ -56,7 +55,7 @@ from bertjax.train.distributed import allgather_json, barrier
 from bertjax.train.local_init import local_attention_init
 from bertjax.train.loop import NonFiniteLossError, PendingMetrics, StepSchedule, TrainClock, flush_and_tick
 from bertjax.train.metrics import MetricsWriter
-from bertjax.train.objectives import pretraining
+from bertjax.train.objectives import MASKED_LM, Objective, pretraining, pretraining_means
 from bertjax.train.parallel import make_strategy
 from bertjax.train.prefetch import Prefetch
 from bertjax.train.step import Batch, Metrics, TrainState
@@ -64,7 +63,8 @@ from bertjax.train.step import Batch, Metrics, TrainState
 __all__ = ["TRAIN_METRIC_KEYS", "NonFiniteLossError", "PretrainError", "PretrainResult",
            "check_run_dir", "initialise_model", "pretrain", "resume_command"]
 
-# Keys of a train record that are a pure function of (config, step): the resume test compares them.
+# Keys of a train record that are a pure function of (config, step): the resume test compares them
+# (a run of masked LM alone has no nsp_* keys).
 TRAIN_METRIC_KEYS = (
     "loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy", "grad_norm", "learning_rate",
 )
@@ -187,9 +187,9 @@ def _set_up(config: rc.RunConfig, run: RunDir, start: RunStart, stop: StopReques
     checkpointer = Checkpointer(run.checkpoints, keep_last=train.keep_checkpoints,
                                 keep_best=1, quarantine=run.corrupt_checkpoints)
     try:
-        model = initialise_model(config, data.vocab_size)
+        model = initialise_model(config, data.vocab_size, data.pad_id)
         training = assemble(model, optim, strategy, seed=train.seed, prng_impl=train.prng_impl,
-                            objective=pretraining(train.mlm_loss_weight, train.nsp_loss_weight))
+                            objective=objective(config))
         del model
         stop.poll()
         n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(training.state.params))
@@ -202,7 +202,7 @@ def _set_up(config: rc.RunConfig, run: RunDir, start: RunStart, stop: StopReques
     if start_step >= train.steps:
         say(f"run already finished ({start_step} of {train.steps} steps): nothing to train")
     else:
-        say(f"pretrain: {config.model.preset} ({n_params / 1e6:.2f}M params, vocab "
+        say(f"pretrain: {_what(config)} ({n_params / 1e6:.2f}M params, vocab "
             f"{data.vocab_size}), batch {config.data.batch_size} x seq {config.data.seq_len}, "
             f"{train.steps} steps, {jax.device_count()} device(s) x {jax.process_count()} "
             f"process(es), {f'resuming at step {start_step}' if start_step else 'from scratch'}")
@@ -215,10 +215,29 @@ def _set_up(config: rc.RunConfig, run: RunDir, start: RunStart, stop: StopReques
     return job, strategy.place_state(state)
 
 
-def initialise_model(config: rc.RunConfig, vocab_size: int) -> BertForPreTraining:
-    """The run's model at step 0: BERT's initialisation from `train.seed`, then the
-    local-attention heads where the configuration (resolved for its preset) asks for them."""
-    model = BertForPreTraining(config.bert_config(vocab_size), rngs=nnx.Rngs(config.train.seed))
+def _what(config: rc.RunConfig) -> str:
+    """The model a run trains, in words: its preset, and its family and objective unless BERT's."""
+    if config.next_sentence and config.model.model_type == "bert":
+        return config.model.preset
+    return f"{config.model.preset} {config.model.model_type} {config.model_class}"
+
+
+def objective(config: rc.RunConfig) -> Objective:
+    """What the run's train step optimises: masked LM + NSP with the run's weights, or masked LM
+    alone (`train.objective`)."""
+    if config.next_sentence:
+        return pretraining(config.train.mlm_loss_weight, config.train.nsp_loss_weight)
+    return MASKED_LM
+
+
+def initialise_model(config: rc.RunConfig, vocab_size: int, pad_token_id: int = 0
+                     ) -> BertForPreTraining | BertForMaskedLM:
+    """The run's model at step 0 (`config.model_class`: with the NSP head, or the masked LM
+    alone): BERT's initialisation from `train.seed`, then the local-attention heads where the
+    configuration (resolved for its preset) asks for them. `vocab_size` and `pad_token_id` are
+    the run's tokenizer's."""
+    model = MODEL_CLASSES[config.model_class](config.bert_config(vocab_size, pad_token_id),
+                                              rngs=nnx.Rngs(config.train.seed))
     if config.model.local_layers:
         local_attention_init(model, layers=min(config.model.local_layers,
                                                model.bert.config.num_hidden_layers))
@@ -401,12 +420,13 @@ def nan_advice(good: list[int]) -> str:
 
 
 def _means(sums: dict[str, float]) -> dict[str, float]:
-    return {k: float(v) for k, v in metrics_from_sums(sums).items()}
+    return {k: float(v) for k, v in pretraining_means(sums).items()}
 
 
 def _eval_line(step: int, e: dict[str, float]) -> str:
     return (f"step {step}: eval MLM loss {e['mlm_loss']:.4f}, MLM accuracy {e['mlm_accuracy']:.4f} "
             f"(baseline {e['baseline_accuracy']:.4f}, x{e['accuracy_ratio']:.2f}), perplexity "
-            f"{e['perplexity']:.1f}, NSP accuracy {e['nsp_accuracy']:.4f}"
+            f"{e['perplexity']:.1f}"
+            + (f", NSP accuracy {e['nsp_accuracy']:.4f}" if "nsp_accuracy" in e else "")
             + (f"; at the run's own masking rate MLM accuracy {e['own_rate_mlm_accuracy']:.4f}"
                if "own_rate_mlm_accuracy" in e else ""))

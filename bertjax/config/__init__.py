@@ -1,8 +1,11 @@
-"""BertConfig: the one configuration shared by bertjax, bert_torch and parity, and the BERT
-family (`FAMILIES`: RoBERTa and XLM-RoBERTa as a table of their differences from BERT).
+"""BertConfig: the one configuration shared by bertjax, bert_torch and parity.
 
-This module imports no framework, so `bert_torch` can use it without pulling in JAX.
-Field names follow Hugging Face's `BertConfig`, so `config.json` files read and write as-is.
+This package imports no framework, so `bert_torch` can use it without pulling in JAX. Field names
+follow Hugging Face's `BertConfig`, so `config.json` files read and write as-is; `model_type` names
+the family, whose differences from BERT are data (`bertjax.config.families`).
+
+Modules: `__init__` (BertConfig, presets, parameter paths), `families` (the BERT family table).
+Imports: `bertjax.errors` only.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from bertjax.config.families import FAMILIES, Family
 from bertjax.errors import InputError
 
 # Activations both frameworks implement identically. "gelu" is the exact (erf) GELU, as in the
@@ -41,56 +45,6 @@ QA_OUTPUTS = ("start", "end")
 
 
 @dataclasses.dataclass(frozen=True)
-class Family:
-    """What a checkpoint of one BERT family does differently from BERT: the whole difference is
-    data, read by the one encoder (`bertjax.model`, `bert_torch.model`), the heads, the tokenizer
-    and the name tables of `bertjax.io.names`. config.json's `model_type` names the family."""
-
-    model_type: str
-    class_prefix: str  # transformers' class names: f"{class_prefix}ForMaskedLM", ...
-    # positions count from pad_token_id + 1 and padding sits at pad_token_id (RoBERTa's
-    # `create_position_ids_from_input_ids`), so pad_token_id + 1 rows of the table are not
-    # positions of a sequence; BERT's positions are 0..S-1
-    offset_positions: bool
-    next_sentence: bool  # pre-trained with a next-sentence head (BertForPreTraining, NSP)
-    # sequence classification on the first token through dense + tanh + out_proj (RoBERTa's
-    # `classifier.dense` / `classifier.out_proj`, no pooler), not the pooler and one dense layer
-    classifier_head: bool
-    # role (pad, unk, cls, sep, mask) -> the token's spelling in this family's vocabularies
-    special_tokens: tuple[tuple[str, str], ...]
-    pair_separators: int  # separators between a pair's segments: [SEP] (1) or </s></s> (2)
-    second_segment_type: int  # the token type of a pair's second segment
-
-    @property
-    def specials(self) -> dict[str, str]:
-        """role -> spelling of the special tokens."""
-        return dict(self.special_tokens)
-
-    def class_name(self, bert_name: str) -> str:
-        """transformers' name of the class bertjax calls `bert_name` (BertForMaskedLM ->
-        RobertaForMaskedLM)."""
-        return self.class_prefix + bert_name.removeprefix("Bert")
-
-
-BERT_SPECIAL_TOKENS = (("pad", "[PAD]"), ("unk", "[UNK]"), ("cls", "[CLS]"), ("sep", "[SEP]"),
-                       ("mask", "[MASK]"))
-_ROBERTA_SPECIAL_TOKENS = (("pad", "<pad>"), ("unk", "<unk>"), ("cls", "<s>"), ("sep", "</s>"),
-                           ("mask", "<mask>"))
-# The families bertjax has, by config.json's model_type. XLM-RoBERTa is RoBERTa's architecture
-# with a SentencePiece vocabulary (the tokenizer's business, read from tokenizer.json).
-FAMILIES: dict[str, Family] = {f.model_type: f for f in (
-    Family("bert", "Bert", offset_positions=False, next_sentence=True, classifier_head=False,
-           special_tokens=BERT_SPECIAL_TOKENS, pair_separators=1, second_segment_type=1),
-    Family("roberta", "Roberta", offset_positions=True, next_sentence=False,
-           classifier_head=True, special_tokens=_ROBERTA_SPECIAL_TOKENS, pair_separators=2,
-           second_segment_type=0),
-    Family("xlm-roberta", "XLMRoberta", offset_positions=True, next_sentence=False,
-           classifier_head=True, special_tokens=_ROBERTA_SPECIAL_TOKENS, pair_separators=2,
-           second_segment_type=0),
-)}
-
-
-@dataclasses.dataclass(frozen=True)
 class BertConfig:
     """Shape and numerics of a BERT model (Hugging Face field names); `model_type` is its
     family (`FAMILIES`)."""
@@ -112,7 +66,10 @@ class BertConfig:
     # the classifier (None: hidden_dropout_prob; multiple choice uses it too), as in Hugging Face.
     id2label: tuple[str, ...] = ("LABEL_0", "LABEL_1")
     classifier_dropout: float | None = None
-    model_type: str = "bert"  # the family (FAMILIES): BERT, RoBERTa, XLM-RoBERTa
+    model_type: str = "bert"  # the family (FAMILIES): BERT, RoBERTa, XLM-RoBERTa, ...
+    # the embeddings' width where it is not hidden_size (ELECTRA's): then `embeddings_project`
+    # takes them to hidden_size and the masked-LM head back; None: hidden_size
+    embedding_size: int | None = None
     # Not Hugging Face fields (COMPUTE_FIELDS): how bertjax computes, never what.
     # The dtype of activations and matmuls; parameters, softmax, LayerNorm statistics and logits
     # stay float32 whatever this says.
@@ -132,6 +89,11 @@ class BertConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise InputError(f"BertConfig.{name} must be a positive integer, got {value!r}")
+        if self.embedding_size is not None and (
+                not isinstance(self.embedding_size, int) or isinstance(self.embedding_size, bool)
+                or self.embedding_size <= 0):
+            raise InputError(f"BertConfig.embedding_size must be None or a positive integer, got "
+                             f"{self.embedding_size!r}")
         if self.hidden_size % self.num_attention_heads:
             raise InputError(
                 f"BertConfig.hidden_size ({self.hidden_size}) must be divisible by "
@@ -177,6 +139,11 @@ class BertConfig:
     @property
     def family(self) -> Family:
         return FAMILIES[self.model_type]
+
+    @property
+    def embedding_width(self) -> int:
+        """The width of the embeddings: `embedding_size`, or `hidden_size`."""
+        return self.embedding_size or self.hidden_size
 
     @property
     def position_offset(self) -> int:
@@ -225,10 +192,15 @@ class BertConfig:
         """The fields transformers' config of the family reads, for a checkpoint of
         `architecture` (bertjax's class name: BertForMaskedLM is a RobertaForMaskedLM in a
         RoBERTa's config.json)."""
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                  if f.name not in (*COMPUTE_FIELDS, "id2label")}
+        family = self.family
+        names = dict(family.config_names)
+        fields = {names.get(f.name, f.name): getattr(self, f.name) for f in dataclasses.fields(self)
+                  if f.name not in (*COMPUTE_FIELDS, "id2label", *family.absent_fields)
+                  and not (f.name == "embedding_size" and self.embedding_size is None)}
+        if "classifier_dropout" in names and self.classifier_dropout is None:
+            fields[names["classifier_dropout"]] = self.classifier_dropout_prob  # no None there
         return {
-            "architectures": [self.family.class_name(architecture)],
+            "architectures": [family.class_name(architecture)],
             "position_embedding_type": "absolute",
             **fields,
             "id2label": {str(i): name for i, name in enumerate(self.id2label)},
@@ -250,8 +222,18 @@ class BertConfig:
             )
         if data.get("is_decoder") or data.get("add_cross_attention"):
             raise InputError("config.json describes a decoder / cross-attention BERT; not supported")
-        known = {f.name for f in dataclasses.fields(cls)} - {*COMPUTE_FIELDS, "id2label"}
+        family = FAMILIES[model_type]
+        data = {**data, **{ours: data[theirs] for ours, theirs in family.config_names
+                           if theirs in data}}
+        if data.get("sinusoidal_pos_embds"):  # DistilBERT's: fixed, but stored as a table
+            data.pop("sinusoidal_pos_embds")
+        known = {f.name for f in dataclasses.fields(cls)} - {*COMPUTE_FIELDS, "id2label",
+                                                             *family.absent_fields}
         kwargs = {k: v for k, v in data.items() if k in known}
+        if not family.token_types:
+            kwargs["type_vocab_size"] = 1
+        if kwargs.get("embedding_size") == kwargs.get("hidden_size", cls.hidden_size):
+            kwargs["embedding_size"] = None  # the same width: no projection, as transformers
         if isinstance(data.get("id2label"), dict) and data["id2label"]:
             labels = {int(i): str(name) for i, name in data["id2label"].items()}
             if sorted(labels) != list(range(len(labels))):

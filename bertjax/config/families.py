@@ -1,0 +1,94 @@
+"""The BERT family as data: what RoBERTa, XLM-RoBERTa, DistilBERT and ELECTRA checkpoints do
+differently from BERT, one `Family` row each, by config.json's `model_type`. The encoder, the
+heads, the tokenizer and the name tables of `bertjax.io.names` read these rows; no model class is
+copied per family."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """What a checkpoint of one BERT family does differently from BERT: the whole difference is
+    data, read by the one encoder (`bertjax.model`, `bert_torch.model`), the heads, the tokenizer
+    and the name tables of `bertjax.io.names`. config.json's `model_type` names the family."""
+
+    model_type: str
+    class_prefix: str  # transformers' class names: f"{class_prefix}ForMaskedLM", ...
+    # role (pad, unk, cls, sep, mask) -> the token's spelling in this family's vocabularies
+    special_tokens: tuple[tuple[str, str], ...] = ()
+    # positions count from pad_token_id + 1 and padding sits at pad_token_id (RoBERTa's
+    # `create_position_ids_from_input_ids`), so pad_token_id + 1 rows of the table are not
+    # positions of a sequence; BERT's positions are 0..S-1
+    offset_positions: bool = False
+    next_sentence: bool = False  # pre-trained with a next-sentence head (BertForPreTraining)
+    token_types: bool = True  # a token-type embedding table (DistilBERT has none)
+    # whether the bare encoder (BertModel) has the pooler; the heads that read one have it anyway
+    base_pooler: bool = True
+    # the pooler's activation: BERT's tanh; DistilBERT's `pre_classifier` + ReLU and ELECTRA's
+    # `sequence_summary` + GELU are the pooler of its classification and multiple-choice heads
+    pooler_activation: str = "tanh"
+    # sequence classification on the first token through `ClassificationHead` (dense, this
+    # activation, out_proj; no pooler): RoBERTa's tanh, ELECTRA's gelu; "" for the pooler and one
+    # dense layer (BERT, DistilBERT)
+    classifier_head: str = ""
+    pair_separators: int = 1  # separators between a pair's segments: [SEP] (1) or </s></s> (2)
+    second_segment_type: int = 1  # the token type of a pair's second segment
+    # transformers' name where it is not the prefix's (ELECTRA's discriminator is its
+    # ElectraForPreTraining): (bertjax's name, transformers')
+    class_names: tuple[tuple[str, str], ...] = ()
+    # config.json's names for BertConfig's fields where they differ (DistilBERT's `dim`, ...):
+    # (ours, theirs); and our fields its config.json does not have
+    config_names: tuple[tuple[str, str], ...] = ()
+    absent_fields: tuple[str, ...] = ()
+
+    @property
+    def specials(self) -> dict[str, str]:
+        """role -> spelling of the special tokens."""
+        return dict(self.special_tokens)
+
+    def class_name(self, bert_name: str) -> str:
+        """transformers' name of the class bertjax calls `bert_name` (BertForMaskedLM ->
+        RobertaForMaskedLM)."""
+        return dict(self.class_names).get(bert_name,
+                                          self.class_prefix + bert_name.removeprefix("Bert"))
+
+    def bertjax_name(self, name: str) -> str:
+        """bertjax's name of transformers' class `name` (the inverse of `class_name`; a v4
+        `Flax` name too); `name` itself if it is none of this family's."""
+        name = name.removeprefix("Flax")
+        for ours, theirs in self.class_names:
+            if name == theirs:
+                return ours
+        if name.startswith(self.class_prefix):
+            return "Bert" + name[len(self.class_prefix):]
+        return name
+
+
+BERT_SPECIAL_TOKENS = (("pad", "[PAD]"), ("unk", "[UNK]"), ("cls", "[CLS]"), ("sep", "[SEP]"),
+                       ("mask", "[MASK]"))
+_ROBERTA = dict(special_tokens=(("pad", "<pad>"), ("unk", "<unk>"), ("cls", "<s>"),
+                                ("sep", "</s>"), ("mask", "<mask>")),
+                offset_positions=True, classifier_head="tanh", pair_separators=2,
+                second_segment_type=0)
+# The families bertjax has, by config.json's model_type. XLM-RoBERTa is RoBERTa's architecture
+# with a SentencePiece vocabulary (the tokenizer's business, read from tokenizer.json).
+FAMILIES: dict[str, Family] = {f.model_type: f for f in (
+    Family("bert", "Bert", BERT_SPECIAL_TOKENS, next_sentence=True),
+    Family("roberta", "Roberta", **_ROBERTA),
+    Family("xlm-roberta", "XLMRoberta", **_ROBERTA),
+    Family("distilbert", "DistilBert", BERT_SPECIAL_TOKENS, token_types=False, base_pooler=False,
+           pooler_activation="relu", second_segment_type=0,
+           config_names=(("hidden_size", "dim"), ("num_hidden_layers", "n_layers"),
+                         ("num_attention_heads", "n_heads"), ("intermediate_size", "hidden_dim"),
+                         ("hidden_act", "activation"), ("hidden_dropout_prob", "dropout"),
+                         ("attention_probs_dropout_prob", "attention_dropout"),
+                         ("classifier_dropout", "seq_classif_dropout")),
+           absent_fields=("type_vocab_size", "layer_norm_eps", "embedding_size")),
+    Family("electra", "Electra", BERT_SPECIAL_TOKENS, base_pooler=False, pooler_activation="gelu",
+           classifier_head="gelu",
+           class_names=(("BertForReplacedTokenDetection", "ElectraForPreTraining"),)),
+)}
+
+
