@@ -21,8 +21,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("bertjax", "bert_torch", "parity")
 # The model core: the top-level modules of bertjax (and what they may lean on).
-CORE = {"bertjax", "bertjax.config", "bertjax.model", "bertjax.heads", "bertjax.numerics",
-        "bertjax.inputs", "bertjax.losses", "bertjax.attention", "bertjax.errors"}
+CORE = {"bertjax", "bertjax.config", "bertjax.config.families", "bertjax.model", "bertjax.heads",
+        "bertjax.numerics", "bertjax.inputs", "bertjax.losses", "bertjax.attention",
+        "bertjax.errors"}
 # bertjax's layers from the top down (docs/design.md draws them): a unit (a sub-package, or a
 # module at the top of bertjax) imports only units of later layers, never of its own or an earlier
 # one. The package's own __init__ (the flat, lazy public names) imports only the model core's

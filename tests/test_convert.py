@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from flax import nnx
+from use_helpers import family_config
 
 import bert_torch
 import bertjax
@@ -26,8 +27,9 @@ def _flax_arrays(model):
 
 @pytest.mark.parametrize("name", sorted(MODEL_CLASSES))
 def test_flax_torch_flax_round_trip_is_exact(name):
-    model = MODEL_CLASSES[name](CONFIG, rngs=nnx.Rngs(7))
-    back = torch_to_flax(flax_to_torch(model), CONFIG, MODEL_CLASSES[name])
+    config = family_config(name, CONFIG)
+    model = MODEL_CLASSES[name](config, rngs=nnx.Rngs(7))
+    back = torch_to_flax(flax_to_torch(model), config, MODEL_CLASSES[name])
     before, after = _flax_arrays(model), _flax_arrays(back)
     assert before.keys() == after.keys()
     for k in before:
@@ -36,20 +38,22 @@ def test_flax_torch_flax_round_trip_is_exact(name):
 
 @pytest.mark.parametrize("name", sorted(MODEL_CLASSES))
 def test_torch_flax_torch_round_trip_is_exact(name):
+    config = family_config(name, CONFIG)
     torch.manual_seed(3)
-    tmodel = getattr(bert_torch, name)(CONFIG)
+    tmodel = getattr(bert_torch, name)(config)
     sd = tmodel.state_dict()
-    back = flax_to_torch(torch_to_flax(sd, CONFIG, MODEL_CLASSES[name]))
+    back = flax_to_torch(torch_to_flax(sd, config, MODEL_CLASSES[name]))
     assert set(back) == set(sd)
     for k in sd:
         assert back[k].dtype == sd[k].dtype and torch.equal(sd[k], back[k]), k
-    getattr(bert_torch, name)(CONFIG).load_state_dict(back, strict=True)
+    getattr(bert_torch, name)(config).load_state_dict(back, strict=True)
 
 
 @pytest.mark.parametrize("name", sorted(MODEL_CLASSES))
 def test_expected_shapes_match_the_torch_module_exactly(name):
-    tmodel = getattr(bert_torch, name)(CONFIG)
-    assert expected_shapes(CONFIG, getattr(bertjax, name)) == {
+    config = family_config(name, CONFIG)
+    tmodel = getattr(bert_torch, name)(config)
+    assert expected_shapes(config, getattr(bertjax, name)) == {
         k: tuple(v.shape) for k, v in tmodel.state_dict().items()}
     # the mirror declares what it is as the Flax class does
     for attr in ("base_model_prefix", "head_modules"):
@@ -60,8 +64,9 @@ def test_expected_shapes_match_the_torch_module_exactly(name):
 def test_modules_mirror_each_other_name_for_name(name):
     """Every submodule, dropout included, sits at the same path with the same class name in both
     trees (only the layer container's differs: nnx.List / nn.ModuleList)."""
-    fmodel = MODEL_CLASSES[name](CONFIG, rngs=nnx.Rngs(0))
-    tmodel = getattr(bert_torch, name)(CONFIG)
+    config = family_config(name, CONFIG)
+    fmodel = MODEL_CLASSES[name](config, rngs=nnx.Rngs(0))
+    tmodel = getattr(bert_torch, name)(config)
     flax_modules = {".".join(map(str, p)): type(m).__name__ for p, m in nnx.iter_modules(fmodel) if p}
     torch_modules = {n: type(m).__name__ for n, m in tmodel.named_modules() if n}
     assert flax_modules.keys() == torch_modules.keys()

@@ -41,7 +41,9 @@ TOL = 1e-5
 HF_CONFIG = dict(vocab_size=99, hidden_size=48, num_hidden_layers=2, num_attention_heads=3,
                  intermediate_size=70, max_position_embeddings=40, type_vocab_size=3,
                  hidden_act="gelu", num_labels=3, initializer_range=0.1)
-CLASSES = sorted(MODEL_CLASSES)
+# BERT's classes (ELECTRA's discriminator, an ELECTRA head only, is held against transformers'
+# ElectraForPreTraining in tests/test_families.py)
+CLASSES = sorted(n for n in MODEL_CLASSES if not getattr(MODEL_CLASSES[n], "families", ()))
 
 
 def _hf_model(name: str, seed: int = 0):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from flax import nnx
-from use_helpers import tiny_checkpoint, tiny_run
+from use_helpers import family_config, tiny_checkpoint, tiny_run
 
 import bertjax
 from bertjax.cli.main import main
@@ -20,7 +20,7 @@ from bertjax.io.names import HF_OUTPUT_FIELDS
 def _saved(tmp_path: Path, name: str) -> Path:
     """A tiny random model of class `name` (two labels where it has labels) with a tokenizer."""
     base, tokenizer = bertjax.from_pretrained(tiny_checkpoint())
-    config = base.config.replace(id2label=("neg", "pos"))
+    config = family_config(name, base.config.replace(id2label=("neg", "pos")))
     out = tmp_path / name
     bertjax.save_pretrained(MODEL_CLASSES[name](config, rngs=nnx.Rngs(1)), out, tokenizer)
     return out

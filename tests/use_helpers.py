@@ -130,3 +130,12 @@ def count_row_sharing(monkeypatch, module) -> list[int]:
 
     monkeypatch.setattr(module, "packed_batches", recording)
     return most
+
+
+def family_config(name: str, config: BertConfig) -> BertConfig:
+    """`config` in a family model class `name` belongs to: ELECTRA's discriminator
+    (BertForReplacedTokenDetection) is an ELECTRA's head only; every other class keeps `config`."""
+    from bertjax.heads import MODEL_CLASSES
+
+    families = getattr(MODEL_CLASSES[name], "families", ())
+    return config.replace(model_type=families[0]) if families else config
