@@ -56,14 +56,17 @@ def packing_inputs(
     (B, S) or (B, S, S), and the position ids (None: 0..S-1)."""
     check_packing(config, input_ids, sequence_ids, position_ids, cls_positions)
     if sequence_ids is None:
-        if position_ids is None and config.family.offset_positions:
-            position_ids = offset_positions(input_ids, config.pad_token_id)
-        return attention_mask, position_ids
+        if position_ids is None:
+            return attention_mask, (offset_positions(input_ids, config.pad_token_id)
+                                    if config.family.offset_positions else None)
+        offset = config.position_offset
+        return attention_mask, position_ids + offset if offset else position_ids
     mask, positions = packed_attention(sequence_ids, attention_mask)
+    positions = positions if position_ids is None else position_ids
     if config.family.offset_positions:  # each sequence's from pad + 1, padding at pad
         positions = torch.where(sequence_ids != 0, positions + config.position_offset,
                                 config.pad_token_id)
-    return mask, positions if position_ids is None else position_ids
+    return mask, positions
 
 
 def offset_positions(input_ids: torch.Tensor, pad_token_id: int) -> torch.Tensor:
@@ -92,8 +95,9 @@ def check_packing(
         raise ValueError("sequence_ids must be 0 (padding) or a packed sequence's number (1, 2, "
                          f"...), got {int(sequence_ids.min())}")
     if position_ids is not None:
-        _check_range("position_ids", position_ids, config.max_position_embeddings,
-                     "max_position_embeddings")
+        _check_range("position_ids", position_ids, config.max_sequence_length,
+                     "max_position_embeddings" if not config.position_offset
+                     else "the positions after the offset")
     if cls_positions is None:
         return
     if cls_positions.ndim != 2 or cls_positions.shape[0] != B:

@@ -105,18 +105,24 @@ def packing_inputs(
     cls_positions: jax.Array | None,
 ) -> tuple[jax.Array, jax.Array | None]:
     """Validate the packing inputs; return the mask the layers take (the key padding mask (B, S),
-    or packed rows' block-diagonal mask (B, S, S)) and the position ids (None: 0..S-1 in every
-    row; with `sequence_ids` and no `position_ids`, each sequence's from 0)."""
+    or packed rows' block-diagonal mask (B, S, S)) and the rows of the position table (None:
+    0..S-1 in every row; with `sequence_ids` and no `position_ids`, each sequence's from 0).
+
+    `position_ids` count a sequence's tokens from 0 in every family; a family whose table starts
+    later (RoBERTa: pad_token_id + 1, padding at pad_token_id) has them moved there, and without
+    them gets transformers' positions from the padding in `input_ids`."""
     check_packing(config, input_ids, sequence_ids, position_ids, cls_positions)
     offset = config.position_offset
     if sequence_ids is None:
-        if position_ids is None and config.family.offset_positions:
-            position_ids = offset_positions(input_ids, config.pad_token_id)
-        return attention_mask, position_ids
+        if position_ids is None:
+            return attention_mask, (offset_positions(input_ids, config.pad_token_id)
+                                    if config.family.offset_positions else None)
+        return attention_mask, position_ids + offset if offset else position_ids
     mask, positions = packed_attention(sequence_ids, attention_mask)
+    positions = positions if position_ids is None else position_ids
     if config.family.offset_positions:  # each sequence's from pad + 1, padding at pad
         positions = jnp.where(sequence_ids != 0, positions + offset, config.pad_token_id)
-    return mask, positions if position_ids is None else position_ids
+    return mask, positions
 
 
 def offset_positions(input_ids: jax.Array, pad_token_id: int) -> jax.Array:
@@ -150,8 +156,9 @@ def check_packing(
         raise InputError("sequence_ids must be 0 (padding) or a packed sequence's number (1, 2, "
                          f"...), got {lowest}")
     if position_ids is not None and _is_concrete(position_ids):
-        _check_range("position_ids", position_ids, config.max_position_embeddings,
-                     "max_position_embeddings")
+        _check_range("position_ids", position_ids, config.max_sequence_length,
+                     "max_position_embeddings" if not config.position_offset
+                     else "the positions after the offset")
     elif sequence_ids is not None and S > config.max_sequence_length and _is_concrete(
             sequence_ids):  # a row longer than the positions: each sequence must fit them
         ids = np.asarray(sequence_ids)

@@ -191,6 +191,20 @@ def test_fill_mask_tops_transformers_pipeline(loaded, family):
                                    [t["score"] for t in theirs], rtol=1e-4)
 
 
+@pytest.mark.parametrize("family", ["roberta", "electra"])
+def test_packed_rows_give_the_unpacked_predictions(loaded, family):
+    """Packed rows restart positions per sequence: RoBERTa's from pad_token_id + 1, as each
+    sequence alone would have them."""
+    model, tokenizer = loaded[family, "BertForMaskedLM"]
+    texts = ["Then let us [MASK], my lord.", "[MASK]", "What light through yonder [MASK]?"] * 3
+    alone = bertjax.fill_mask(model, tokenizer, texts, top_k=3)
+    packed = bertjax.fill_mask(model, tokenizer, texts, top_k=3, max_tokens=64)
+    for a, b in zip(alone, packed, strict=True):
+        assert [p.id for p in a[0]] == [p.id for p in b[0]]
+        np.testing.assert_allclose([p.probability for p in a[0]],
+                                   [p.probability for p in b[0]], rtol=1e-4)
+
+
 def test_fill_mask_command_takes_the_family_mask(capsys):
     directory = _directory("roberta", "BertForMaskedLM")
     assert main(["fill-mask", str(directory), "Then let us [MASK], my lord."]) == 0
