@@ -154,8 +154,11 @@ def _probe_weights(field: str, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def probe_fields(model: Any) -> tuple[str, ...]:
-    """The outputs of `model`'s class (what its head computes; the encoder's for BertModel)."""
-    return tuple(HF_OUTPUT_FIELDS[type(model).__name__])
+    """The outputs of `model`'s class (what its head computes; the encoder's for BertModel, whose
+    pooled output a family without a pooler lacks: DistilBERT, ELECTRA)."""
+    pooled = getattr(model, "pooler", None) is not None or type(model).__name__ != "BertModel"
+    return tuple(f for f in HF_OUTPUT_FIELDS[type(model).__name__]
+                 if pooled or f != "pooled_output")
 
 
 def _loss(model: Any, out: Any, batch: dict[str, Any], xp: Any, pretraining: Callable) -> Any:

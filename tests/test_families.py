@@ -138,6 +138,16 @@ def test_mirror_computes_the_same(loaded, family, name):
     assert failures(ours, *runs, TOL) == []
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_parity_command_passes_the_family_encoder(family, capsys):
+    """`bertjax parity --hf` against bert_torch: outputs and every gradient (the bare encoder of
+    a family without a pooler has no pooled output to compare)."""
+    assert main(["parity", "--hf", str(_directory(family, "BertModel")), "--seq-len", "16"]) == 0
+    out = capsys.readouterr().out
+    assert out.strip().splitlines()[-1].endswith(" 0 failed")
+    assert ("pooled_output" in out) == FAMILY_TABLE[family].base_pooler
+
+
 @pytest.mark.parametrize(("family", "name"), CASES)
 def test_saved_back_transformers_loads_the_same(loaded, family, name, tmp_path):
     model, tokenizer = loaded[family, name]
