@@ -305,3 +305,20 @@ def test_finetune_question_answering_on_a_roberta(tmp_path):
     _, info = transformers.RobertaForQuestionAnswering.from_pretrained(
         out / "model", output_loading_info=True)
     assert {k: v for k, v in info.items() if v} == {}, info
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_tag_finds_what_transformers_pipeline_finds(loaded, family):
+    """Words and character offsets from byte-level BPE, SentencePiece and WordPiece pieces, as
+    transformers' token-classification pipeline groups them."""
+    model, tokenizer = loaded[family, "BertForTokenClassification"]
+    texts = ["Good morrow, Hamlet, and good night.", "What light through yonder window breaks?"]
+    path = str(_directory(family, "BertForTokenClassification"))
+    for aggregation in ("none", "simple", "first"):
+        pipe = transformers.pipeline("token-classification", model=path,
+                                     aggregation_strategy=aggregation)
+        key = "entity" if aggregation == "none" else "entity_group"
+        theirs = [[(e[key], e["start"], e["end"], e["word"]) for e in row] for row in pipe(texts)]
+        ours = bertjax.tag(model, tokenizer, texts, aggregation=aggregation)
+        assert [[(e[key], e["start"], e["end"], e["word"]) for e in row]
+                for row in ours] == theirs
