@@ -35,7 +35,7 @@ COMPUTE_FIELDS = ("dtype", "attn_implementation", "scan_layers", "remat")
 # overrides may not (they change only how the model computes: dtype, dropout, ...).
 SHAPE_FIELDS = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers",
                 "num_attention_heads", "intermediate_size", "max_position_embeddings",
-                "type_vocab_size")
+                "type_vocab_size", "embedding_size")
 # The MLM loss divides by max(sum of masked_weights, this): a batch with no real prediction has
 # loss 0, not NaN. Shared by bertjax.losses and bert_torch.losses.
 LOSS_WEIGHT_FLOOR = 1e-5
