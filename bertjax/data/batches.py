@@ -33,8 +33,8 @@ batch has the model's packing arrays besides (K = `pair_packing.max_pairs_per_ro
     next_sentence_label  (B, K) int32   each pair's label; 0 in an empty slot
     next_sentence_weights (B, K) float32 1.0 for a pair, 0.0 for an empty slot
 
-Packed segments have no `next_sentence_*` arrays and no `position_ids`: the model numbers each
-sequence's positions itself, from its family's first position (RoBERTa's start at pad + 1).
+Packed segments have no `next_sentence_*` arrays. `position_ids` count from 0 in every family:
+the model moves them to its family's first position (RoBERTa's: pad + 1).
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ from typing import Any
 import numpy as np
 
 from bertjax.data.masking import mask_tokens, row_keys
-from bertjax.data.packing import RowLayout
 from bertjax.data.pair_packing import (
     PlannedRows,
     pack_pair_batch,
@@ -216,7 +215,7 @@ class PretrainingBatches:
         start = step * self.global_batch_size + self.process_index * self.batch_size
         if self.packing != "none":
             index, layout = self.plan(epoch).rows(start, start + self.batch_size, self.batch_size)
-            return self._packed(self.make_batch(index, epoch), layout)
+            return pack_pair_batch(self.make_batch(index, epoch), layout, self.special.pad)
         index = self.order(epoch)[start:start + self.batch_size]
         return self.make_batch(index, epoch)
 
@@ -232,16 +231,8 @@ class PretrainingBatches:
         for first in range(0, plan.num_rows, self.global_batch_size):
             start = first + self.process_index * self.batch_size
             pairs, layout = plan.rows(start, start + self.batch_size, self.batch_size)
-            out.append(self._packed(self.make_batch(pairs, epoch), layout))
+            out.append(pack_pair_batch(self.make_batch(pairs, epoch), layout, self.special.pad))
         return out
-
-    def _packed(self, batch: dict[str, np.ndarray], layout: RowLayout) -> dict[str, np.ndarray]:
-        """Unpacked rows moved into the packed rows of `layout` (`pair_packing.pack_pair_batch`);
-        segments leave their positions to the model (its family's may start at pad + 1)."""
-        packed = pack_pair_batch(batch, layout, self.special.pad)
-        if not self.next_sentence:
-            del packed["position_ids"]
-        return packed
 
     def make_batch(self, index: np.ndarray, epoch: int) -> dict[str, np.ndarray]:
         """The batch of the pairs (or segments) `index`, one per row, masked as in epoch

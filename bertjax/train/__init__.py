@@ -7,12 +7,14 @@ use:
     state, metrics = training.train_step(state, batch)
     train.Checkpointer("ckpt/").save(step, state)
 
-    choices.py      the names of optimizers, parallel strategies and PRNGs (no framework)
+    choices.py      the names of optimizers, parallel strategies, PRNGs and pre-training
+                    objectives (no framework)
     schedule.py     OptimConfig, the weight-decay rule and the LR schedule (no framework;
                     shared with bert_torch)
     optim.py        OptimConfig -> an Optax transformation (AdamW, Adam, LAMB, SGD) with clipping
                     and decay masks; the learning rate a transformation's state holds
-    objectives.py   what a step optimises: pre-training (MLM + NSP) or a task's loss
+    objectives.py   what a step optimises: pre-training (MLM + NSP, or MLM alone) or a task's
+                    loss
     step.py         TrainState, the pure train and eval steps (accumulation, dropout keys)
     assembly.py     model + optimizer + step + strategy, built one way for every job
     parallel.py     strategies none / pmap / mesh (data x fsdp) behind one interface
@@ -43,8 +45,9 @@ _NAMES = {
     "OptimConfig": "bertjax.train.schedule",
     **dict.fromkeys(("make_strategy", "SingleDevice", "Pmap", "MeshStrategy"),
                     "bertjax.train.parallel"),
-    **dict.fromkeys(("Objective", "PRETRAINING", "CLASSIFICATION", "TOKEN_CLASSIFICATION",
-                     "QUESTION_ANSWERING", "MULTIPLE_CHOICE"), "bertjax.train.objectives"),
+    **dict.fromkeys(("Objective", "PRETRAINING", "MASKED_LM", "CLASSIFICATION",
+                     "TOKEN_CLASSIFICATION", "QUESTION_ANSWERING", "MULTIPLE_CHOICE"),
+                    "bertjax.train.objectives"),
     **dict.fromkeys(("Checkpointer", "Restored", "abstract_like", "state_digest"),
                     "bertjax.train.checkpoint"),
     **dict.fromkeys(("finished_steps", "best_step", "read_state", "CheckpointCorruptWarning",

@@ -19,10 +19,9 @@ import numpy as np
 from bertjax.inputs import packing_options
 from bertjax.losses import (
     IGNORE_INDEX,
-    argmax_is,
     classification_sums,
-    cross_entropy,
     loss_from_sums,
+    masked_lm_sums,
     metrics_from_sums,
     nsp_count,
     packed_question_answering_sums,
@@ -80,15 +79,6 @@ PRETRAINING = pretraining()
 # The next-sentence sums a masked LM alone does not have, as nothing: the pre-training loss and
 # means (`bertjax.losses`) then read the masked-LM part alone.
 _NO_NEXT_SENTENCE = {"nsp_loss_sum": 0.0, "nsp_count": 0.0, "nsp_correct": 0.0}
-
-
-def masked_lm_sums(mlm_logits: jax.Array, batch: Batch) -> Sums:
-    """The masked-LM sums of `bertjax.losses.pretraining_sums` (logits (B, P, V) at
-    `masked_positions`, `masked_ids` and `masked_weights` (B, P)), without next-sentence ones."""
-    weights = batch["masked_weights"].astype(jnp.float32)  # (B, P)
-    ce = cross_entropy(mlm_logits.astype(jnp.float32), batch["masked_ids"])  # (B, P)
-    return {"mlm_loss_sum": jnp.sum(ce * weights), "mlm_weight": jnp.sum(weights),
-            "mlm_correct": jnp.sum(argmax_is(mlm_logits, batch["masked_ids"]) * weights)}
 
 
 def pretraining_means(sums: dict[str, Any]) -> dict[str, Any]:

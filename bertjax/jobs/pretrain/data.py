@@ -80,8 +80,9 @@ def open_data(config: rc.RunConfig, run: RunDir, *, rebuild: bool = False,
                                       packing=train.packing))
     token, accuracy = baseline(gather_rows(eval_batches, ("masked_ids", "masked_weights")))
     return PretrainData(train=train, eval_batches=eval_batches, vocab_size=tok.vocab_size,
-                        pad_id=tok.special.pad, baseline_token=tok.id_to_token(token), baseline_accuracy=accuracy,
-                        own_rate_batches=own_rate, packing_note=packing_note(config, train))
+                        pad_id=tok.special.pad, baseline_token=tok.id_to_token(token),
+                        baseline_accuracy=accuracy, own_rate_batches=own_rate,
+                        packing_note=packing_note(config, train))
 
 
 def _batch_options(config: rc.RunConfig, tok: WordPieceTokenizer) -> dict[str, Any]:
