@@ -215,11 +215,21 @@ def test_packed_rows_give_the_unpacked_predictions(loaded, family):
                                    [p.probability for p in b[0]], rtol=1e-4)
 
 
-def test_fill_mask_command_takes_the_family_mask(capsys):
-    directory = _directory("roberta", "BertForMaskedLM")
-    assert main(["fill-mask", str(directory), "Then let us [MASK], my lord."]) == 0
-    out = capsys.readouterr().out
-    assert "[MASK] 1:" in out and "->" in out
+@pytest.mark.parametrize("family", FAMILIES)
+def test_fill_mask_command_fills_as_the_pipeline(family, capsys):
+    """`bertjax fill-mask` with [MASK] for the family's mask token: the pipeline's best token
+    first; a BPE or SentencePiece text filled as the pipeline's `sequence`."""
+    import json
+
+    directory = _directory(family, "BertForMaskedLM")
+    expected = json.loads((directory / "fill_mask.json").read_text())
+    text = expected["inputs"][0].replace(FAMILY_TABLE[family].specials["mask"], "[MASK]")
+    assert main(["fill-mask", str(directory), text]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    best = expected["outputs"][0][0]
+    assert lines[2].split()[2] == best["token_str"].strip()  # "  [MASK] 1: TOKEN P, ..."
+    if family in ("roberta", "xlm-roberta"):
+        assert lines[1] == f"  -> {best['sequence']}"
 
 
 def test_next_sentence_is_refused_for_a_family_without_it(capsys):

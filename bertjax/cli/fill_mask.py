@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _fill(args: argparse.Namespace) -> int:
     from bertjax.common.files import read_text
-    from bertjax.use.fill_mask import fill_in, fill_mask
+    from bertjax.use.fill_mask import fill_mask, filled
 
     texts, names = list(args.texts), [f"text {i + 1}" for i in range(len(args.texts))]
     if args.file:
@@ -45,8 +45,7 @@ def _fill(args: argparse.Namespace) -> int:
     results = fill_mask(model, tokenizer, texts, top_k=args.top_k, names=names,
                         max_tokens=args.max_tokens)
     for text, masks in zip(texts, results, strict=True):
-        mask = tokenizer.special_tokens["mask"]  # [MASK] in the text is <mask> for a RoBERTa
-        print(f"{text}\n  -> {fill_in(tokenizer.with_mask_token(text), masks, mask)}")
+        print(f"{text}\n  -> {filled(tokenizer, text, masks)}")
         for m, top in enumerate(masks, 1):
             shown = ", ".join(f"{p.token} {p.probability:.4f}" for p in top)
             print(f"  [MASK] {m}: {shown}")

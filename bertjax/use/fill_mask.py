@@ -130,14 +130,23 @@ def _mlm_logits(model: Any, arrays: dict[str, Any]) -> jax.Array:
 
 
 def fill_in(text: str, predictions: list[list[Prediction]], mask: str = "[MASK]") -> str:
-    """`text` with each `mask` replaced by its best prediction (WordPiece "##" joined on; a
-    byte-level or SentencePiece token's own leading space in place of the one before)."""
+    """`text` with each [MASK] replaced by its best prediction (WordPiece "##" joined on)."""
     out = text
     for top in predictions:
         token = top[0].token
         before, after = out.split(mask, 1)
-        if token.startswith("##"):
-            out = before.rstrip() + token[2:] + after
-        else:
-            out = (before.rstrip() if token.startswith(" ") else before) + token + after
+        out = (before.rstrip() + token[2:] if token.startswith("##") else before + token) + after
     return out
+
+
+def filled(tokenizer: WordPieceTokenizer, text: str, predictions: list[list[Prediction]]) -> str:
+    """`text` with each [MASK] filled by its best prediction: a WordPiece vocabulary's pieces in
+    the text as written (`fill_in`); a byte-level BPE's or SentencePiece's as the tokenizer
+    decodes the filled tokens (what transformers' pipeline gives as `sequence`: their mask token
+    takes the space before it, their pieces carry their own)."""
+    if tokenizer.wordpiece:
+        return fill_in(text, predictions)
+    best = iter([top[0].id for top in predictions])
+    ids = [next(best) if i == tokenizer.special.mask else i
+           for i in tokenizer.encode_batch([tokenizer.with_mask_token(text)])[0]]
+    return tokenizer.tokenizer.decode(ids, skip_special_tokens=True)
