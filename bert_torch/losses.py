@@ -34,10 +34,13 @@ def nsp_loss(logits: torch.Tensor, labels: torch.Tensor,
 
 
 def pretraining_loss(
-    mlm_logits: torch.Tensor, nsp_logits: torch.Tensor, batch: dict[str, torch.Tensor]
+    mlm_logits: torch.Tensor, nsp_logits: torch.Tensor | None, batch: dict[str, torch.Tensor]
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """MLM + NSP loss and its parts (packed rows: `next_sentence_weights` (B, K) in `batch`)."""
+    """MLM + NSP loss and its parts (packed rows: `next_sentence_weights` (B, K) in `batch`);
+    the MLM loss alone for a masked LM (`nsp_logits` None: `bertjax.train.MASKED_LM`)."""
     mlm = mlm_loss(mlm_logits, batch["masked_ids"], batch["masked_weights"])
+    if nsp_logits is None:
+        return mlm, {"mlm_loss": mlm}
     nsp = nsp_loss(nsp_logits, batch["next_sentence_label"], batch.get("next_sentence_weights"))
     return mlm + nsp, {"mlm_loss": mlm, "nsp_loss": nsp}
 

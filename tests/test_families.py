@@ -16,6 +16,7 @@ gradients alone are stored).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import jax
@@ -186,8 +187,6 @@ def test_pairs_are_encoded_as_transformers_does(loaded, family):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_fill_mask_tops_transformers_pipeline(loaded, family):
-    import json
-
     model, tokenizer = loaded[family, "BertForMaskedLM"]
     expected = json.loads((_directory(family, "BertForMaskedLM") / "fill_mask.json").read_text())
     mask = tokenizer.special_tokens["mask"]
@@ -219,8 +218,6 @@ def test_packed_rows_give_the_unpacked_predictions(loaded, family):
 def test_fill_mask_command_fills_as_the_pipeline(family, capsys):
     """`bertjax fill-mask` with [MASK] for the family's mask token: the pipeline's best token
     first; a BPE or SentencePiece text filled as the pipeline's `sequence`."""
-    import json
-
     directory = _directory(family, "BertForMaskedLM")
     expected = json.loads((directory / "fill_mask.json").read_text())
     text = expected["inputs"][0].replace(FAMILY_TABLE[family].specials["mask"], "[MASK]")
@@ -332,3 +329,73 @@ def test_tag_finds_what_transformers_pipeline_finds(loaded, family):
         ours = bertjax.tag(model, tokenizer, texts, aggregation=aggregation)
         assert [[(e[key], e["start"], e["end"], e["word"]) for e in row]
                 for row in ours] == theirs
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_new_model_of_the_family_saves_to_what_transformers_loads(loaded, family, tmp_path):
+    """A model built from a BertConfig of the family (ELECTRA with embeddings of hidden_size,
+    whose config.json must then say so: transformers' default is 128), not loaded from one:
+    `verify_export` reloads it in bertjax and in transformers 5 with the same outputs."""
+    from bertjax.io.verify import verify_export
+
+    _, tokenizer = loaded[family, "BertModel"]
+    config = bertjax.BertConfig.from_preset(
+        "tiny", model_type=family, vocab_size=tokenizer.vocab_size,
+        pad_token_id=tokenizer.special.pad, type_vocab_size=1 if family != "electra" else 2,
+        max_position_embeddings=64)
+    model = bertjax.BertForMaskedLM(config, rngs=nnx.Rngs(0))
+    bertjax.save_pretrained(model, tmp_path / "out", tokenizer)
+    lines = verify_export(model, tokenizer, tmp_path / "out")
+    assert lines[1].startswith(f"verified: transformers {transformers.__version__} loads it as "
+                               f"{_class_name(family, 'BertForMaskedLM')}")
+
+
+@pytest.mark.parametrize(("mode", "family"), [("train", "roberta"), ("infer", "distilbert"),
+                                              ("infer", "electra")])
+def test_bench_times_the_family(mode, family, tmp_path, capsys):
+    """`bench train|infer --set model_type=...`: the family's pre-training model in each
+    framework (its masked LM without NSP; DistilBERT's without token types), every row run."""
+    from test_bench import TINY
+
+    path = tmp_path / "bench.json"
+    assert main(["bench", mode, *TINY, "--set", "num_hidden_layers=1", "--set",
+                 f"model_type={family}", "--dtype", "float32", "--impl",
+                 "bertjax,hf-eager,bert_torch", "--json", str(path)]) == 0, capsys.readouterr()
+    report = json.loads(path.read_text())
+    assert [r["row"] for r in report["rows"]] == ["bertjax fp32", "hf-eager fp32",
+                                                  "bert_torch fp32"]
+    assert report["config"]["model_type"] == family and not report["failed"]
+    if mode == "train":
+        assert all(0 < r["loss"] < 20 for r in report["rows"])  # ~ ln(1024): the MLM alone
+
+
+@pytest.mark.parametrize("family", ["xlm-roberta", "distilbert"])
+def test_embed_command_gives_transformers_mean_pooled_vectors(family, tmp_path):
+    """`bertjax embed` of a family's encoder: transformers' last hidden state (its own
+    tokenizer's encoding), mean-pooled over the real tokens."""
+    lines = ["Good morrow, cousin.", "What light through yonder window breaks?"]
+    (tmp_path / "lines.txt").write_text("\n".join(lines) + "\n")
+    directory = _directory(family, "BertModel")
+    assert main(["embed", str(directory), "--file", str(tmp_path / "lines.txt"), "--out",
+                 str(tmp_path / "v.npy"), "--pooling", "mean", "--no-progress"]) == 0
+    ours = np.load(tmp_path / "v.npy")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    hf = transformers.AutoModel.from_pretrained(directory, attn_implementation="eager").eval()
+    batch = tokenizer(lines, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = hf(**batch).last_hidden_state.double()  # (B, S, H)
+    mask = batch["attention_mask"][..., None].double()
+    theirs = ((hidden * mask).sum(1) / mask.sum(1)).numpy()
+    np.testing.assert_allclose(ours, theirs, atol=1e-5)
+
+
+def test_weights_that_disagree_with_the_config_are_one_line(tmp_path, capsys):
+    import shutil
+
+    copy = Path(shutil.copytree(_directory("roberta", "BertForMaskedLM"), tmp_path / "bad"))
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, "intermediate_size": 56}))
+    assert main(["fill-mask", str(copy), "a [MASK]"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "wrong shape for bert.layers.0.intermediate.bias: expected (56,), found (52,)" in err

@@ -246,3 +246,21 @@ def test_nsp_for_a_family_without_it_is_one_line_and_exit_2(capsys) -> None:
                  "--data.seq-len=32", "--print-config"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "at least 33" in err
+
+
+@pytest.mark.parametrize(("family", "written"), [("distilbert", "DistilBertForMaskedLM"),
+                                                 ("electra", "ElectraForMaskedLM")])
+def test_distilbert_and_electra_architectures_pretrain_as_masked_lms(family, written, tmp_path,
+                                                                     capsys) -> None:
+    """DistilBERT's (no token types) and ELECTRA's architectures as masked LMs: a short run
+    converts to the family's class, which transformers loads (the command's own check)."""
+    out = tmp_path / "run"
+    flags = [f if not f.startswith("--model.model-type") else f"--model.model-type={family}"
+             for f in FLAGS if not f.startswith(("--train.steps", "--train.eval-every",
+                                                 "--train.checkpoint-every"))]
+    assert main(["pretrain", "--output-dir", str(out), "--no-progress", *flags,
+                 "--train.steps=2", "--train.eval-every=2", "--train.checkpoint-every=2"]) == 0
+    assert main(["convert", str(out), str(tmp_path / "hf")]) == 0
+    assert f"loads it as {written}" in capsys.readouterr().out
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert (config["model_type"], config["architectures"]) == (family, [written])

@@ -42,6 +42,8 @@ def pretraining_batch(
     input_ids = np.where(attention_mask == 1, input_ids, config.pad_token_id).astype(np.int32)
     split = rng.integers(1, lengths)  # (B,) first position of segment B
     token_type_ids = ((positions >= split[:, None]) & (attention_mask == 1)).astype(np.int32)
+    if config.type_vocab_size < 2 or not config.family.second_segment_type:  # RoBERTa: one type
+        token_type_ids = np.zeros_like(token_type_ids)
 
     masked_positions = np.zeros((B, P), np.int32)
     masked_weights = np.zeros((B, P), np.float32)

@@ -27,9 +27,10 @@ from flax import nnx
 from bertjax.bench.batch import MODEL_KEYS, pretraining_batch
 from bertjax.bench.stamp import cpu_name
 from bertjax.bench.timing import Gemm, Job, Probe, RowSpec, child_main, peak_rss_bytes, time_steps
-from bertjax.heads import BertForPreTraining
+from bertjax.heads import MODEL_CLASSES
 from bertjax.train.assembly import assemble
 from bertjax.train.host_memory import keep_freed_memory
+from bertjax.train.objectives import MASKED_LM, PRETRAINING
 from bertjax.train.parallel import SingleDevice, platform_of
 
 GEMM_REPEATS = 5
@@ -76,10 +77,12 @@ def _peak_memory(device: Any) -> tuple[int, str]:
 Batch = dict[str, jax.Array]
 
 
-def _training_step(spec: RowSpec, model: BertForPreTraining, strategy: SingleDevice,
+def _training_step(spec: RowSpec, model: nnx.Module, strategy: SingleDevice,
                    batch: Batch) -> Callable[[], Any]:
     """One optimizer update per call on `batch`, the state carried over; returns the metrics."""
-    training = assemble(model, spec.optim, strategy, seed=spec.seed, prng_impl=spec.prng_impl)
+    objective = PRETRAINING if spec.config.family.next_sentence else MASKED_LM
+    training = assemble(model, spec.optim, strategy, seed=spec.seed, prng_impl=spec.prng_impl,
+                        objective=objective)
     state = [strategy.place_state(training.state)]
 
     def step() -> Any:
@@ -89,13 +92,14 @@ def _training_step(spec: RowSpec, model: BertForPreTraining, strategy: SingleDev
     return step
 
 
-def _inference_step(spec: RowSpec, model: BertForPreTraining, strategy: SingleDevice,
+def _inference_step(spec: RowSpec, model: nnx.Module, strategy: SingleDevice,
                     batch: Batch) -> Callable[[], Any]:
-    """The jitted forward at the masked positions, dropout off; returns (MLM, NSP) logits."""
+    """The jitted forward at the masked positions, dropout off; returns (MLM, NSP) logits (NSP:
+    None for a family without the head)."""
     graphdef, params = nnx.split(model, nnx.Param)
     params = jax.device_put(params, strategy.device)
 
-    def logits(params: Any, batch: Batch) -> tuple[jax.Array, jax.Array]:
+    def logits(params: Any, batch: Batch) -> tuple[jax.Array, jax.Array | None]:
         out = nnx.merge(graphdef, params)(
             batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
             batch["masked_positions"], deterministic=True)
@@ -109,8 +113,11 @@ def bertjax_row(spec: RowSpec) -> dict[str, Any]:
     """Time bertjax's training step (`spec.mode == 'train'`) or inference forward."""
     strategy = SingleDevice()
     host_batch = pretraining_batch(spec.config, spec.batch, spec.seq, spec.predictions, spec.seed)
-    batch = strategy.shard_batch({k: host_batch[k] for k in MODEL_KEYS})
-    model = BertForPreTraining(spec.config, rngs=nnx.Rngs(spec.seed))
+    keys = MODEL_KEYS if spec.config.family.next_sentence else MODEL_KEYS[:-1]  # no NSP label
+    batch = strategy.shard_batch({k: host_batch[k] for k in keys})
+    # BERT's pre-training model; a family pre-trained without NSP (RoBERTa): its masked LM
+    model = MODEL_CLASSES[spec.config.family.pretraining_class](spec.config,
+                                                                rngs=nnx.Rngs(spec.seed))
     parameters = sum(int(x.size) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
     build = _training_step if spec.mode == "train" else _inference_step
     step = build(spec, model, strategy, batch)

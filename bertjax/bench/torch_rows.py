@@ -47,9 +47,14 @@ def _import_transformers() -> Any:
 
 
 def _transformers_model(config: BertConfig, device: Any) -> Any:
+    """transformers' BertForPreTraining, or the family's masked LM (RobertaForMaskedLM, ...)
+    for a family pre-trained without NSP."""
     transformers = _import_transformers()
-    hf_config = transformers.BertConfig(**{**config.to_hf_dict(), "attn_implementation": "sdpa"})
-    return transformers.BertForPreTraining(hf_config).to(device)
+    name = config.family.pretraining_class
+    data = config.to_hf_dict(name)
+    hf_config = transformers.AutoConfig.for_model(data.pop("model_type"),
+                                                  **{**data, "attn_implementation": "sdpa"})
+    return getattr(transformers, config.family.class_name(name))(hf_config).to(device)
 
 
 def _adamw(model: Any, optim: OptimConfig, device: Any) -> Any:
@@ -76,13 +81,17 @@ def _transformers_step(spec: RowSpec, batch: dict[str, Any], device: Any,
     run = model
     if spec.impl == "hf-compiled":
         run = torch.compile(model, backend=spec.compile_backend)
-    inputs = {k: batch[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
+    family = spec.config.family  # DistilBERT's models take no token types
+    inputs = {k: batch[k] for k in ("input_ids", "token_type_ids", "attention_mask")
+              if k != "token_type_ids" or family.token_types}
+    nsp = family.next_sentence  # else the family's masked LM: no NSP label
     if spec.mode == "infer":
         model.eval()
 
         def infer() -> Any:
             with torch.inference_mode(), autocast():
-                return run(**inputs).prediction_logits  # (B, S, V): every position
+                out = run(**inputs)  # (B, S, V): every position
+                return out.prediction_logits if nsp else out.logits
         return model, infer
 
     model.train()
@@ -93,7 +102,7 @@ def _transformers_step(spec: RowSpec, batch: dict[str, Any], device: Any,
         optimizer.zero_grad(set_to_none=True)
         with autocast():
             out = run(**inputs, labels=batch["labels"],
-                      next_sentence_label=batch["next_sentence_label"])
+                      **({"next_sentence_label": batch["next_sentence_label"]} if nsp else {}))
         out.loss.backward()
         if optim.clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), optim.clip_norm)
@@ -106,10 +115,10 @@ def _bert_torch_step(spec: RowSpec, batch: dict[str, Any],
                      device: Any) -> tuple[Any, Callable[[], Any]]:
     import torch
 
-    from bert_torch import BertForPreTraining
+    import bert_torch
     from bert_torch.train import make_optimizer, train_step
 
-    model = BertForPreTraining(spec.config).to(device)
+    model = getattr(bert_torch, spec.config.family.pretraining_class)(spec.config).to(device)
     if spec.mode == "infer":
         model.eval()
 

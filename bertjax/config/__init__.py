@@ -94,6 +94,9 @@ class BertConfig:
                 or self.embedding_size <= 0):
             raise InputError(f"BertConfig.embedding_size must be None or a positive integer, got "
                              f"{self.embedding_size!r}")
+        if self.embedding_size is not None and "embedding_size" in self.family.absent_fields:
+            raise InputError(f"BertConfig.embedding_size is ELECTRA's; a {self.model_type} has "
+                             "embeddings of hidden_size: leave it None")
         if self.hidden_size % self.num_attention_heads:
             raise InputError(
                 f"BertConfig.hidden_size ({self.hidden_size}) must be divisible by "
@@ -195,8 +198,9 @@ class BertConfig:
         family = self.family
         names = dict(family.config_names)
         fields = {names.get(f.name, f.name): getattr(self, f.name) for f in dataclasses.fields(self)
-                  if f.name not in (*COMPUTE_FIELDS, "id2label", *family.absent_fields)
-                  and not (f.name == "embedding_size" and self.embedding_size is None)}
+                  if f.name not in (*COMPUTE_FIELDS, "id2label", *family.absent_fields)}
+        if "embedding_size" in fields:  # ELECTRA's: written even when it is hidden_size (its
+            fields["embedding_size"] = self.embedding_width  # config's default is 128)
         if "classifier_dropout" in names and self.classifier_dropout is None:
             fields[names["classifier_dropout"]] = self.classifier_dropout_prob  # no None there
         return {

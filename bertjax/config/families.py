@@ -41,7 +41,13 @@ class Family:
     # config.json's names for BertConfig's fields where they differ (DistilBERT's `dim`, ...):
     # (ours, theirs); and our fields its config.json does not have
     config_names: tuple[tuple[str, str], ...] = ()
-    absent_fields: tuple[str, ...] = ()
+    absent_fields: tuple[str, ...] = ("embedding_size",)  # ELECTRA's alone has embedding_size
+
+    @property
+    def pretraining_class(self) -> str:
+        """The class the family is pre-trained as: BERT's BertForPreTraining (masked LM and next
+        sentence), the others' masked LM (BertForMaskedLM)."""
+        return "BertForPreTraining" if self.next_sentence else "BertForMaskedLM"
 
     @property
     def specials(self) -> dict[str, str]:
@@ -87,7 +93,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                          ("classifier_dropout", "seq_classif_dropout")),
            absent_fields=("type_vocab_size", "layer_norm_eps", "embedding_size")),
     Family("electra", "Electra", BERT_SPECIAL_TOKENS, base_pooler=False, pooler_activation="gelu",
-           classifier_head="gelu",
+           classifier_head="gelu", absent_fields=(),
            class_names=(("BertForReplacedTokenDetection", "ElectraForPreTraining"),)),
 )}
 

@@ -42,9 +42,10 @@ from bertjax.errors import InputError
 from bertjax.train.choices import OBJECTIVES, PARALLEL_CHOICES, PRNG_IMPLS
 from bertjax.train.schedule import OptimConfig
 
-# The families `bertjax pretrain` trains (`bertjax.config.families.FAMILIES`): BERT, and RoBERTa's
-# architecture (a WordPiece vocabulary with its special tokens: `WordPieceTokenizer.train`).
-PRETRAIN_FAMILIES = ("bert", "roberta", "xlm-roberta")
+# The families `bertjax pretrain` trains (`bertjax.config.families.FAMILIES`), each with a
+# WordPiece vocabulary of its special tokens (`WordPieceTokenizer.train`); DistilBERT's and
+# ELECTRA's architectures as masked LMs (not distillation, not replaced-token detection).
+PRETRAIN_FAMILIES = tuple(FAMILIES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,9 +56,9 @@ class ModelSection:
     model_type: str = _f("bert", "the family (bertjax.config.families): bert; roberta or "
                          "xlm-roberta (RoBERTa's architecture: positions from pad + 1, one token "
                          "type, special tokens <s> </s> <pad> <unk> <mask> in a WordPiece "
-                         "vocabulary, not their byte-level BPE or SentencePiece) have no "
-                         "next-sentence head and train with train.objective=mlm",
-                         PRETRAIN_FAMILIES)
+                         "vocabulary, not their byte-level BPE or SentencePiece), distilbert and "
+                         "electra (their architectures as masked LMs) have no next-sentence head "
+                         "and train with train.objective=mlm", PRETRAIN_FAMILIES)
     hidden_dropout_prob: float = _f(0.0, "dropout on embeddings and residual branches",
                                     check="probability")
     attention_probs_dropout_prob: float = _f(0.0, "dropout on attention probabilities",
