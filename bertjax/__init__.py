@@ -34,7 +34,7 @@ _NAMES = {
                     "bertjax.pretrained"),
     **dict.fromkeys(("locate", "ModelSource"), "bertjax.io.source"),
     "LoadReport": "bertjax.io.report",
-    "WordPieceTokenizer": "bertjax.data.tokenizer",
+    "Tokenizer": "bertjax.data.tokenizer",
     "fill_mask": "bertjax.use.fill_mask", "Prediction": "bertjax.use.fill_mask",
     "next_sentence_probability": "bertjax.use.next_sentence",
     "embed": "bertjax.use.embed", "nearest": "bertjax.use.embed",

@@ -21,7 +21,7 @@ from flax import nnx
 
 from bertjax.config import SHAPE_FIELDS, BertConfig
 from bertjax.config.families import FAMILIES
-from bertjax.data.tokenizer import WordPieceTokenizer, fits_vocabulary
+from bertjax.data.tokenizer import Tokenizer, fits_vocabulary
 from bertjax.errors import InputError
 from bertjax.heads import MODEL_CLASSES, BertForMaskedLM, BertForPreTraining
 from bertjax.io.hf import CONFIG
@@ -102,7 +102,7 @@ def from_pretrained(
         raise InputError(f"{source.given} is not a `bertjax pretrain` run directory: step={step} "
                          "only chooses a checkpoint of a run")
     model, report = _load_hf(source, model_cls, seed, missing_heads, config_overrides)
-    tokenizer = WordPieceTokenizer.load(source.directory, family=model.config.family)
+    tokenizer = Tokenizer.load(source.directory, family=model.config.family)
     if not fits_vocabulary(tokenizer.vocab_size, model.config.vocab_size):  # another's tokenizer
         raise InputError(
             f"{tokenizer.source} has {tokenizer.vocab_size} tokens but "
@@ -180,7 +180,7 @@ def _load_hf(source: ModelSource, model_cls: type[nnx.Module] | None, seed: int,
 
 
 def save_pretrained(model: nnx.Module, directory: str | Path, tokenizer: Any = None) -> Path:
-    """The inverse of `from_pretrained`: `model` (+ its `WordPieceTokenizer`) as a Hugging Face
+    """The inverse of `from_pretrained`: `model` (+ its `Tokenizer`) as a Hugging Face
     directory (`config.json` + `model.safetensors` + tokenizer files) that transformers,
     `AutoTokenizer` and `from_pretrained` load; written atomically, replacing `directory` only if
     it is empty or an earlier export. Returns its path."""

@@ -31,11 +31,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     tok_dir, shards = args.out / "tokenizer", {s: args.out / "data" / s for s in ("train", "eval")}
     if not tok_dir.exists():
         sentences = (s for d in data.corpus_documents(args.corpus, split="train") for s in d)
-        tok = data.WordPieceTokenizer.train(sentences, vocab_size=args.vocab_size)
+        tok = data.Tokenizer.train(sentences, vocab_size=args.vocab_size)
         for split, out in shards.items():
             data.write_shards(data.corpus_documents(args.corpus, split=split), tok, out)
         tok.save(tok_dir)
-    tok = data.WordPieceTokenizer.load(tok_dir)
+    tok = data.Tokenizer.load(tok_dir)
     batch_options = dict(seq_len=args.seq_len, global_batch_size=args.batch_size)
     batches = data.pretraining_batches(shards["train"], seed=0, **batch_options)
     held_out = data.pretraining_batches(shards["eval"], seed=1, shuffle=False, **batch_options)

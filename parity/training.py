@@ -46,7 +46,7 @@ def word_vocabulary(documents: Sequence[Sequence[str]], vocab_size: int) -> list
     """A deterministic WordPiece vocabulary: the special tokens, every character (alone and as a
     `##` continuation), then the most frequent lowercase words (ties alphabetical).
 
-    `WordPieceTokenizer.train` is not used here: `tokenizers` breaks frequency ties differently
+    `Tokenizer.train` is not used here: `tokenizers` breaks frequency ties differently
     from one process to the next, which would change the batches (and the measured numbers)
     from run to run.
     """
@@ -76,14 +76,14 @@ def shakespeare_batches(
     """`steps` real pre-training batches, the same in every process (about a second): the first
     `documents` scenes of the held-out plays, a `word_vocabulary` of `vocab_size`, shards in a
     temporary directory, `PretrainingBatches` (NSP pairs, dynamic masking, padded short pairs)."""
-    from bertjax.data import PretrainingBatches, WordPieceTokenizer, corpus_documents, write_shards
+    from bertjax.data import PretrainingBatches, Tokenizer, corpus_documents, write_shards
 
     docs = list(itertools.islice(corpus_documents("shakespeare", split="eval"), documents))
     with tempfile.TemporaryDirectory(prefix="bertjax-train-parity-") as tmp:
         vocab = Path(tmp) / "vocab.txt"
         vocab.write_text("".join(f"{t}\n" for t in word_vocabulary(docs, vocab_size)),
                          encoding="utf-8")
-        write_shards(docs, WordPieceTokenizer.load(vocab), Path(tmp) / "shards", min_documents=2)
+        write_shards(docs, Tokenizer.load(vocab), Path(tmp) / "shards", min_documents=2)
         batches = PretrainingBatches(
             Path(tmp) / "shards", seq_len=seq_len, global_batch_size=batch_size,
             max_predictions=max_predictions, seed=seed, cache_pairs=False,

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from bertjax.bench.corpus import run_child, run_corpus_benchmark, write_corpus
-from bertjax.data import WordPieceTokenizer, corpus_documents
+from bertjax.data import Tokenizer, corpus_documents
 from bertjax.errors import InputError
 
 
@@ -41,7 +41,7 @@ def test_each_child_reports_its_own_peak_memory():
 def test_a_small_run_end_to_end(tmp_path):
     vocab = tmp_path / "vocab"
     sentences = (s for d in corpus_documents("shakespeare", split="eval") for s in d)
-    WordPieceTokenizer.train(sentences, vocab_size=300).save(vocab)
+    Tokenizer.train(sentences, vocab_size=300).save(vocab)
     printed: list[str] = []
     result = run_corpus_benchmark([0.2, 0.4], ["parquet", "jsonl.zst"], vocab=str(vocab),
                                   workdir=str(tmp_path), print_fn=printed.append)

@@ -133,9 +133,9 @@ def test_choose_warns_when_it_cuts_a_long_context(tmp_path, capsys):
     tokens silently."""
     from flax import nnx
 
-    from bertjax import BertConfig, BertForMultipleChoice, WordPieceTokenizer, save_pretrained
+    from bertjax import BertConfig, BertForMultipleChoice, Tokenizer, save_pretrained
 
-    tokenizer = WordPieceTokenizer.load(tiny_checkpoint())
+    tokenizer = Tokenizer.load(tiny_checkpoint())
     config = BertConfig.from_preset("tiny", vocab_size=tokenizer.vocab_size,
                                     max_position_embeddings=256, pad_token_id=tokenizer.special.pad)
     model = tmp_path / "choices"

@@ -92,7 +92,7 @@ def test_a_bug_keeps_its_traceback_and_exits_1_while_bad_input_is_one_line(
     its traceback, a line asking for a report, exit status 1. The same command given bad input
     still answers in one line with exit status 2, and the bug writes nothing."""
     from bertjax.cli.errors import BUG_REPORT
-    from bertjax.data.tokenizer import WordPieceTokenizer
+    from bertjax.data.tokenizer import Tokenizer
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("to be or not to be\nthat is the question\n\nwhether tis nobler\n")
@@ -100,7 +100,7 @@ def test_a_bug_keeps_its_traceback_and_exits_1_while_bad_input_is_one_line(
     def shape_bug(*args, **kwargs):
         raise ValueError("dot_general requires contracting dimensions to have the same shape")
 
-    monkeypatch.setattr(WordPieceTokenizer, "train", shape_bug)
+    monkeypatch.setattr(Tokenizer, "train", shape_bug)
     assert main(["vocab", "--corpus", str(corpus), "--out", str(tmp_path / "vocab")]) == 1
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err and "in shape_bug" in err

@@ -29,7 +29,7 @@ import bertjax.pretrained
 from bertjax import BertConfig, save_pretrained
 from bertjax.cli import convert as convert_command
 from bertjax.cli.main import main
-from bertjax.data import WordPieceTokenizer
+from bertjax.data import Tokenizer
 from bertjax.heads import MODEL_CLASSES
 from bertjax.io import verify
 from bertjax.io.hf import hf_name
@@ -42,8 +42,8 @@ WORDS = "bert.embeddings.word_embeddings.weight"
 
 
 @pytest.fixture(scope="module")
-def tokenizer() -> WordPieceTokenizer:
-    return WordPieceTokenizer.load(tiny_checkpoint())
+def tokenizer() -> Tokenizer:
+    return Tokenizer.load(tiny_checkpoint())
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 from test_data_helpers import minilm_dir
 
 from bertjax.cli.main import main
-from bertjax.data import PretrainingBatches, Shards, WordPieceTokenizer
+from bertjax.data import PretrainingBatches, Shards, Tokenizer
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def test_vocab_then_data_then_batches(tmp_path, corpus, capsys):
     out = capsys.readouterr().out
     assert "[PAD]=0" in out
     assert (vocab / "vocab.txt").is_file() and (vocab / "tokenizer.json").is_file()
-    tok = WordPieceTokenizer.load(vocab)
+    tok = Tokenizer.load(vocab)
     assert tok.vocab_size <= 300 and tok.special.pad == 0
 
     shards = tmp_path / "shards"
@@ -95,7 +95,7 @@ def test_vocab_says_when_the_corpus_gives_fewer_tokens_than_asked(tmp_path, corp
     assert main(["vocab", "--corpus", str(corpus), "--vocab-size", "900000", "--out",
                  str(tmp_path / "v")]) == 0
     captured = capsys.readouterr()
-    size = WordPieceTokenizer.load(tmp_path / "v").vocab_size
+    size = Tokenizer.load(tmp_path / "v").vocab_size
     assert size < 900000 and f"vocabulary of {size} tokens" in captured.out
     assert captured.err.strip() == (
         f"note: the corpus gave {size} tokens, fewer than --vocab-size 900000: every piece seen "

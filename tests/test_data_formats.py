@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from bertjax.data import WordPieceTokenizer, corpus_documents, write_shards
+from bertjax.data import Tokenizer, corpus_documents, write_shards
 from bertjax.data.corpus import MissingDependencyError, iterable_documents, resolve_corpus_files
 
 RECORDS = [
@@ -187,7 +187,7 @@ def test_an_iterable_of_paths_is_not_read_as_texts(tmp_path):
 def test_write_shards_refuses_strings_for_documents(tmp_path):
     with pytest.raises(ValueError, match=r"a document is a list of sentences, not a string "
                                          r"\(got 'Some text.'\); pass corpus_documents"):
-        write_shards(iter(["Some text."]), WordPieceTokenizer.train(["Some text."], vocab_size=30),
+        write_shards(iter(["Some text."]), Tokenizer.train(["Some text."], vocab_size=30),
                      tmp_path / "out")
     assert not (tmp_path / "out").exists()
 

@@ -15,7 +15,7 @@ import zstandard
 from test_data_safety import _data, _fails
 
 from bertjax.cli.main import main
-from bertjax.data import WordPieceTokenizer
+from bertjax.data import Tokenizer
 from bertjax.data.shards import BIN_FILES
 
 RECORDS = [{"id": d, "body": " ".join(f"Sentence {s} of document {d} tells of kings, number {d * s}."
@@ -25,7 +25,7 @@ RECORDS = [{"id": d, "body": " ".join(f"Sentence {s} of document {d} tells of ki
 @pytest.fixture(scope="module")
 def tiny_vocab(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("vocab")
-    WordPieceTokenizer.train([r["body"] for r in RECORDS], vocab_size=80).save(root)
+    Tokenizer.train([r["body"] for r in RECORDS], vocab_size=80).save(root)
     return root
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bertjax.data import Shards, WordPieceTokenizer, corpus_documents, write_shards
+from bertjax.data import Shards, Tokenizer, corpus_documents, write_shards
 
 _TMP = Path(tempfile.mkdtemp(prefix="bertjax-data-tests-"))
 atexit.register(shutil.rmtree, _TMP, ignore_errors=True)
@@ -26,15 +26,15 @@ def minilm_dir() -> Path:
 
 
 @functools.cache
-def minilm_tokenizer() -> WordPieceTokenizer:
-    return WordPieceTokenizer.load(minilm_dir() / "tokenizer.json")
+def minilm_tokenizer() -> Tokenizer:
+    return Tokenizer.load(minilm_dir() / "tokenizer.json")
 
 
 @functools.cache
-def shakespeare_tokenizer() -> WordPieceTokenizer:
+def shakespeare_tokenizer() -> Tokenizer:
     """An 8000-token uncased vocabulary trained on the training plays."""
     sentences = (s for d in corpus_documents("shakespeare", split="train") for s in d)
-    return WordPieceTokenizer.train(sentences, 8000)
+    return Tokenizer.train(sentences, 8000)
 
 
 @functools.cache

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from bertjax.cli.main import main
-from bertjax.data import Shards, WordPieceTokenizer
+from bertjax.data import Shards, Tokenizer
 from bertjax.errors import InputError
 
 
@@ -28,7 +28,7 @@ def vocab(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("vocab")
     corpus = _write_corpus(root / "corpus.txt")
     sentences = corpus.read_text().split("\n")
-    WordPieceTokenizer.train([s for s in sentences if s], vocab_size=80).save(root / "vocab")
+    Tokenizer.train([s for s in sentences if s], vocab_size=80).save(root / "vocab")
     return root / "vocab"
 
 

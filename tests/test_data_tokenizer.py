@@ -10,7 +10,7 @@ import pytest
 from test_data_helpers import minilm_dir, minilm_tokenizer, shakespeare_tokenizer
 
 from bertjax.config import BertConfig
-from bertjax.data import SpecialTokens, WordPieceTokenizer, corpus_documents
+from bertjax.data import SpecialTokens, Tokenizer, corpus_documents
 
 
 def test_trained_vocabulary_has_pad_zero_and_round_trips(tmp_path):
@@ -22,7 +22,7 @@ def test_trained_vocabulary_has_pad_zero_and_round_trips(tmp_path):
     assert len(lines) == 8000 and lines[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     text = ["Now is the winter of our discontent", "Wherefore art thou ROMEO?"]
     for path in (tmp_path, tmp_path / "vocab.txt", tmp_path / "tokenizer.json"):
-        loaded = WordPieceTokenizer.load(path)
+        loaded = Tokenizer.load(path)
         assert loaded.vocab_hash == tok.vocab_hash
         assert loaded.encode_batch(text) == tok.encode_batch(text)
     ids = tok.encode_batch(text)[1]
@@ -33,15 +33,15 @@ def test_trained_vocabulary_has_pad_zero_and_round_trips(tmp_path):
 
 def test_cased_training_keeps_case():
     sentences = ["Hello World", "hello world", "HELLO there"] * 50
-    cased = WordPieceTokenizer.train(sentences, 200, lowercase=False)
-    uncased = WordPieceTokenizer.train(sentences, 200)
+    cased = Tokenizer.train(sentences, 200, lowercase=False)
+    uncased = Tokenizer.train(sentences, 200)
     assert cased.tokenizer.decode(cased.encode_batch(["Hello"])[0]) == "Hello"
     assert uncased.tokenizer.decode(uncased.encode_batch(["Hello"])[0]) == "hello"
 
 
 def test_existing_bert_vocabulary_from_package_files():
     for name in ("vocab.txt", "tokenizer.json"):
-        tok = WordPieceTokenizer.load(minilm_dir() / name)
+        tok = Tokenizer.load(minilm_dir() / name)
         assert tok.vocab_size == 30522
         assert tok.special == SpecialTokens(pad=0, unk=100, cls=101, sep=102, mask=103)
         assert tok.encode_batch(["hello world"]) == [[7592, 2088]]
@@ -57,26 +57,26 @@ def test_vocabulary_without_special_tokens_names_them(tmp_path):
     path = tmp_path / "vocab.txt"
     path.write_text("[PAD]\n[UNK]\n[SEP]\nhello\nworld\n##s\n")
     with pytest.raises(ValueError, match=r"lacks the special tokens \[CLS\], \[MASK\]; add them"):
-        WordPieceTokenizer.load(path)
+        Tokenizer.load(path)
     with pytest.raises(ValueError, match=r"vocab.txt is empty"):
         path.write_text("\n")
-        WordPieceTokenizer.load(path)
+        Tokenizer.load(path)
 
 
 def test_missing_vocabulary_and_empty_training_corpus(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"vocabulary .*nope.txt does not exist"):
-        WordPieceTokenizer.load(tmp_path / "nope.txt")
+        Tokenizer.load(tmp_path / "nope.txt")
     with pytest.raises(FileNotFoundError, match="neither tokenizer.json nor vocab.txt"):
-        WordPieceTokenizer.load(tmp_path)
+        Tokenizer.load(tmp_path)
     with pytest.raises(ValueError, match="empty corpus"):
-        WordPieceTokenizer.train(iter([]), 100)
+        Tokenizer.train(iter([]), 100)
 
 
 _TRAIN_IN_A_PROCESS = """
 import sys
-from bertjax.data import WordPieceTokenizer
+from bertjax.data import Tokenizer
 sentences = open(sys.argv[1], encoding="utf-8").read().splitlines()
-print(WordPieceTokenizer.train(sentences, 300).vocab_hash)
+print(Tokenizer.train(sentences, 300).vocab_hash)
 """
 
 
@@ -88,7 +88,7 @@ def test_vocabulary_training_is_deterministic_within_and_across_processes(tmp_pa
     sentences = [s for d in docs for s in d]
     corpus = tmp_path / "three_plays.txt"
     corpus.write_text("\n".join(sentences), encoding="utf-8")
-    trained = [WordPieceTokenizer.train(sentences, 300) for _ in range(4)]
+    trained = [Tokenizer.train(sentences, 300) for _ in range(4)]
     in_process = {t.vocab_hash for t in trained}
     across = {
         subprocess.run([sys.executable, "-c", _TRAIN_IN_A_PROCESS, str(corpus)], check=True,
@@ -105,7 +105,7 @@ def test_vocabulary_training_is_deterministic_within_and_across_processes(tmp_pa
 
 def test_alphabet_limit_keeps_the_most_frequent_characters_ties_by_character():
     sentences = ["aaa bb cc dd ee"] * 20
-    tok = WordPieceTokenizer.train(sentences, 100, limit_alphabet=3)
+    tok = Tokenizer.train(sentences, 100, limit_alphabet=3)
     single = {t for t in tok.tokenizer.get_vocab() if len(t) == 1}
     assert single == {"a", "b", "c"}  # a most frequent; b, c, d, e tie: the first two kept
     assert tok.encode_batch(["dd"]) == [[tok.special.unk]]
@@ -114,7 +114,7 @@ def test_alphabet_limit_keeps_the_most_frequent_characters_ties_by_character():
 def test_too_small_a_vocabulary_is_said_and_a_bad_alphabet_limit_refused():
     with pytest.warns(UserWarning, match=r"has 13 tokens, not 8: the special tokens, the corpus's "
                                          r"4 characters and their 4 '##' forms are always kept"):
-        tok = WordPieceTokenizer.train(["abcd dcba"] * 10, 8)
+        tok = Tokenizer.train(["abcd dcba"] * 10, 8)
     assert tok.vocab_size == 13  # 5 special + a b c d + ##a ##b ##c ##d
     with pytest.raises(ValueError, match="limit_alphabet must be at least 1, got 0"):
-        WordPieceTokenizer.train(["abcd"], 100, limit_alphabet=0)
+        Tokenizer.train(["abcd"], 100, limit_alphabet=0)

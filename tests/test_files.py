@@ -10,7 +10,7 @@ from bertjax.common.files import (
     check_output_directory,
     write_text_atomic,
 )
-from bertjax.data import WordPieceTokenizer
+from bertjax.data import Tokenizer
 
 
 def test_write_text_atomic_replaces_or_keeps(tmp_path, monkeypatch):
@@ -78,11 +78,11 @@ def test_a_swap_that_fails_or_is_killed_between_its_renames_keeps_the_old_direct
 
 
 def test_tokenizer_save_is_complete_and_leaves_no_temporary(tmp_path):
-    tok = WordPieceTokenizer.train(["to be or not to be", "that is the question"] * 5,
+    tok = Tokenizer.train(["to be or not to be", "that is the question"] * 5,
                                    vocab_size=40)
     tok.save(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tokenizer.json", "vocab.txt"]
-    again = WordPieceTokenizer.load(tmp_path / "tokenizer.json")
+    again = Tokenizer.load(tmp_path / "tokenizer.json")
     assert again.encode_batch(["to be"]) == tok.encode_batch(["to be"])
     assert (tmp_path / "vocab.txt").read_text().splitlines() == tok.id_to_token_list()
 

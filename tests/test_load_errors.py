@@ -193,9 +193,9 @@ def test_classify_on_a_pretraining_run_says_to_fine_tune(run_dir, tmp_path, caps
 
 
 def test_fill_mask_on_a_bare_encoder_says_where_the_heads_come_from(tmp_path, capsys):
-    from bertjax.data import WordPieceTokenizer
+    from bertjax.data import Tokenizer
 
-    tokenizer = WordPieceTokenizer.train(sentences(100), vocab_size=200)
+    tokenizer = Tokenizer.train(sentences(100), vocab_size=200)
     config = BertConfig.from_preset("tiny", vocab_size=tokenizer.vocab_size)
     bare = tmp_path / "bare"
     bertjax.save_pretrained(BertModel(config, rngs=nnx.Rngs(0)), bare, tokenizer)
@@ -243,9 +243,9 @@ def _to_pytorch_bin(model: Path) -> None:
 
 def _larger_tokenizer(model: Path) -> None:
     """Another model's tokenizer, with more tokens than these weights have embeddings."""
-    from bertjax.data import WordPieceTokenizer
+    from bertjax.data import Tokenizer
 
-    WordPieceTokenizer.train(sentences(), vocab_size=800).save(model)
+    Tokenizer.train(sentences(), vocab_size=800).save(model)
 
 
 def _shard(model: Path) -> None:

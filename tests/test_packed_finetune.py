@@ -26,7 +26,7 @@ from bertjax.data.labelled import Example
 from bertjax.data.packing import pack_layout
 from bertjax.data.squad import QAExample
 from bertjax.data.tagging import TaggedSentence
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.jobs.finetune.config import FinetuneConfig
 from bertjax.jobs.finetune.job import _Packed
 from bertjax.tasks.classification import ClassificationTask, predict
@@ -39,11 +39,11 @@ ROW = 128  # packed rows of several short examples each
 
 
 @pytest.fixture(scope="module")
-def tokenizer() -> WordPieceTokenizer:
-    return WordPieceTokenizer.train(sentences(), vocab_size=400)
+def tokenizer() -> Tokenizer:
+    return Tokenizer.train(sentences(), vocab_size=400)
 
 
-def _model(task, tokenizer: WordPieceTokenizer, labels: tuple[str, ...] = ("a", "b", "c")):
+def _model(task, tokenizer: Tokenizer, labels: tuple[str, ...] = ("a", "b", "c")):
     config = BertConfig.from_preset("tiny", vocab_size=tokenizer.vocab_size,
                                     pad_token_id=tokenizer.special.pad, id2label=labels)
     return task.model_class(config, rngs=nnx.Rngs(3))

@@ -23,7 +23,7 @@ from test_data_helpers import fresh_dir, shakespeare_shards
 
 from bert_torch.losses import pretraining_loss as torch_pretraining_loss
 from bertjax.config import BertConfig
-from bertjax.data import PretrainingBatches, WordPieceTokenizer, write_shards
+from bertjax.data import PretrainingBatches, Tokenizer, write_shards
 from bertjax.data.corpus import shakespeare_speeches, split_sentences
 from bertjax.data.pair_packing import real_token_share
 from bertjax.heads import BertForPreTraining
@@ -51,7 +51,7 @@ def _speech_documents() -> list[list[str]]:
 def speeches() -> tuple:
     """Shards of every speech of four plays as its own document, and their 300-piece vocabulary."""
     docs = _speech_documents()
-    tok = WordPieceTokenizer.train((s for d in docs for s in d), vocab_size=300)
+    tok = Tokenizer.train((s for d in docs for s in d), vocab_size=300)
     out = fresh_dir("speeches") / "train"
     write_shards(iter(docs), tok, out, min_documents=2)
     return out, tok

@@ -55,7 +55,7 @@ def test_one_object_per_name_across_the_layers() -> None:
     assert bertjax.LoadReport is bertjax.io.LoadReport is LoadReport
     assert bertjax.train.Checkpointer is Checkpointer
     assert bertjax.FinetuneConfig is bertjax.jobs.finetune.config.FinetuneConfig
-    assert bertjax.WordPieceTokenizer is bertjax.data.WordPieceTokenizer
+    assert bertjax.Tokenizer is bertjax.data.Tokenizer
 
 
 def test_a_custom_loop_needs_three_modules() -> None:
@@ -65,6 +65,6 @@ def test_a_custom_loop_needs_three_modules() -> None:
     for name in ("assemble", "OptimConfig", "make_strategy", "PRETRAINING", "Checkpointer",
                  "metrics_from_sums", "make_optimizer", "keep_freed_memory"):
         assert hasattr(bertjax.train, name), name
-    for name in ("corpus_documents", "write_shards", "pretraining_batches", "WordPieceTokenizer",
+    for name in ("corpus_documents", "write_shards", "pretraining_batches", "Tokenizer",
                  "read_examples", "read_tagged", "read_squad", "read_choices"):
         assert hasattr(bertjax.data, name), name

@@ -13,14 +13,14 @@ import transformers
 from use_helpers import sentences, tiny_checkpoint
 
 from bertjax.data.squad import NO_OFFSET, QAExample, encode_squad, read_squad, window_count
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.tasks.squad_metric import exact_match, f1, normalize_answer, squad_scores
 
 
 @pytest.fixture(scope="module")
 def tokenizers():
     path = tiny_checkpoint()
-    return WordPieceTokenizer.load(path / "vocab.txt"), transformers.AutoTokenizer.from_pretrained(
+    return Tokenizer.load(path / "vocab.txt"), transformers.AutoTokenizer.from_pretrained(
         path)
 
 

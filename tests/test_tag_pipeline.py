@@ -22,7 +22,7 @@ from use_helpers import count_row_sharing, sentences, tiny_checkpoint
 
 from bertjax import BertConfig
 from bertjax.cli.main import main
-from bertjax.data import WordPieceTokenizer
+from bertjax.data import Tokenizer
 from bertjax.heads import BertForPreTraining, BertForTokenClassification
 from bertjax.io.models import save_model
 from bertjax.use.encode import TruncationWarning
@@ -50,7 +50,7 @@ LONG = " ".join(sentences(80)[20:80])  # far over the tiny model's 128 positions
 TEXTS = [*DESIGNED, "", LONG]
 
 
-def _piece_labels(tokenizer: WordPieceTokenizer, text: str, words: dict
+def _piece_labels(tokenizer: Tokenizer, text: str, words: dict
                   ) -> list[tuple[str, int]]:
     """The designed label of each piece of `text` (no [CLS]/[SEP]) and its place in its word."""
     encoding = tokenizer.tokenizer.encode(text, add_special_tokens=False)
@@ -70,7 +70,7 @@ def _piece_labels(tokenizer: WordPieceTokenizer, text: str, words: dict
     return labels
 
 
-def _fit_classifier(model: BertForTokenClassification, tokenizer: WordPieceTokenizer) -> None:
+def _fit_classifier(model: BertForTokenClassification, tokenizer: Tokenizer) -> None:
     """Set the classifier so the designed texts' tokens get their labels: ridge regression on
     the encoder's outputs towards logits 4, 6 or 8 (a word's 1st, 2nd, 3rd piece...) above the
     others, so "max" and "average" have tokens of different confidence to choose from. The
@@ -94,8 +94,8 @@ def _fit_classifier(model: BertForTokenClassification, tokenizer: WordPieceToken
 
 
 @pytest.fixture(scope="module")
-def tagger(tmp_path_factory) -> tuple[BertForTokenClassification, WordPieceTokenizer, Path]:
-    tokenizer = WordPieceTokenizer.train(sentences(), vocab_size=400)
+def tagger(tmp_path_factory) -> tuple[BertForTokenClassification, Tokenizer, Path]:
+    tokenizer = Tokenizer.train(sentences(), vocab_size=400)
     config = BertConfig.from_preset("tiny", vocab_size=tokenizer.vocab_size,
                                     pad_token_id=tokenizer.special.pad, id2label=LABELS)
     model = BertForTokenClassification(config, rngs=nnx.Rngs(0))

@@ -26,7 +26,7 @@ from bertjax.data.tagging import (
     read_tagged,
     words_cut,
 )
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.tasks.entities import entity_scores, get_entities
 
 TOL = 1e-12
@@ -43,10 +43,10 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory) -> WordPieceTokenizer:
+def tokenizer(tmp_path_factory) -> Tokenizer:
     vocab = tmp_path_factory.mktemp("vocab") / "vocab.txt"
     vocab.write_text("".join(t + "\n" for t in VOCAB))
-    return WordPieceTokenizer.load(vocab)
+    return Tokenizer.load(vocab)
 
 
 def _id(token: str) -> int:

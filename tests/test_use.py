@@ -176,9 +176,9 @@ def test_commands_refuse_bad_input(peaked, tmp_path, capsys):
 
 
 def test_model_without_an_mlm_head_is_refused_for_fill_mask(tmp_path):
-    from bertjax.data import WordPieceTokenizer
+    from bertjax.data import Tokenizer
 
-    tokenizer = WordPieceTokenizer.train(sentences(100), vocab_size=200)
+    tokenizer = Tokenizer.train(sentences(100), vocab_size=200)
     config = BertConfig.from_preset("tiny", vocab_size=tokenizer.vocab_size)
     bare = tmp_path / "bare"
     bertjax.save_pretrained(BertModel(config, rngs=nnx.Rngs(0)), bare, tokenizer)

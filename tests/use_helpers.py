@@ -23,7 +23,7 @@ import numpy as np
 from flax import nnx
 
 from bertjax import BertConfig, BertForPreTraining, save_pretrained
-from bertjax.data import WordPieceTokenizer, corpus_documents
+from bertjax.data import Tokenizer, corpus_documents
 
 _TMP = Path(tempfile.mkdtemp(prefix="bertjax-use-tests-"))
 atexit.register(shutil.rmtree, _TMP, ignore_errors=True)
@@ -38,7 +38,7 @@ def sentences(n: int = 400) -> list[str]:
 @functools.cache
 def tiny_checkpoint(seed: int = 0) -> Path:
     """A Hugging Face directory: tiny BertForPreTraining (random weights) + its tokenizer."""
-    tokenizer = WordPieceTokenizer.train(sentences(), vocab_size=400)
+    tokenizer = Tokenizer.train(sentences(), vocab_size=400)
     config = BertConfig.from_preset("tiny", vocab_size=tokenizer.vocab_size,
                                     pad_token_id=tokenizer.special.pad)
     out = _TMP / f"tiny-{seed}"
@@ -50,9 +50,9 @@ def peaked_checkpoint(out: Path) -> Path:
     """A Hugging Face directory at `out`: a tiny checkpoint whose MLM distributions are peaked
     (large random weights), so the top-k order is decided by clear margins rather than float32
     round-off."""
-    from bertjax.data import WordPieceTokenizer
+    from bertjax.data import Tokenizer
 
-    tokenizer = WordPieceTokenizer.train(sentences(), vocab_size=400)
+    tokenizer = Tokenizer.train(sentences(), vocab_size=400)
     config = BertConfig.from_preset("tiny", vocab_size=tokenizer.vocab_size, initializer_range=0.3,
                                     pad_token_id=tokenizer.special.pad)
     save_pretrained(BertForPreTraining(config, rngs=nnx.Rngs(4)), out, tokenizer)

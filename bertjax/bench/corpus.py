@@ -137,10 +137,10 @@ def _vocabulary(vocab: str | None, directory: Path) -> Path:
     """`vocab`, or an 8,000-token vocabulary trained on the bundled plays into `directory`."""
     if vocab:
         return Path(vocab)
-    from bertjax.data import WordPieceTokenizer, corpus_documents
+    from bertjax.data import Tokenizer, corpus_documents
 
     sentences = (s for d in corpus_documents("shakespeare", split="all") for s in d)
-    WordPieceTokenizer.train(sentences, vocab_size=8000).save(directory)
+    Tokenizer.train(sentences, vocab_size=8000).save(directory)
     return directory
 
 

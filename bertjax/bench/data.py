@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bertjax.data import PretrainingBatches, Shards, WordPieceTokenizer, corpus_documents, write_shards
+from bertjax.data import PretrainingBatches, Shards, Tokenizer, corpus_documents, write_shards
 from bertjax.data.pairs import create_pairs
 from bertjax.errors import InputError
 
@@ -91,9 +91,9 @@ def _run(corpus: Sequence[str], split: str, text_field: str, vocab: str | None, 
     sentences = [s for d in documents for s in d]
     mb = sum(len(s.encode("utf-8", "surrogatepass")) for s in sentences) / 1e6
     if vocab:
-        tokenizer = WordPieceTokenizer.load(vocab)
+        tokenizer = Tokenizer.load(vocab)
     else:
-        tokenizer = WordPieceTokenizer.train(sentences, vocab_size)
+        tokenizer = Tokenizer.train(sentences, vocab_size)
     chunk = 4096
 
     def tokenise() -> None:

@@ -39,7 +39,7 @@ import numpy as np
 from bertjax.bench.options import DEFAULT_MAX_TOKENS
 from bertjax.common.console import say_unless
 from bertjax.data import corpus_documents
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
 from bertjax.io.models import save_model
 from bertjax.io.source import RUN, locate
@@ -144,7 +144,7 @@ def run_embed_benchmark(
 
 
 def _bertjax_model(model_dir: Path, stack: contextlib.ExitStack
-                   ) -> tuple[Any, WordPieceTokenizer, Path]:
+                   ) -> tuple[Any, Tokenizer, Path]:
     """(BertModel, tokenizer, a Hugging Face directory of the same weights for transformers). A
     run directory's best checkpoint is exported to a temporary directory (removed by `stack`)."""
     source = locate(model_dir)
@@ -197,7 +197,7 @@ def _batch_statistics(batches: list[Encoded]) -> dict[str, Any]:
     }
 
 
-def _packed_statistics(tokenizer: WordPieceTokenizer, lines: Sequence[str], max_length: int,
+def _packed_statistics(tokenizer: Tokenizer, lines: Sequence[str], max_length: int,
                        max_tokens: int, limit: int) -> dict[str, Any]:
     """The packed row's batches: how many, their shapes (R, S, K: the bulk's, then the longest
     inputs' rows if any) and the token slots in them."""

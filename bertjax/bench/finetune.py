@@ -27,7 +27,7 @@ import jax
 from bertjax.bench.embed import default_model_dir
 from bertjax.common.console import say_unless
 from bertjax.config import BertConfig
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
 from bertjax.io.report import FreshHeadsWarning
 from bertjax.io.source import ModelSource, locate
@@ -126,7 +126,7 @@ def _check_budget(name: str, source: ModelSource, max_tokens: int, max_length: i
     """A ValueError naming the task if `max_tokens` holds no packed row of its training units."""
     train, _, _ = bundled_examples(name)
     task, labels = make_task(name, train)
-    tokenizer = WordPieceTokenizer.load(source.directory)
+    tokenizer = Tokenizer.load(source.directory)
     model_config = (BertConfig.from_hf_dict(dict(source.config)) if source.config is not None
                     else from_pretrained(source, model_cls=task.model_class)[0].config)
     model_config = model_config if labels is None else model_config.replace(id2label=labels)

@@ -25,7 +25,7 @@ import jax
 import numpy as np
 
 from bertjax.common.console import say_unless
-from bertjax.data import PretrainingBatches, WordPieceTokenizer, write_shards
+from bertjax.data import PretrainingBatches, Tokenizer, write_shards
 from bertjax.data.corpus import corpus_documents, shakespeare_speech_documents
 from bertjax.data.pair_packing import real_token_share
 from bertjax.jobs.pretrain.job import initialise_model
@@ -35,7 +35,7 @@ from bertjax.train.assembly import assemble
 MODES = ("none", "best-fit")
 
 
-def _fill(shards: Path, tokenizer: WordPieceTokenizer, seq_len: int, max_predictions: int,
+def _fill(shards: Path, tokenizer: Tokenizer, seq_len: int, max_predictions: int,
           batch_size: int) -> dict[str, Any]:
     """The share of real tokens per row of an epoch, unpacked and packed, and the rows each
     takes."""
@@ -100,7 +100,7 @@ def run_packing_benchmark(*, preset: str = "mini", seq_len: int = 128, batch_siz
                                 "data.max_predictions": max_predictions,
                                 "data.vocab_size": vocab_size})
     say_unless(quiet, "training a vocabulary and writing shards of scenes and speeches ...")
-    tokenizer = WordPieceTokenizer.train(
+    tokenizer = Tokenizer.train(
         (s for d in corpus_documents("shakespeare", split="train") for s in d), vocab_size)
     fills, batches = {}, {}
     with tempfile.TemporaryDirectory(prefix="bertjax-bench-pack-") as tmp:

@@ -57,13 +57,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bertjax.data import Shards, WordPieceTokenizer, corpus_documents, write_shards
+    from bertjax.data import Shards, Tokenizer, corpus_documents, write_shards
     from bertjax.data.pairs import load_or_create_pairs
     from bertjax.data.shards import check_shard_output
 
     check_shard_output(args.out, args.force,
                        inputs={"--corpus": corpus_paths(args.corpus), "--vocab": args.vocab})
-    tokenizer = WordPieceTokenizer.load(args.vocab, lowercase=not args.cased)
+    tokenizer = Tokenizer.load(args.vocab, lowercase=not args.cased)
     documents = corpus_documents(args.corpus, text_field=args.text_field, split=args.split)
     name = ",".join(args.corpus) + (f":{args.split}" if "shakespeare" in args.corpus else "")
     made: dict = {}

@@ -48,12 +48,12 @@ def is_vocab_directory(path: Path) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bertjax.data import WordPieceTokenizer, corpus_documents
+    from bertjax.data import Tokenizer, corpus_documents
 
     check_output_directory(args.out, is_ours=is_vocab_directory, made_by="`bertjax vocab`",
                            replace=args.force, inputs={"--corpus": corpus_paths(args.corpus)})
     documents = corpus_documents(args.corpus, text_field=args.text_field, split=args.split)
-    tokenizer = WordPieceTokenizer.train(
+    tokenizer = Tokenizer.train(
         (sentence for doc in documents for sentence in doc), args.vocab_size,
         lowercase=not args.cased, min_frequency=args.min_frequency, show_progress=True,
     )

@@ -24,10 +24,10 @@ Every task format's reader is here: `read_examples` (labelled text: JSON lines, 
 `read_tagged` (CoNLL, JSON lines), `read_squad`, `read_choices`; and the bundled tasks'
 examples (`genre_examples`, `character_tagging`, `speaker_questions`, `next_line_choices`).
 
-    from bertjax.data import WordPieceTokenizer, corpus_documents, write_shards, PretrainingBatches
+    from bertjax.data import Tokenizer, corpus_documents, write_shards, PretrainingBatches
 
     docs = lambda: corpus_documents("shakespeare", split="train")
-    tok = WordPieceTokenizer.train((s for d in docs() for s in d), vocab_size=8000)
+    tok = Tokenizer.train((s for d in docs() for s in d), vocab_size=8000)
     write_shards(docs(), tok, "data/train")
     config = BertConfig.from_preset("mini", vocab_size=tok.vocab_size, pad_token_id=tok.special.pad)
     for batch in PretrainingBatches("data/train", seq_len=128, global_batch_size=256):
@@ -72,12 +72,12 @@ from bertjax.data.scene_tasks import character_tagging, next_line_choices, speak
 from bertjax.data.shards import Shards, write_shards
 from bertjax.data.squad import QAExample, read_squad
 from bertjax.data.tagging import TaggedSentence, label_list, read_tagged
-from bertjax.data.tokenizer import SpecialTokens, WordPieceTokenizer
+from bertjax.data.tokenizer import SpecialTokens, Tokenizer
 
 __all__ = [
     "EVAL_PLAYS", "PAIR_COLUMNS", "ChoiceExample", "Document", "Example", "PackedRows",
     "PretrainingBatches", "QAExample", "RowLayout", "Shards", "SpecialTokens", "TaggedSentence",
-    "WordPieceTokenizer", "arrow_documents", "character_tagging", "corpus_documents",
+    "Tokenizer", "arrow_documents", "character_tagging", "corpus_documents",
     "create_pairs", "dataset_documents", "genre_examples", "iterable_documents", "json_documents",
     "jsonl_documents", "label_list", "label_names", "load_or_create_pairs", "mask_tokens",
     "next_line_choices", "pack_layout", "pack_sequences", "parquet_documents", "pretraining_batches",

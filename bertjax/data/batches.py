@@ -55,7 +55,7 @@ from bertjax.data.pair_packing import (
 from bertjax.data.pairs import SPECIAL_PER_PAIR, load_or_create_pairs
 from bertjax.data.segments import SPECIAL_PER_SEGMENT, load_or_create_segments
 from bertjax.data.shards import Shards
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
 
 STATE_VERSION = 1
@@ -104,7 +104,7 @@ class PretrainingBatches:
         num_epochs: int | None = None,
         process_index: int = 0,
         process_count: int = 1,
-        tokenizer: WordPieceTokenizer | None = None,
+        tokenizer: Tokenizer | None = None,
         cache_pairs: bool = False,
         packing: str = "none",
         not_next: str = "any",

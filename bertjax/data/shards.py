@@ -39,7 +39,7 @@ from tqdm import tqdm
 from bertjax.common.files import atomic_directory, check_output_directory, temporary_name
 from bertjax.common.input_overlap import Inputs
 from bertjax.data.corpus import Document
-from bertjax.data.tokenizer import SAVED_FILES, SpecialTokens, WordPieceTokenizer
+from bertjax.data.tokenizer import SAVED_FILES, SpecialTokens, Tokenizer
 from bertjax.errors import InputError
 
 FORMAT = "bertjax-shards-1"
@@ -80,7 +80,7 @@ def check_shard_output(out_dir: str | os.PathLike, overwrite: bool = False, *,
 
 def write_shards(
     documents: Iterable[Document],
-    tokenizer: WordPieceTokenizer,
+    tokenizer: Tokenizer,
     out_dir: str | os.PathLike,
     *,
     corpus: str = "",
@@ -126,7 +126,7 @@ class ShardWriter:
     Use as a context manager: the files are open between `__enter__` and `__exit__`.
     """
 
-    def __init__(self, directory: Path, tokenizer: WordPieceTokenizer) -> None:
+    def __init__(self, directory: Path, tokenizer: Tokenizer) -> None:
         self.directory = directory
         self.tokenizer = tokenizer
         self.dtype = np.dtype(np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.int32)
@@ -206,7 +206,7 @@ def _check_documents(documents: int, corpus: str, min_documents: int) -> None:
         )
 
 
-def _meta(writer: ShardWriter, tokenizer: WordPieceTokenizer, corpus: str,
+def _meta(writer: ShardWriter, tokenizer: Tokenizer, corpus: str,
           seconds: float) -> dict[str, Any]:
     """meta.json's contents: format, dtypes, counts, rates and the vocabulary's identity."""
     counts = writer.counts
@@ -265,14 +265,14 @@ class Shards:
     def num_tokens(self) -> int:
         return len(self.tokens)
 
-    def tokenizer(self) -> WordPieceTokenizer:
-        return WordPieceTokenizer.load(self.directory / "tokenizer.json")
+    def tokenizer(self) -> Tokenizer:
+        return Tokenizer.load(self.directory / "tokenizer.json")
 
     def document_token_offsets(self) -> np.ndarray:
         """Token offset of each document start (n_docs+1): document d is tokens[o[d]:o[d+1]]."""
         return np.asarray(self.sentence_offsets)[np.asarray(self.document_offsets)]
 
-    def check_vocabulary(self, tokenizer: WordPieceTokenizer) -> None:
+    def check_vocabulary(self, tokenizer: Tokenizer) -> None:
         if tokenizer.vocab_hash != self.meta["vocab_sha256"]:
             raise InputError(
                 f"{self.directory} was tokenised with another vocabulary (sha256 "

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from bertjax.common.files import read_text
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
 
 NO_OFFSET = -1  # the offsets of a piece that is not context ([CLS], question, [SEP], padding)
@@ -146,7 +146,7 @@ class QAWindows:
         return QAWindows(*(getattr(self, f.name)[rows] for f in dataclasses.fields(self)))
 
 
-def window_count(tokenizer: WordPieceTokenizer, examples: Sequence[QAExample], max_length: int,
+def window_count(tokenizer: Tokenizer, examples: Sequence[QAExample], max_length: int,
                  doc_stride: int, max_query_length: int = 64) -> np.ndarray:
     """(N,) windows each example takes."""
     questions, contexts = _pieces(tokenizer, examples, max_query_length)
@@ -154,7 +154,7 @@ def window_count(tokenizer: WordPieceTokenizer, examples: Sequence[QAExample], m
                      for q, c in zip(questions, contexts, strict=True)], np.int64)
 
 
-def encode_squad(tokenizer: WordPieceTokenizer, examples: Sequence[QAExample], max_length: int,
+def encode_squad(tokenizer: Tokenizer, examples: Sequence[QAExample], max_length: int,
                  doc_stride: int, max_query_length: int = 64) -> QAWindows:
     """Every window of every example, in order (an example's windows together). Questions
     longer than `max_query_length` pieces are cut to it (Hugging Face's run_qa keeps them whole;
@@ -231,7 +231,7 @@ class _Pieces:
     words: list[int]
 
 
-def _pieces(tokenizer: WordPieceTokenizer, examples: Sequence[QAExample], max_query_length: int
+def _pieces(tokenizer: Tokenizer, examples: Sequence[QAExample], max_query_length: int
             ) -> tuple[list[_Pieces], list[_Pieces]]:
     """(question pieces, context pieces with character offsets) of each example."""
     encode = tokenizer.tokenizer.encode_batch

@@ -24,7 +24,7 @@ import numpy as np
 
 from bertjax.common.files import read_text
 from bertjax.data.records import json_records
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
 
 IGNORE = -100  # the label of a position the loss skips (special tokens, padding, later pieces)
@@ -215,7 +215,7 @@ class TaggedBatch:
 
 
 def encode_tagged(
-    tokenizer: WordPieceTokenizer,
+    tokenizer: Tokenizer,
     sentences: Sequence[TaggedSentence],
     label_ids: Mapping[str, int],
     max_length: int,
@@ -258,11 +258,11 @@ def _tag_ids(sentence: TaggedSentence, label_ids: Mapping[str, int]) -> list[int
     return [label_ids[t] for t in sentence.tags]
 
 
-def _word_pieces(tokenizer: WordPieceTokenizer, sentences: Sequence[TaggedSentence]
+def _word_pieces(tokenizer: Tokenizer, sentences: Sequence[TaggedSentence]
                  ) -> list[tuple[list[int], list[int]]]:
     """(piece ids, word index of each piece) per sentence, without [CLS]/[SEP].
 
-    `WordPieceTokenizer` has no method for pre-split words; this uses its Hugging Face
+    `Tokenizer` has no method for pre-split words; this uses its Hugging Face
     `tokenizers.Tokenizer` (`.tokenizer`), whose `encode_batch(..., is_pretokenized=True)` keeps
     each word's index in `word_ids`. Words with no pieces get [UNK]."""
     encodings = tokenizer.tokenizer.encode_batch(
@@ -281,6 +281,6 @@ def _word_pieces(tokenizer: WordPieceTokenizer, sentences: Sequence[TaggedSenten
     return out
 
 
-def piece_counts(tokenizer: WordPieceTokenizer, sentences: Sequence[TaggedSentence]) -> np.ndarray:
+def piece_counts(tokenizer: Tokenizer, sentences: Sequence[TaggedSentence]) -> np.ndarray:
     """(N,) tokens each sentence takes as [CLS] pieces [SEP], before any cut."""
     return np.array([len(ids) + 2 for ids, _ in _word_pieces(tokenizer, sentences)], np.int64)

@@ -17,7 +17,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
-from tokenizers import BertWordPieceTokenizer, Tokenizer
+import tokenizers
+from tokenizers import BertWordPieceTokenizer
 from tokenizers.processors import BertProcessing, RobertaProcessing
 
 from bertjax.common.files import read_text, write_text_atomic
@@ -27,7 +28,7 @@ from bertjax.errors import InputError
 
 SPECIAL_TOKENS: dict[str, str] = dict(BERT_SPECIAL_TOKENS)  # what `train` gives a vocabulary
 MASK = SPECIAL_TOKENS["mask"]  # how a user writes the mask in text, whatever the model spells
-SAVED_FILES = ("tokenizer.json", "vocab.txt")  # what `WordPieceTokenizer.save` writes
+SAVED_FILES = ("tokenizer.json", "vocab.txt")  # what `Tokenizer.save` writes
 MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + 1  # the special tokens and one more
 CONTINUATION = "##"  # WordPiece's prefix of a piece that continues a word
 # A model's vocabulary may be padded past its tokenizer's (to a multiple of 8, 64 or 128, for
@@ -51,14 +52,15 @@ class SpecialTokens:
         return dataclasses.astuple(self)
 
 
-class WordPieceTokenizer:
-    """A `tokenizers.Tokenizer` plus what the pipeline needs: special ids and vocabulary size.
+class Tokenizer:
+    """A `tokenizers.Tokenizer` (WordPiece, byte-level BPE or Unigram) plus what the pipeline
+    needs: the family's special tokens and their ids, its pair template, the vocabulary size.
 
     Build a model config from it with
     `BertConfig(vocab_size=tok.vocab_size, pad_token_id=tok.special.pad, ...)`.
     """
 
-    def __init__(self, tokenizer: Tokenizer, source: str = "<memory>",
+    def __init__(self, tokenizer: tokenizers.Tokenizer, source: str = "<memory>",
                  family: Family | None = None):
         # a tokenizer.json may pad/truncate every encoding (all-MiniLM pads to 128): sentences
         # must come out whole and unpadded, pair creation does the fitting (and bertjax's own
@@ -102,7 +104,7 @@ class WordPieceTokenizer:
         limit_alphabet: int = 1000,
         show_progress: bool = False,
         family: Family | None = None,
-    ) -> WordPieceTokenizer:
+    ) -> Tokenizer:
         """Train on an iterator of sentences; `[PAD]` gets id 0, then `[UNK] [CLS] [SEP] [MASK]`.
 
         `family` (default BERT's) spells the special tokens, in that order: a RoBERTa's
@@ -145,7 +147,7 @@ class WordPieceTokenizer:
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, lowercase: bool = True,
-             family: Family | None = None) -> WordPieceTokenizer:
+             family: Family | None = None) -> Tokenizer:
         """From `tokenizer.json`, `vocab.txt`, or a directory holding one (tokenizer.json first).
 
         `lowercase` applies to a bare `vocab.txt` only; `tokenizer.json` carries its normaliser.
@@ -167,7 +169,7 @@ class WordPieceTokenizer:
             )
         if path.suffix == ".json":
             try:
-                tokenizer = Tokenizer.from_file(str(path))
+                tokenizer = tokenizers.Tokenizer.from_file(str(path))
             except Exception as err:  # tokenizers raises a bare Exception
                 reason = " ".join(str(err).split())
                 raise InputError(f"{path} is not a valid tokenizer.json ({reason}); give a "
@@ -280,7 +282,7 @@ def fits_vocabulary(tokens: int, rows: int) -> bool:
     return tokens <= rows < tokens + VOCAB_PADDING
 
 
-def _word_counts(tokenizer: Tokenizer, sentences: Iterable[str]) -> Counter[str]:
+def _word_counts(tokenizer: tokenizers.Tokenizer, sentences: Iterable[str]) -> Counter[str]:
     """How often each word occurs, after the tokenizer's own normaliser and pre-tokenizer (the
     words its trainer would count)."""
     normalizer, pre_tokenizer = tokenizer.normalizer, tokenizer.pre_tokenizer
@@ -313,9 +315,10 @@ def _repeated_words(words: Counter[str], chunk: int = 4096) -> Iterator[str]:
             left -= n
 
 
-def _only_special_tokens_added(tokenizer: Tokenizer, specials: list[str]) -> Tokenizer:
+def _only_special_tokens_added(tokenizer: tokenizers.Tokenizer, specials: list[str]
+                               ) -> tokenizers.Tokenizer:
     """The trained tokenizer without the continuation pieces as added tokens (they were added
     only to fix their ids; as added tokens they would be matched in raw text): `specials` alone."""
     spec = json.loads(tokenizer.to_str())
     spec["added_tokens"] = [t for t in spec["added_tokens"] if t["content"] in specials]
-    return Tokenizer.from_str(json.dumps(spec))
+    return tokenizers.Tokenizer.from_str(json.dumps(spec))

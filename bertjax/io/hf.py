@@ -237,7 +237,7 @@ def write_hf(
     tokenizer: Any = None,
 ) -> Path:
     """Write a `model_cls`'s `arrays` (our PyTorch names) as a directory that transformers loads as
-    that class (`config.json` + `model.safetensors`), plus, given a `WordPieceTokenizer`, the files
+    that class (`config.json` + `model.safetensors`), plus, given a `Tokenizer`, the files
     `AutoTokenizer` reads.
 
     The decoder weight is tied to the word embeddings, so (as transformers itself does) it is not

@@ -37,6 +37,6 @@ def load_model(
 
 def save_model(model: nnx.Module, path: str | Path, *, tokenizer: Any = None) -> Path:
     """Write `model` as a directory that transformers loads as its class (`config.json` +
-    `model.safetensors`, plus a `WordPieceTokenizer`'s files if given): atomically, replacing
+    `model.safetensors`, plus a `Tokenizer`'s files if given): atomically, replacing
     `path` only if it is empty or an earlier export (`bertjax.io.hf.write_hf`)."""
     return write_hf(path, model_to_numpy(model), model.config, type(model), tokenizer=tokenizer)

@@ -17,7 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
 from bertjax.io.report import LoadReport
 from bertjax.io.source import RUN, ModelSource
@@ -129,7 +129,7 @@ def embedding_rows(params: Any) -> int | None:
     return int(shape[0]) if shape else None
 
 
-def check_run_tokenizer(run: RunDir, tokenizer: WordPieceTokenizer, found: RunCheckpoint) -> None:
+def check_run_tokenizer(run: RunDir, tokenizer: Tokenizer, found: RunCheckpoint) -> None:
     """InputError naming the run's tokenizer.json if it has another vocabulary than the one the
     checkpoint was trained with (its word embeddings' rows): the tokenizer was replaced, the
     checkpoint is fine."""
@@ -137,7 +137,7 @@ def check_run_tokenizer(run: RunDir, tokenizer: WordPieceTokenizer, found: RunCh
     if rows is None or rows == tokenizer.vocab_size:
         return
     copies = [p for p in (run.data(split) / "tokenizer.json" for split in ("train", "eval"))
-              if p.is_file() and WordPieceTokenizer.load(p).vocab_size == rows]
+              if p.is_file() and Tokenizer.load(p).vocab_size == rows]
     fix = (f"restore it from the copy its shards keep: cp {copies[0]} {run.tokenizer}" if copies
            else "put back the run's own tokenizer.json and vocab.txt (from where it was made)")
     raise InputError(f"{run.tokenizer} has {tokenizer.vocab_size} tokens but the checkpoint (step "
@@ -148,7 +148,7 @@ def check_run_tokenizer(run: RunDir, tokenizer: WordPieceTokenizer, found: RunCh
 def load_run_model(
     root: str | Path | ModelSource, *, model_cls: type, step: int | None = None, seed: int = 0,
     missing_heads: str = "init", **config_overrides: Any,
-) -> tuple[Any, WordPieceTokenizer, LoadReport]:
+) -> tuple[Any, Tokenizer, LoadReport]:
     """(model, tokenizer, report) of a `bertjax pretrain` run directory (or its `ModelSource`):
     its checkpoint `step`, by default the best (`read_run_checkpoint`), as a `model_cls`
     (`bertjax.io.weights.build_model`)."""

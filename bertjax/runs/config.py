@@ -43,7 +43,7 @@ from bertjax.train.choices import OBJECTIVES, PARALLEL_CHOICES, PRNG_IMPLS
 from bertjax.train.schedule import OptimConfig
 
 # The families `bertjax pretrain` trains (`bertjax.config.families.FAMILIES`), each with a
-# WordPiece vocabulary of its special tokens (`WordPieceTokenizer.train`); DistilBERT's and
+# WordPiece vocabulary of its special tokens (`Tokenizer.train`); DistilBERT's and
 # ELECTRA's architectures as masked LMs (not distillation, not replaced-token detection).
 PRETRAIN_FAMILIES = tuple(FAMILIES)
 

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
 from bertjax.runs.config import RunConfig, complete_saved
 
@@ -105,7 +105,7 @@ class RunDir:
                              f"{self._config_fix(reading)}")
         return complete_saved(saved)
 
-    def finished_config(self) -> tuple[RunConfig, WordPieceTokenizer]:
+    def finished_config(self) -> tuple[RunConfig, Tokenizer]:
         """The configuration and tokenizer of a run that has started: what reading a trained run
         (its model, its batches) needs. A ValueError if the directory holds no run."""
         saved = self.saved_config(reading=True)  # damaged: an error naming how to restore it
@@ -116,7 +116,7 @@ class RunDir:
             raise InputError(f"{self.root} is a run without its tokenizer: "
                                     f"{self.tokenizer} is missing; {self._tokenizer_fix()}")
         config = RunConfig.from_dict(saved, source=str(self.config))
-        return config, WordPieceTokenizer.load(self.tokenizer, family=config.family)
+        return config, Tokenizer.load(self.tokenizer, family=config.family)
 
     def _tokenizer_fix(self) -> str:
         """How to put back a run's tokenizer.json: its shards keep a copy."""

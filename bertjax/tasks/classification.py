@@ -15,7 +15,7 @@ from flax import nnx
 
 from bertjax.data.labelled import Example, check_labels, majority_baseline
 from bertjax.data.packing import RowLayout
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.heads import BertForSequenceClassification
 from bertjax.losses import IGNORE_INDEX
 from bertjax.tasks.task import TaskScores
@@ -28,7 +28,7 @@ from bertjax.viz.curves import plot_confusion
 
 def predict(
     model: Any,
-    tokenizer: WordPieceTokenizer,
+    tokenizer: Tokenizer,
     examples: Sequence[Example],
     *,
     batch_size: int = 64,
@@ -63,7 +63,7 @@ def predict(
     return probs
 
 
-def _predict_packed(model: Any, tokenizer: WordPieceTokenizer, examples: Sequence[Example],
+def _predict_packed(model: Any, tokenizer: Tokenizer, examples: Sequence[Example],
                     max_length: int, max_tokens: int, *, warn: bool, option: str) -> np.ndarray:
     """`predict` over packed batches: each example's probabilities from its own [CLS]."""
     probs = np.zeros((len(examples), model.config.num_labels), np.float32)
@@ -139,17 +139,17 @@ class ClassificationTask:
     def check_length(self, max_length: int) -> None:
         pass  # any length from 3 fits; longer text is cut (and counted)
 
-    def units(self, tokenizer: WordPieceTokenizer, examples: Sequence[Example], max_length: int
+    def units(self, tokenizer: Tokenizer, examples: Sequence[Example], max_length: int
               ) -> Sequence[Example]:
         return examples  # one sequence each
 
-    def lengths(self, tokenizer: WordPieceTokenizer, examples: Sequence[Example]) -> np.ndarray:
+    def lengths(self, tokenizer: Tokenizer, examples: Sequence[Example]) -> np.ndarray:
         texts = tokenizer.encode_batch([e.text for e in examples])
         pairs = tokenizer.encode_batch([e.text_pair or "" for e in examples])
         return np.array([len(a) + len(b) + (3 if e.text_pair else 2)  # [CLS] A [SEP] (B [SEP])
                          for a, b, e in zip(texts, pairs, examples, strict=True)], dtype=np.int64)
 
-    def batch(self, tokenizer: WordPieceTokenizer, examples: Sequence[Example], max_length: int,
+    def batch(self, tokenizer: Tokenizer, examples: Sequence[Example], max_length: int,
               model_config: Any) -> dict[str, np.ndarray]:
         pairs = [e.text_pair or None for e in examples]  # a row without a pair: [CLS] A [SEP]
         arrays = encode(tokenizer, [e.text for e in examples], pairs, max_length=max_length,
@@ -164,7 +164,7 @@ class ClassificationTask:
         return pack_arrays(arrays, layout, pad_id=pad_id, per_sequence=("labels",),
                            fills={"labels": IGNORE_INDEX})  # (R, K) labels, empty slots ignored
 
-    def evaluate(self, model: Any, tokenizer: WordPieceTokenizer, examples: Sequence[Example],
+    def evaluate(self, model: Any, tokenizer: Tokenizer, examples: Sequence[Example],
                  max_length: int, max_tokens: int | None = None) -> TaskScores:
         scores = score(predict(model, tokenizer, examples, max_length=max_length, warn=False,
                                max_tokens=max_tokens),

@@ -22,7 +22,7 @@ from flax import nnx
 
 from bertjax.data.choices import ChoiceExample
 from bertjax.data.packing import RowLayout
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
 from bertjax.heads import BertForMultipleChoice
 from bertjax.losses import IGNORE_INDEX
@@ -50,11 +50,11 @@ class MultipleChoiceTask:
             raise InputError(f"--max-length {max_length} leaves no room for a context and a "
                              "choice ([CLS] A [SEP] B [SEP]); pass 5 or more")
 
-    def units(self, tokenizer: WordPieceTokenizer, examples: Sequence[ChoiceExample],
+    def units(self, tokenizer: Tokenizer, examples: Sequence[ChoiceExample],
               max_length: int) -> Sequence[ChoiceExample]:
         return examples
 
-    def lengths(self, tokenizer: WordPieceTokenizer, examples: Sequence[ChoiceExample]
+    def lengths(self, tokenizer: Tokenizer, examples: Sequence[ChoiceExample]
                 ) -> np.ndarray:
         """The longest choice's [CLS] context [SEP] choice [SEP] of each example."""
         contexts = tokenizer.encode_batch([e.context for e in examples])
@@ -65,7 +65,7 @@ class MultipleChoiceTask:
             i += len(e.choices)
         return np.array(out, np.int64)
 
-    def batch(self, tokenizer: WordPieceTokenizer, examples: Sequence[ChoiceExample],
+    def batch(self, tokenizer: Tokenizer, examples: Sequence[ChoiceExample],
               max_length: int, model_config: Any) -> dict[str, np.ndarray]:
         return {**choice_inputs(tokenizer, examples, max_length, model_config),
                 "labels": np.array([e.label for e in examples], np.int32)}
@@ -77,7 +77,7 @@ class MultipleChoiceTask:
              ) -> dict[str, np.ndarray]:
         return pack_choices(arrays, layout, pad_id)
 
-    def evaluate(self, model: Any, tokenizer: WordPieceTokenizer,
+    def evaluate(self, model: Any, tokenizer: Tokenizer,
                  examples: Sequence[ChoiceExample], max_length: int,
                  max_tokens: int | None = None) -> TaskScores:
         probs = predict_choices(model, tokenizer, examples, max_length=max_length,
@@ -94,7 +94,7 @@ class MultipleChoiceTask:
         write_report(path_stem.with_name(f"choices_{path_stem.name}.json"), title, scores.detail)
 
 
-def choice_inputs(tokenizer: WordPieceTokenizer, examples: Sequence[ChoiceExample],
+def choice_inputs(tokenizer: Tokenizer, examples: Sequence[ChoiceExample],
                   max_length: int, model_config: Any = None, *, warn: bool = False,
                   option: str = "max_length") -> dict[str, np.ndarray]:
     """(B, C, S) inputs and the (B, C) `choice_mask` of a batch (C: its most choices); a padding
@@ -144,7 +144,7 @@ def pack_choices(arrays: dict[str, np.ndarray], layout: RowLayout, pad_id: int
     return out
 
 
-def predict_choices(model: Any, tokenizer: WordPieceTokenizer,
+def predict_choices(model: Any, tokenizer: Tokenizer,
                     examples: Sequence[ChoiceExample], *, max_length: int = 128,
                     batch_size: int = 16, max_tokens: int | None = None, warn: bool = False,
                     option: str = "max_length") -> np.ndarray:

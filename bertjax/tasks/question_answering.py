@@ -27,7 +27,7 @@ from flax import nnx
 
 from bertjax.data.packing import RowLayout
 from bertjax.data.squad import QAExample, QAWindows, check_window, default_doc_stride, encode_squad
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
 from bertjax.heads import BertForQuestionAnswering
 from bertjax.losses import IGNORE_INDEX, packed_question_answering_sums
@@ -87,15 +87,15 @@ class QuestionAnsweringTask:
         return (default_doc_stride(max_length, self.max_query_length)
                 if self.doc_stride is None else self.doc_stride)
 
-    def units(self, tokenizer: WordPieceTokenizer, examples: Sequence[QAExample],
+    def units(self, tokenizer: Tokenizer, examples: Sequence[QAExample],
               max_length: int) -> list[_Window]:
         windows = self._windows(tokenizer, examples, max_length)
         return [_Window(windows, r) for r in range(len(windows.example))]
 
-    def lengths(self, tokenizer: WordPieceTokenizer, units: Sequence[_Window]) -> np.ndarray:
+    def lengths(self, tokenizer: Tokenizer, units: Sequence[_Window]) -> np.ndarray:
         return np.array([int(u.windows.attention_mask[u.row].sum()) for u in units], np.int64)
 
-    def batch(self, tokenizer: WordPieceTokenizer, units: Sequence[_Window], max_length: int,
+    def batch(self, tokenizer: Tokenizer, units: Sequence[_Window], max_length: int,
               model_config: Any) -> dict[str, np.ndarray]:
         return units[0].windows.rows(np.array([u.row for u in units])).arrays()
 
@@ -106,14 +106,14 @@ class QuestionAnsweringTask:
              ) -> dict[str, np.ndarray]:
         return pack_windows(arrays, layout, pad_id)
 
-    def evaluate(self, model: Any, tokenizer: WordPieceTokenizer,
+    def evaluate(self, model: Any, tokenizer: Tokenizer,
                  examples: Sequence[QAExample], max_length: int,
                  max_tokens: int | None = None) -> TaskScores:
         predictions, loss = self.predict(model, tokenizer, examples, max_length,
                                          max_tokens=max_tokens)
         return _task_scores(examples, predictions, loss)
 
-    def predict(self, model: Any, tokenizer: WordPieceTokenizer, examples: Sequence[QAExample],
+    def predict(self, model: Any, tokenizer: Tokenizer, examples: Sequence[QAExample],
                 max_length: int, batch_size: int = 64, max_tokens: int | None = None
                 ) -> tuple[dict[str, str], float]:
         """Each question's answer ("" for none) and the mean loss over the windows. Packed
@@ -159,7 +159,7 @@ class QuestionAnsweringTask:
         write_report(path_stem.with_name(f"answers_{path_stem.name}.json"), title,
                      {"predictions": scores.detail})
 
-    def _windows(self, tokenizer: WordPieceTokenizer, examples: Sequence[QAExample],
+    def _windows(self, tokenizer: Tokenizer, examples: Sequence[QAExample],
                  max_length: int) -> QAWindows:
         return encode_squad(tokenizer, examples, max_length, self._stride(max_length),
                             self.max_query_length)

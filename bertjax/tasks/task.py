@@ -17,7 +17,7 @@ import numpy as np
 
 from bertjax.config import BertConfig
 from bertjax.data.packing import RowLayout
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.train.objectives import Objective
 
 
@@ -44,14 +44,14 @@ class Task(Protocol):
     def check_length(self, max_length: int) -> None:
         """A ValueError naming the option if `max_length` cannot hold the task's inputs."""
 
-    def units(self, tokenizer: WordPieceTokenizer, examples: Sequence[Any], max_length: int
+    def units(self, tokenizer: Tokenizer, examples: Sequence[Any], max_length: int
               ) -> Sequence[Any]:
         """What the train step batches: the examples themselves, or the windows of long ones."""
 
-    def lengths(self, tokenizer: WordPieceTokenizer, units: Sequence[Any]) -> np.ndarray:
+    def lengths(self, tokenizer: Tokenizer, units: Sequence[Any]) -> np.ndarray:
         """(N,) tokens of each unit with its special tokens, before any cut."""
 
-    def batch(self, tokenizer: WordPieceTokenizer, units: Sequence[Any], max_length: int,
+    def batch(self, tokenizer: Tokenizer, units: Sequence[Any], max_length: int,
               model_config: BertConfig) -> dict[str, np.ndarray]:
         """The model's inputs and the objective's labels for these units."""
 
@@ -63,7 +63,7 @@ class Task(Protocol):
         """A `batch` of the layout's units moved into its packed rows (`bertjax.use.packed`):
         the model's inputs with the packing arrays, the labels where the objective reads them."""
 
-    def evaluate(self, model: Any, tokenizer: WordPieceTokenizer, examples: Sequence[Any],
+    def evaluate(self, model: Any, tokenizer: Tokenizer, examples: Sequence[Any],
                  max_length: int, max_tokens: int | None = None) -> TaskScores:
         """The model's scores on `examples` (inference mode; packed by `max_tokens` if given)."""
 

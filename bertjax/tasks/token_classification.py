@@ -20,7 +20,7 @@ from flax import nnx
 
 from bertjax.data.packing import RowLayout
 from bertjax.data.tagging import IGNORE, TaggedSentence, encode_tagged, piece_counts
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
 from bertjax.heads import BertForTokenClassification
 from bertjax.tasks.entities import entity_scores
@@ -54,15 +54,15 @@ class TokenClassificationTask:
     def check_length(self, max_length: int) -> None:
         pass  # any length from 3 fits; longer text is cut (and counted)
 
-    def units(self, tokenizer: WordPieceTokenizer, examples: Sequence[TaggedSentence], max_length: int
+    def units(self, tokenizer: Tokenizer, examples: Sequence[TaggedSentence], max_length: int
               ) -> Sequence[TaggedSentence]:
         return examples  # one sequence each
 
-    def lengths(self, tokenizer: WordPieceTokenizer, examples: Sequence[TaggedSentence]
+    def lengths(self, tokenizer: Tokenizer, examples: Sequence[TaggedSentence]
                 ) -> np.ndarray:
         return piece_counts(tokenizer, examples)
 
-    def batch(self, tokenizer: WordPieceTokenizer, examples: Sequence[TaggedSentence],
+    def batch(self, tokenizer: Tokenizer, examples: Sequence[TaggedSentence],
               max_length: int, model_config: Any) -> dict[str, np.ndarray]:
         ids = {tag: i for i, tag in enumerate(model_config.id2label)}
         return encode_tagged(tokenizer, examples, ids, max_length,
@@ -76,7 +76,7 @@ class TokenClassificationTask:
         return pack_arrays(arrays, layout, pad_id=pad_id, per_token=("labels",),
                            fills={"labels": IGNORE})
 
-    def evaluate(self, model: Any, tokenizer: WordPieceTokenizer,
+    def evaluate(self, model: Any, tokenizer: Tokenizer,
                  examples: Sequence[TaggedSentence], max_length: int,
                  max_tokens: int | None = None) -> TaskScores:
         predicted, loss = predict_tags(model, tokenizer, examples, max_length=max_length,
@@ -95,7 +95,7 @@ class TokenClassificationTask:
         write_report(path_stem.with_name(f"entities_{path_stem.name}.json"), title, scores.detail)
 
 
-def predict_tags(model: Any, tokenizer: WordPieceTokenizer, sentences: Sequence[TaggedSentence],
+def predict_tags(model: Any, tokenizer: Tokenizer, sentences: Sequence[TaggedSentence],
                  *, max_length: int = 128, batch_size: int = 64, max_tokens: int | None = None
                  ) -> tuple[list[list[str]], float]:
     """Each sentence's predicted tag per word (its first piece's; `O` for words cut by
@@ -117,7 +117,7 @@ def predict_tags(model: Any, tokenizer: WordPieceTokenizer, sentences: Sequence[
     return predicted, loss_sum / max(count, 1)
 
 
-def _sentence_log_probs(model: Any, tokenizer: WordPieceTokenizer,
+def _sentence_log_probs(model: Any, tokenizer: Tokenizer,
                         sentences: Sequence[TaggedSentence], ids: dict[str, int], max_length: int,
                         batch_size: int, max_tokens: int | None
                         ) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:

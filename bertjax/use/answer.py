@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bertjax.data.squad import NO_OFFSET, QAExample, QAWindows, encode_squad
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
 from bertjax.use.arguments import check_model_and_tokenizer
 from bertjax.use.encode import jitted_forward, model_max_length
@@ -33,7 +33,7 @@ _MASKED = -10000.0  # the pipeline's logit for a piece that cannot be in an answ
 
 def answer(
     model: Any,
-    tokenizer: WordPieceTokenizer,
+    tokenizer: Tokenizer,
     question: str,
     context: str,
     *,

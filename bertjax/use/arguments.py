@@ -43,7 +43,7 @@ def check_tokenizer(config: Any, tokenizer: Any) -> None:
     """InputError unless `tokenizer`'s ids are this model's vocabulary: not more tokens than the
     model has rows, nor so many fewer that the rest could not be padding (`fits_vocabulary`)."""
     if not hasattr(tokenizer, "vocab_size") or not hasattr(tokenizer, "encode_batch"):
-        raise TypeError(f"tokenizer must be a bertjax.WordPieceTokenizer (e.g. from "
+        raise TypeError(f"tokenizer must be a bertjax.Tokenizer (e.g. from "
                         f"bertjax.from_pretrained), got {type(tokenizer).__name__}")
     tokens, rows = int(tokenizer.vocab_size), int(config.vocab_size)
     if not fits_vocabulary(tokens, rows):

@@ -28,7 +28,7 @@ from flax import nnx
 from tqdm.auto import tqdm
 
 from bertjax.common.files import read_text
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
 from bertjax.use.arguments import check_model_and_tokenizer
 from bertjax.use.encode import Encoded, encode, model_max_length
@@ -68,7 +68,7 @@ def check_lines(lines: Sequence[str]) -> None:
 
 
 def sorted_batches(
-    tokenizer: WordPieceTokenizer,
+    tokenizer: Tokenizer,
     lines: Sequence[str],
     *,
     batch_size: int,
@@ -92,7 +92,7 @@ def sorted_batches(
 
 def embed(
     model: Any,
-    tokenizer: WordPieceTokenizer,
+    tokenizer: Tokenizer,
     lines: Sequence[str],
     *,
     pooling: str = "mean",
@@ -151,7 +151,7 @@ def embed(
     return vectors
 
 
-def _sorted(encoder: Any, tokenizer: WordPieceTokenizer, lines: Sequence[str], names: list[str],
+def _sorted(encoder: Any, tokenizer: Tokenizer, lines: Sequence[str], names: list[str],
             batch_size: int, max_length: int, option: str) -> Iterator[tuple[Any, Any, None]]:
     """(line indices, model inputs, None) of sorted padded batches, cut lines warned about."""
     limit = model_max_length(encoder)
@@ -161,7 +161,7 @@ def _sorted(encoder: Any, tokenizer: WordPieceTokenizer, lines: Sequence[str], n
         yield index, batch.arrays(encoder.config), None
 
 
-def _packed(encoder: Any, tokenizer: WordPieceTokenizer, lines: Sequence[str], names: list[str],
+def _packed(encoder: Any, tokenizer: Tokenizer, lines: Sequence[str], names: list[str],
             max_length: int, option: str, max_tokens: int) -> Iterator[tuple[Any, Any, Any]]:
     """(line indices, model inputs, layout) of packed batches (`bertjax.use.packed`)."""
     limit = model_max_length(encoder)

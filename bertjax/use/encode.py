@@ -19,7 +19,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
 from bertjax.inputs import packing_options
 
@@ -54,7 +54,7 @@ class Encoded:
 
 
 def encode(
-    tokenizer: WordPieceTokenizer,
+    tokenizer: Tokenizer,
     texts: Sequence[str],
     pairs: Sequence[str | None] | None = None,
     *,

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
 from bertjax.use.arguments import check_model_and_tokenizer, check_texts
 from bertjax.use.encode import encode, model_max_length
@@ -29,7 +29,7 @@ class Prediction:
 
 def fill_mask(
     model: Any,
-    tokenizer: WordPieceTokenizer,
+    tokenizer: Tokenizer,
     texts: Sequence[str],
     *,
     top_k: int = 5,
@@ -102,7 +102,7 @@ def _top_k(model: Any, arrays: dict[str, Any], positions: np.ndarray, k: int
     return np.asarray(top_p), np.asarray(top_i)
 
 
-def _packed_top_k(model: Any, tokenizer: WordPieceTokenizer, arrays: dict[str, np.ndarray],
+def _packed_top_k(model: Any, tokenizer: Tokenizer, arrays: dict[str, np.ndarray],
                   max_tokens: int, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """Each text's (probabilities, ids) (its masks, k) from packed batches: a row's [MASK]s,
     left to right, are its texts' in turn."""
@@ -139,7 +139,7 @@ def fill_in(text: str, predictions: list[list[Prediction]], mask: str = "[MASK]"
     return out
 
 
-def filled(tokenizer: WordPieceTokenizer, text: str, predictions: list[list[Prediction]]) -> str:
+def filled(tokenizer: Tokenizer, text: str, predictions: list[list[Prediction]]) -> str:
     """`text` with each [MASK] filled by its best prediction: a WordPiece vocabulary's pieces in
     the text as written (`fill_in`); a byte-level BPE's or SentencePiece's as the tokenizer
     decodes the filled tokens (what transformers' pipeline gives as `sequence`: their mask token

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
 from bertjax.use.arguments import check_model_and_tokenizer, check_texts
 from bertjax.use.encode import encode, model_max_length
@@ -20,7 +20,7 @@ from bertjax.use.truncation import warn_cut
 
 def next_sentence_probability(
     model: Any,
-    tokenizer: WordPieceTokenizer,
+    tokenizer: Tokenizer,
     first: Sequence[str],
     second: Sequence[str],
     *,

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Encoding
 
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
 from bertjax.use.arguments import check_model_and_tokenizer, check_texts
 from bertjax.use.encode import check_max_length, encode, jitted_forward, model_max_length
@@ -55,7 +55,7 @@ class _Token:
 
 def tag(
     model: Any,
-    tokenizer: WordPieceTokenizer,
+    tokenizer: Tokenizer,
     texts: Sequence[str],
     *,
     aggregation: str = "simple",
@@ -112,7 +112,7 @@ class _Cut:
     cut: list[int]
 
 
-def _logits(model: Any, tokenizer: WordPieceTokenizer, texts: list[str], max_length: int,
+def _logits(model: Any, tokenizer: Tokenizer, texts: list[str], max_length: int,
             max_tokens: int | None) -> tuple[list[np.ndarray], list[int]]:
     """Each text's float32 logits ([CLS] to [SEP], (length, L)) and the tokens cut from it: in
     batches of `BATCH_SIZE` texts, or packed into batches of `max_tokens` token slots."""
@@ -142,7 +142,7 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
     return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
-def _tokens(tokenizer: WordPieceTokenizer, text: str, encoding: Encoding, kept: int,
+def _tokens(tokenizer: Tokenizer, text: str, encoding: Encoding, kept: int,
             scores: np.ndarray) -> list[_Token]:
     """The first `kept` tokens of `text` (special tokens left out) with their `scores` (kept, L),
     and whether each continues a word (the pipeline's `gather_pre_entities`)."""

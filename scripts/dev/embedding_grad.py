@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bertjax.bench.batch import pretraining_batch
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.jobs.pretrain.data import training_batches
 from bertjax.runs import config as rc
 from bertjax.runs.layout import RunDir
@@ -60,7 +60,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     run = RunDir(args.run_dir)
     config = rc.RunConfig.from_dict(json.loads(run.config.read_text()))
-    tok = WordPieceTokenizer.load(run.tokenizer)
+    tok = Tokenizer.load(run.tokenizer)
     d = config.data
     bert = config.bert_config(tok.vocab_size)
     job_ids = next(iter(training_batches(run, config, tok)))["input_ids"]

@@ -11,7 +11,7 @@ in a SIDE environment, never in the project's venv:
     /tmp/tf4/bin/python scripts/make_qa_pipeline_fixtures.py
 
 Input: tests/fixtures/qa_pipeline/vocab.txt (400 WordPiece pieces that bertjax's
-`WordPieceTokenizer.train` learnt from 400 held-out lines of the plays). Output, beside it:
+`Tokenizer.train` learnt from 400 held-out lines of the plays). Output, beside it:
 
     model/          config.json + model.safetensors (BertForQuestionAnswering.save_pretrained,
                     seeded random weights, qa_outputs scaled so spans are peaked) and the

@@ -31,7 +31,7 @@ import numpy as np
 from flax import nnx
 
 from bertjax.common.options import build
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.heads import BertForPreTraining
 from bertjax.jobs.pretrain.data import training_batches
 from bertjax.jobs.pretrain.job import initialise_model
@@ -102,7 +102,7 @@ def table(grads: dict[str, dict[str, np.ndarray]]) -> str:
 
 def run_model(run: RunDir, *, init: bool, step: int | None = None,
               overrides: dict[str, str] | None = None
-              ) -> tuple[BertForPreTraining, rc.RunConfig, WordPieceTokenizer]:
+              ) -> tuple[BertForPreTraining, rc.RunConfig, Tokenizer]:
     """(model, configuration, tokenizer) of a run: its model at step 0 as `bertjax pretrain`
     initialises it (with `overrides` on its configuration), or a checkpoint (the best by
     default)."""

@@ -53,7 +53,7 @@ from profile_step import profiler_options, step_events  # noqa: E402
 from step_timeline import format_pipelined, pipelined_window  # noqa: E402
 
 from bertjax.bench.batch import MODEL_KEYS, pretraining_batch
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.jobs.pretrain.data import training_batches
 from bertjax.jobs.pretrain.job import initialise_model
 from bertjax.runs import config as rc
@@ -169,7 +169,7 @@ def main(argv: list[str]) -> int:
     keep_freed_memory()  # as the command line does, before JAX starts (a CPU step reuses memory)
     run = RunDir(args.run_dir)
     config = rc.RunConfig.from_dict(json.loads(run.config.read_text()))
-    tok = WordPieceTokenizer.load(run.tokenizer)
+    tok = Tokenizer.load(run.tokenizer)
     strategy = make_strategy(config.train.parallel, fsdp=config.train.fsdp)
     training = assemble(initialise_model(config, tok.vocab_size), config.optim, strategy,
                         seed=config.train.seed, prng_impl=config.train.prng_impl)

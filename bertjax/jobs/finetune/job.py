@@ -35,7 +35,7 @@ from bertjax.common.console import to_stderr
 from bertjax.common.files import atomic_directory, check_output_directory, write_json_atomic
 from bertjax.common.input_overlap import Inputs
 from bertjax.data.packing import RowLayout, pack_layout
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
 from bertjax.io.models import save_model
 from bertjax.jobs.finetune.config import FinetuneConfig
@@ -76,7 +76,7 @@ class FinetuneResult:
 
 def finetune(
     model: Any,
-    tokenizer: WordPieceTokenizer,
+    tokenizer: Tokenizer,
     train: Sequence[Any],
     validation: Sequence[Any],
     output_dir: str | Path,
@@ -187,7 +187,7 @@ class _Run:
     task: Task
     config: FinetuneConfig
     model_config: Any
-    tokenizer: WordPieceTokenizer
+    tokenizer: Tokenizer
     train: Sequence[Any]  # the training units (examples, or windows of them)
     out: Path
     strategy: SingleDevice
@@ -215,7 +215,7 @@ class _Packed:
     rows: int  # rows per step
 
     @classmethod
-    def of(cls, task: Task, tokenizer: WordPieceTokenizer, units: Sequence[Any],
+    def of(cls, task: Task, tokenizer: Tokenizer, units: Sequence[Any],
            config: FinetuneConfig, model_config: Any) -> _Packed:
         arrays = task.batch(tokenizer, units, config.max_length, model_config)
         lengths = task.pack_lengths(arrays)
@@ -253,7 +253,7 @@ class _BestEpoch:
     params: nnx.State
 
 
-def _set_up(task: Task, model: Any, tokenizer: WordPieceTokenizer, train: Sequence[Any],
+def _set_up(task: Task, model: Any, tokenizer: Tokenizer, train: Sequence[Any],
             validation: Sequence[Any], test: Sequence[Any] | None, output_dir: str | Path,
             config: FinetuneConfig, say: Callable[[str], None]) -> tuple[_Run, TrainState]:
     """Assemble the training (the inputs are checked, `output_dir` exists); the placed state."""

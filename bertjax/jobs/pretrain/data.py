@@ -16,7 +16,7 @@ from bertjax.data.batches import PretrainingBatches
 from bertjax.data.corpus import Document, corpus_documents
 from bertjax.data.pair_packing import real_token_share
 from bertjax.data.shards import write_shards
-from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
 from bertjax.runs import config as rc
 from bertjax.runs.layout import RunDir
@@ -72,7 +72,7 @@ def open_data(config: rc.RunConfig, run: RunDir, *, rebuild: bool = False,
         else:
             _complete(config, run, poll)
     barrier("bertjax_pretrain_data_ready")  # process 0's vocabulary and shards are on disk
-    tok = WordPieceTokenizer.load(run.tokenizer, family=config.family)
+    tok = Tokenizer.load(run.tokenizer, family=config.family)
     train = training_batches(run, config, tok)
     eval_batches = held_out_batches(run, config, tok, packing=train.packing)
     own_rate = ([] if d.mask_prob == EVAL_MASK_PROB
@@ -85,7 +85,7 @@ def open_data(config: rc.RunConfig, run: RunDir, *, rebuild: bool = False,
                         packing_note=packing_note(config, train))
 
 
-def _batch_options(config: rc.RunConfig, tok: WordPieceTokenizer) -> dict[str, Any]:
+def _batch_options(config: rc.RunConfig, tok: Tokenizer) -> dict[str, Any]:
     """How the run's batches are shaped, and this process's rows of them."""
     d = config.data
     return dict(seq_len=d.seq_len, global_batch_size=d.batch_size,
@@ -95,7 +95,7 @@ def _batch_options(config: rc.RunConfig, tok: WordPieceTokenizer) -> dict[str, A
                 tokenizer=tok, cache_pairs=True)  # the job owns its run's shards: pairs kept there
 
 
-def training_batches(run: RunDir, config: rc.RunConfig, tok: WordPieceTokenizer
+def training_batches(run: RunDir, config: rc.RunConfig, tok: Tokenizer
                      ) -> PretrainingBatches:
     """The run's training batches, from the start: its seed, its masking rate, its packing
     (`data.packing`; "auto" resolved on the training pairs: `PretrainingBatches.packing`)."""
@@ -104,7 +104,7 @@ def training_batches(run: RunDir, config: rc.RunConfig, tok: WordPieceTokenizer
                               **_batch_options(config, tok))
 
 
-def held_out_batches(run: RunDir, config: rc.RunConfig, tok: WordPieceTokenizer, *,
+def held_out_batches(run: RunDir, config: rc.RunConfig, tok: Tokenizer, *,
                      mask_prob: float = EVAL_MASK_PROB, packing: str = "none") -> list[Batch]:
     """The pairs (or segments) of the first `data.eval_batches` unpacked batches of the
     held-out split, masked at `mask_prob` (the same pairs and masks in every evaluation and
@@ -175,16 +175,16 @@ class CorpusError(InputError):
                    else f"--data.corpus {corpus!r}: {message}")
 
 
-def _vocabulary(config: rc.RunConfig, poll: Callable[[], None] | None) -> WordPieceTokenizer:
+def _vocabulary(config: rc.RunConfig, poll: Callable[[], None] | None) -> Tokenizer:
     d = config.data
     sentences = (s for doc in _documents(config, "train", poll) for s in doc)
     try:  # WordPiece with the family's special tokens (RoBERTa's <s> ... </s> too)
-        return WordPieceTokenizer.train(sentences, vocab_size=d.vocab_size, family=config.family)
+        return Tokenizer.train(sentences, vocab_size=d.vocab_size, family=config.family)
     except ValueError as err:  # an empty corpus
         raise CorpusError.of(d.corpus, err) from err
 
 
-def _shards(config: rc.RunConfig, split: str, tok: WordPieceTokenizer, out: Path,
+def _shards(config: rc.RunConfig, split: str, tok: Tokenizer, out: Path,
             poll: Callable[[], None] | None) -> None:
     corpus = config.data.corpus
     try:
@@ -208,7 +208,7 @@ def _complete(config: rc.RunConfig, run: RunDir, poll: Callable[[], None] | None
     """Make what a run's data lacks (a set-up stopped part way), reusing what is there."""
     if not run.tokenizer.is_file():
         _vocabulary(config, poll).save(run.root)
-    tok = WordPieceTokenizer.load(run.tokenizer, family=config.family)
+    tok = Tokenizer.load(run.tokenizer, family=config.family)
     for split in SPLITS:
         if not (run.data(split) / "meta.json").is_file():
             _shards(config, split, tok, run.data(split), poll)
