@@ -3,7 +3,10 @@
 bertjax and bert_torch share module paths, so a parameter's PyTorch name is its Flax path joined
 by dots with the leaf renamed by `LEAF_RENAMES`. Hugging Face names differ in module paths too;
 `HF_ENCODER_RENAMES` and `HF_HEAD_RENAMES` rewrite our PyTorch names into theirs and back, by
-pattern, under any encoder prefix. This module imports no framework and knows no model class.
+pattern, under any encoder prefix; the other families' names (`roberta.`, DistilBERT's
+`transformer.layer.{i}.attention.q_lin`, ELECTRA's `generator_lm_head`) are read into BERT's and
+written back from them by `HF_FAMILY_NAMES`. This module imports no framework and knows no model
+class.
 """
 
 from __future__ import annotations
