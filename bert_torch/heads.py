@@ -34,7 +34,8 @@ class BertMLMHead(nn.Module):
         self.transform = linear(config, config.hidden_size, width)
         self.layer_norm = LayerNorm(config, width=width)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
-        self.activation = numerics.activation(config.hidden_act)
+        # transformers' RoBERTa and ELECTRA heads: GELU whatever hidden_act says
+        self.activation = numerics.activation(config.family.mlm_activation or config.hidden_act)
 
     def forward(self, h: torch.Tensor, word_embeddings: nn.Embedding) -> torch.Tensor:
         h = self.layer_norm(self.activation(self.transform(h)))  # (B, P, H)

@@ -40,7 +40,8 @@ def check_inputs(
         if tuple(t.shape) != (B, S):
             raise ValueError(f"{name} must have the shape of input_ids {(B, S)}, got {tuple(t.shape)}")
     _check_range("input_ids", input_ids, config.vocab_size, "vocab_size")
-    _check_range("token_type_ids", token_type_ids, config.type_vocab_size, "type_vocab_size")
+    if config.family.token_types:  # DistilBERT's are not read
+        _check_range("token_type_ids", token_type_ids, config.type_vocab_size, "type_vocab_size")
     return token_type_ids, attention_mask
 
 
@@ -97,7 +98,7 @@ def check_packing(
     if position_ids is not None:
         _check_range("position_ids", position_ids, config.max_sequence_length,
                      "max_position_embeddings" if not config.position_offset
-                     else "the positions after the offset")
+                     else f"max_position_embeddings less {config.position_offset} rows")
     if cls_positions is None:
         return
     if cls_positions.ndim != 2 or cls_positions.shape[0] != B:

@@ -52,7 +52,8 @@ class BertMLMHead(nnx.Module):
         self.transform = linear(config, config.hidden_size, width, rngs)
         self.layer_norm = LayerNorm(config, width=width, rngs=rngs)
         self.bias = nnx.Param(jnp.zeros((config.vocab_size,), jnp.float32))
-        self.activation = numerics.activation(config.hidden_act)
+        # transformers' RoBERTa and ELECTRA heads: GELU whatever hidden_act says
+        self.activation = numerics.activation(config.family.mlm_activation or config.hidden_act)
 
     def __call__(self, h: jax.Array, word_embeddings: nnx.Embed) -> jax.Array:
         h = self.layer_norm(self.activation(self.transform(h)))  # (B, P, H)

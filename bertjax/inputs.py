@@ -73,7 +73,7 @@ def check_inputs(
         _check_right_padding(attention_mask)
     if _is_concrete(input_ids):
         _check_range("input_ids", input_ids, config.vocab_size, "vocab_size")
-    if _is_concrete(token_type_ids):
+    if _is_concrete(token_type_ids) and config.family.token_types:  # DistilBERT: unread
         _check_range("token_type_ids", token_type_ids, config.type_vocab_size, "type_vocab_size")
     return token_type_ids, attention_mask
 
@@ -158,7 +158,7 @@ def check_packing(
     if position_ids is not None and _is_concrete(position_ids):
         _check_range("position_ids", position_ids, config.max_sequence_length,
                      "max_position_embeddings" if not config.position_offset
-                     else "the positions after the offset")
+                     else f"max_position_embeddings less {config.position_offset} rows")
     elif sequence_ids is not None and S > config.max_sequence_length and _is_concrete(
             sequence_ids):  # a row longer than the positions: each sequence must fit them
         ids = np.asarray(sequence_ids)

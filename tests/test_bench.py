@@ -373,6 +373,9 @@ def test_bad_options_are_refused_by_the_parser(capsys, argv, message) -> None:
     (["--preset", "tiny", "--seq", "256"], "--seq 256 is longer than max_position_embeddings=128 "
                                            "of preset 'tiny'; use a shorter --seq or --set "
                                            "max_position_embeddings=256"),
+    (["--preset", "tiny", "--seq", "128", "--set", "model_type=roberta"],
+     "--seq 128 is longer than max_position_embeddings=128 of preset 'tiny' less roberta's 1 "
+     "rows before its first position; use a shorter --seq or --set max_position_embeddings=129"),
     (["--preset", "tiny", "--seq", "16", "--predictions", "17"],
      "--predictions 17 must be between 1 and --seq 16"),
     (["--preset", "tiny", "--set", "num_attention_heads=3"],

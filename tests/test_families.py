@@ -399,3 +399,68 @@ def test_weights_that_disagree_with_the_config_are_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "wrong shape for bert.layers.0.intermediate.bias: expected (56,), found (52,)" in err
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_question_answering_windows_are_the_tokenizers_pairs(loaded, family):
+    """A question and a short context as one window: transformers' tokenizer's pair of them
+    (`<s> q </s></s> c </s>`, one token type for RoBERTa), and every answer inside the context."""
+    from bertjax.data.squad import QAExample, encode_squad
+
+    _, tokenizer = loaded[family, "BertForQuestionAnswering"]
+    hf = transformers.AutoTokenizer.from_pretrained(_directory(family, "BertForQuestionAnswering"))
+    question, context = "Who is there?", "Nay, answer me. Stand and unfold yourself."
+    example = QAExample("0", question, context, (("Nay", 0),), "t")
+    windows = encode_squad(tokenizer, [example], 40, 8, max_query_length=16)
+    want = hf(question, context)
+    n = int(windows.attention_mask[0].sum())
+    assert windows.input_ids[0, :n].tolist() == want["input_ids"]
+    types = want.get("token_type_ids", [0] * n)  # DistilBERT's tokenizer gives none
+    assert windows.token_type_ids[0, :n].tolist() == types
+    assert windows.input_ids[0, windows.start_positions[0]] == want["input_ids"][
+        want["input_ids"].index(hf.sep_token_id) + FAMILY_TABLE[family].pair_separators]
+
+
+def test_distilbert_reads_no_token_types(loaded):
+    """DistilBERT's models take no token types: a BERT-style pair's type 1 is not an error and
+    changes nothing, in both frameworks."""
+    model, _ = loaded["distilbert", "BertModel"]
+    saved = _saved(_directory("distilbert", "BertModel"))
+    ids, mask = jnp.asarray(saved["input_ids"]), jnp.asarray(saved["attention_mask"])
+    ones = jnp.ones_like(ids)
+    np.testing.assert_array_equal(model(ids, ones, mask).sequence_output,
+                                  model(ids, None, mask).sequence_output)
+    mirror = to_torch_model(model)
+    t_ids, t_mask = torch.from_numpy(saved["input_ids"]), torch.from_numpy(saved["attention_mask"])
+    with torch.no_grad():
+        assert torch.equal(mirror(t_ids, torch.ones_like(t_ids), t_mask).sequence_output,
+                           mirror(t_ids, None, t_mask).sequence_output)
+
+
+def test_an_electra_config_without_embedding_size_has_transformers_default():
+    config = bertjax.BertConfig.from_hf_dict({"model_type": "electra", "hidden_size": 256,
+                                              "num_attention_heads": 4})
+    assert config.embedding_width == transformers.ElectraConfig().embedding_size == 128
+
+
+@pytest.mark.parametrize("family", ["roberta", "electra"])
+def test_the_masked_lm_head_is_gelu_whatever_hidden_act_says(family, tmp_path):
+    """transformers' RoBERTa and ELECTRA masked-LM heads use GELU even when hidden_act is the
+    tanh approximation; the logits of such a model agree with transformers'."""
+    cls = getattr(transformers, _class_name(family, "BertForMaskedLM"))
+    config = transformers.AutoConfig.for_model(
+        family, vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=40, max_position_embeddings=24, hidden_act="gelu_new",
+        initializer_range=0.5,  # large pre-activations, where the two GELUs differ
+        **({"embedding_size": 16} if family == "electra" else {}))
+    torch.manual_seed(0)
+    hf = cls(config).eval()
+    hf.save_pretrained(tmp_path)
+    model = bertjax.load_hf(tmp_path)
+    ids = np.random.default_rng(0).integers(3, 50, size=(2, 9))
+    with torch.no_grad():
+        theirs = hf(torch.from_numpy(ids)).logits.numpy()
+    with jax.default_matmul_precision("highest"):
+        ours = np.asarray(model(jnp.asarray(ids, jnp.int32)).mlm_logits)
+    # relative to the logits' scale (large here), as the export check judges them
+    assert np.abs(ours - theirs).max() <= 1e-5 * max(1.0, np.abs(theirs).max())

@@ -148,11 +148,14 @@ class BenchSettings:
     def validate(self) -> None:
         """Raise BenchError for options that do not fit together (after `resolve`)."""
         config = self.bert_config()
-        if self.seq > config.max_position_embeddings:
+        if self.seq > config.max_sequence_length:
             raise BenchError(
                 f"--seq {self.seq} is longer than max_position_embeddings="
-                f"{config.max_position_embeddings} of preset {self.preset!r}; use a shorter --seq "
-                f"or --set max_position_embeddings={self.seq}")
+                f"{config.max_position_embeddings} of preset {self.preset!r}"
+                + (f" less {config.model_type}'s {config.position_offset} rows before its first "
+                   "position" if config.position_offset else "")
+                + f"; use a shorter --seq or --set max_position_embeddings="
+                f"{self.seq + config.position_offset}")
         if not 1 <= self.predictions <= self.seq:
             raise BenchError(f"--predictions {self.predictions} must be between 1 and --seq "
                              f"{self.seq}")

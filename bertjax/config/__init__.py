@@ -227,10 +227,9 @@ class BertConfig:
         if data.get("is_decoder") or data.get("add_cross_attention"):
             raise InputError("config.json describes a decoder / cross-attention BERT; not supported")
         family = FAMILIES[model_type]
+        data = {**dict(family.config_defaults), **data}  # transformers' defaults that differ
         data = {**data, **{ours: data[theirs] for ours, theirs in family.config_names
                            if theirs in data}}
-        if data.get("sinusoidal_pos_embds"):  # DistilBERT's: fixed, but stored as a table
-            data.pop("sinusoidal_pos_embds")
         known = {f.name for f in dataclasses.fields(cls)} - {*COMPUTE_FIELDS, "id2label",
                                                              *family.absent_fields}
         kwargs = {k: v for k, v in data.items() if k in known}

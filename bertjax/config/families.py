@@ -42,6 +42,11 @@ class Family:
     # (ours, theirs); and our fields its config.json does not have
     config_names: tuple[tuple[str, str], ...] = ()
     absent_fields: tuple[str, ...] = ("embedding_size",)  # ELECTRA's alone has embedding_size
+    # transformers' values of fields a config.json may leave out, where they are not BertConfig's
+    config_defaults: tuple[tuple[str, object], ...] = ()
+    # the masked-LM head's activation: transformers' RoBERTa and ELECTRA heads use GELU whatever
+    # hidden_act says; "" for hidden_act (BERT, DistilBERT)
+    mlm_activation: str = ""
 
     @property
     def pretraining_class(self) -> str:
@@ -77,7 +82,7 @@ BERT_SPECIAL_TOKENS = (("pad", "[PAD]"), ("unk", "[UNK]"), ("cls", "[CLS]"), ("s
 _ROBERTA = dict(special_tokens=(("pad", "<pad>"), ("unk", "<unk>"), ("cls", "<s>"),
                                 ("sep", "</s>"), ("mask", "<mask>")),
                 offset_positions=True, classifier_head="tanh", pair_separators=2,
-                second_segment_type=0)
+                second_segment_type=0, mlm_activation="gelu")
 # The families bertjax has, by config.json's model_type. XLM-RoBERTa is RoBERTa's architecture
 # with a SentencePiece vocabulary (the tokenizer's business, read from tokenizer.json).
 FAMILIES: dict[str, Family] = {f.model_type: f for f in (
@@ -93,7 +98,8 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                          ("classifier_dropout", "seq_classif_dropout")),
            absent_fields=("type_vocab_size", "layer_norm_eps", "embedding_size")),
     Family("electra", "Electra", BERT_SPECIAL_TOKENS, base_pooler=False, pooler_activation="gelu",
-           classifier_head="gelu", absent_fields=(),
+           classifier_head="gelu", absent_fields=(), config_defaults=(("embedding_size", 128),),
+           mlm_activation="gelu",
            class_names=(("BertForReplacedTokenDetection", "ElectraForPreTraining"),)),
 )}
 

@@ -150,7 +150,8 @@ def window_count(tokenizer: Tokenizer, examples: Sequence[QAExample], max_length
                  doc_stride: int, max_query_length: int = 64) -> np.ndarray:
     """(N,) windows each example takes."""
     questions, contexts = _pieces(tokenizer, examples, max_query_length)
-    return np.array([len(_starts(len(c.ids), _room(len(q.ids), max_length), doc_stride))
+    specials = _specials(tokenizer)
+    return np.array([len(_starts(len(c.ids), _room(len(q.ids), max_length, specials), doc_stride))
                      for q, c in zip(questions, contexts, strict=True)], np.int64)
 
 
@@ -159,18 +160,20 @@ def encode_squad(tokenizer: Tokenizer, examples: Sequence[QAExample], max_length
     """Every window of every example, in order (an example's windows together). Questions
     longer than `max_query_length` pieces are cut to it (Hugging Face's run_qa keeps them whole;
     BERT's SQuAD script cuts them at 64)."""
-    check_window(max_length, doc_stride, max_query_length)
+    specials = _specials(tokenizer)
+    check_window(max_length, doc_stride, max_query_length, specials)
     questions, contexts = _pieces(tokenizer, examples, max_query_length)
-    special = tokenizer.special
+    special, family = tokenizer.special, tokenizer.family
+    between = [special.sep] * (family.pair_separators - 1)  # RoBERTa's </s></s>
     rows: list[tuple[list[int], int, list[tuple[int, int]], list[int], int, int, int]] = []
     for e, (example, question, context) in enumerate(zip(examples, questions, contexts,
                                                          strict=True)):
-        room = _room(len(question.ids), max_length)
+        room = _room(len(question.ids), max_length, specials)
         for start in _starts(len(context.ids), room, doc_stride):
             piece_ids = context.ids[start:start + room]
             offsets = context.offsets[start:start + room]
-            ids = [special.cls, *question.ids, special.sep, *piece_ids, special.sep]
-            first = len(question.ids) + 2  # the window's first context position
+            ids = [special.cls, *question.ids, special.sep, *between, *piece_ids, special.sep]
+            first = len(question.ids) + 2 + len(between)  # the window's first context position
             s, t = _answer_positions(example, offsets, first)
             rows.append((ids, first, offsets, context.words[start:start + room], e, s, t))
     n = len(rows)
@@ -182,7 +185,7 @@ def encode_squad(tokenizer: Tokenizer, examples: Sequence[QAExample], max_length
     for r, (ids, first, offsets, words, e, s, t) in enumerate(rows):
         out.input_ids[r, :len(ids)] = ids
         out.attention_mask[r, :len(ids)] = 1
-        out.token_type_ids[r, first:len(ids)] = 1
+        out.token_type_ids[r, first:len(ids)] = family.second_segment_type  # RoBERTa's: 0
         if offsets:
             out.offsets[r, first:first + len(offsets)] = offsets
             out.words[r, first:first + len(words)] = words
@@ -196,23 +199,30 @@ def default_doc_stride(max_length: int, max_query_length: int) -> int:
     return max(0, min(max_length // 4, 128, max_length - max_query_length - 4))
 
 
-def check_window(max_length: int, doc_stride: int, max_query_length: int) -> None:
-    """A ValueError naming the option unless windows can hold a question and move forward."""
+def check_window(max_length: int, doc_stride: int, max_query_length: int,
+                 specials: int = 3) -> None:
+    """A ValueError naming the option unless windows can hold a question and move forward
+    (`specials`: the special tokens of a window, [CLS] [SEP] [SEP], or RoBERTa's four)."""
     if max_query_length < 1:
         raise InputError(f"max_query_length must be at least 1, got {max_query_length}")
-    room = max_length - max_query_length - 3
+    room = _room(max_query_length, max_length, specials)
     if room < 1:
         raise InputError(f"max_length {max_length} leaves no room for context after a question "
-                         f"of {max_query_length} pieces and [CLS] [SEP] [SEP]; raise max_length "
-                         f"or lower max_query_length")
+                         f"of {max_query_length} pieces and {specials} special tokens; raise "
+                         "max_length or lower max_query_length")
     if not 0 <= doc_stride < room:
         raise InputError(f"doc_stride {doc_stride} must be below the {room} context pieces a "
                          f"window holds (max_length {max_length} - question {max_query_length} "
-                         "- 3), or windows would not move forward; lower doc_stride")
+                         f"- {specials}), or windows would not move forward; lower doc_stride")
 
 
-def _room(question_pieces: int, max_length: int) -> int:
-    return max_length - question_pieces - 3  # context pieces per window
+def _specials(tokenizer: Tokenizer) -> int:
+    """The special tokens of a window: [CLS] question [SEP] (more separators) context [SEP]."""
+    return 2 + tokenizer.family.pair_separators
+
+
+def _room(question_pieces: int, max_length: int, specials: int = 3) -> int:
+    return max_length - question_pieces - specials  # context pieces per window
 
 
 def _starts(n: int, room: int, stride: int) -> list[int]:

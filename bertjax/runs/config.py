@@ -246,9 +246,9 @@ class RunConfig:
 
     def bert_config(self, vocab_size: int | None = None, pad_token_id: int = 0) -> BertConfig:
         """The model's BertConfig; `vocab_size` and `pad_token_id` are the trained tokenizer's
-        (its [PAD] or <pad> is id 0). A family whose positions start at pad + 1 gets as many
-        more rows as `model.max_position_embeddings` (or the preset's) and one token type per
-        segment type it uses (RoBERTa: 1)."""
+        (its [PAD] or <pad> is id 0). A family whose positions start at pad + 1 gets that many
+        rows more than the preset's table (`model.max_position_embeddings`, when given, is the
+        whole table) and one token type per segment type it uses (RoBERTa: 1)."""
         family = self.family
         overrides: dict[str, Any] = {
             "model_type": family.model_type,
