@@ -175,8 +175,7 @@ class ClassificationHead(nn.Module):
         super().__init__()
         self.dense = float32_linear(config, config.hidden_size, config.hidden_size)
         self.out_proj = float32_linear(config, config.hidden_size, config.num_labels)
-        name = config.family.classifier_head  # RoBERTa's tanh, ELECTRA's gelu
-        self.activation = torch.tanh if name == "tanh" else numerics.activation(name)
+        self.activation = numerics.head_activation(config.family.classifier_head)
 
     def forward(self, first: torch.Tensor, dropout: nn.Dropout) -> torch.Tensor:
         h = self.activation(self.dense(dropout(first)))  # (B, [K,] H)

@@ -189,8 +189,7 @@ class BertPooler(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.dense = linear(config, config.hidden_size, config.hidden_size)
-        name = config.family.pooler_activation  # BERT's tanh; DistilBERT's relu, ELECTRA's gelu
-        self.activation = torch.tanh if name == "tanh" else numerics.activation(name)
+        self.activation = numerics.head_activation(config.family.pooler_activation)
 
     def forward(self, sequence_output: torch.Tensor, cls_positions: torch.Tensor | None = None
                 ) -> torch.Tensor:

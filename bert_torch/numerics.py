@@ -37,6 +37,12 @@ def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
     return ACTIVATIONS[name]
 
 
+def head_activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A pooler's or classifier head's activation (`Family.pooler_activation`,
+    `Family.classifier_head`): BERT's tanh, or one of the hidden activations."""
+    return torch.tanh if name == "tanh" else ACTIVATIONS[name]
+
+
 def upcast(t: torch.Tensor) -> torch.Tensor:
     """At least float32 (float64 stays float64, so the mirror can serve as a float64 referee)."""
     return t if t.dtype in (torch.float32, torch.float64) else t.float()

@@ -214,8 +214,7 @@ class ClassificationHead(nnx.Module):
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         self.dense = float32_linear(config, config.hidden_size, config.hidden_size, rngs)
         self.out_proj = float32_linear(config, config.hidden_size, config.num_labels, rngs)
-        name = config.family.classifier_head
-        self.activation = jnp.tanh if name == "tanh" else numerics.activation(name)
+        self.activation = numerics.head_activation(config.family.classifier_head)
 
     def __call__(self, first: jax.Array, dropout: Callable[[jax.Array, int], jax.Array]
                  ) -> jax.Array:

@@ -257,8 +257,7 @@ class BertPooler(nnx.Module):
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         self.dense = linear(config, config.hidden_size, config.hidden_size, rngs)
-        name = config.family.pooler_activation  # BERT's tanh; DistilBERT's relu, ELECTRA's gelu
-        self.activation = jnp.tanh if name == "tanh" else numerics.activation(name)
+        self.activation = numerics.head_activation(config.family.pooler_activation)
 
     def __call__(self, sequence_output: jax.Array, cls_positions: jax.Array | None = None
                  ) -> jax.Array:

@@ -53,6 +53,12 @@ def activation(name: str) -> Callable[[jax.Array], jax.Array]:
     return ACTIVATIONS[name]
 
 
+def head_activation(name: str) -> Callable[[jax.Array], jax.Array]:
+    """A pooler's or classifier head's activation (`Family.pooler_activation`,
+    `Family.classifier_head`): BERT's tanh, or one of the hidden activations."""
+    return jnp.tanh if name == "tanh" else ACTIVATIONS[name]
+
+
 def rows_dot_general(x: jax.Array, kernel: jax.Array, dimension_numbers: Any, **kwargs: Any
                      ) -> jax.Array:
     """`nnx.Linear`'s `lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))` on x

@@ -23,7 +23,7 @@ from bertjax.config import SHAPE_FIELDS, BertConfig
 from bertjax.config.families import FAMILIES
 from bertjax.data.tokenizer import Tokenizer, fits_vocabulary
 from bertjax.errors import InputError
-from bertjax.heads import MODEL_CLASSES, BertForMaskedLM, BertForPreTraining
+from bertjax.heads import MODEL_CLASSES, BertForPreTraining
 from bertjax.io.hf import CONFIG
 from bertjax.io.models import load_model, save_model
 from bertjax.io.report import LoadReport
@@ -58,10 +58,7 @@ def default_class(source: ModelSource) -> type[nnx.Module]:
     if source.kind == RUN:
         return MODEL_CLASSES[run_class_name(source.directory)]
     model_type = str((source.config or {}).get("model_type", "bert"))
-    family = FAMILIES.get(model_type)
-    if family is None or family.next_sentence:
-        return DEFAULT_MODEL_CLASS
-    return BertForMaskedLM
+    return MODEL_CLASSES[FAMILIES.get(model_type, FAMILIES["bert"]).pretraining_class]
 
 
 def from_pretrained(
