@@ -79,9 +79,13 @@ def _abstract(config: BertConfig, model_cls: type) -> Any:
     return nnx.eval_shape(lambda: model_cls(config, rngs=nnx.Rngs(0)))
 
 
-def _template(config: BertConfig, model_cls: type) -> tuple[nnx.GraphDef, nnx.State, nnx.State]:
-    """An abstract model, split into its graph, its parameters and the rest."""
-    return nnx.split(_abstract(config, model_cls), nnx.Param, ...)
+def _template(config: BertConfig, model_cls: type, abstract: Any = None
+              ) -> tuple[nnx.GraphDef, nnx.State, nnx.State]:
+    """An abstract model (`abstract`, or one made: tracing the constructor takes about 0.3 s on
+    2 cores, so a load makes it once), split into its graph, its parameters and the rest."""
+    if abstract is None:
+        abstract = _abstract(config, model_cls)
+    return nnx.split(abstract, nnx.Param, ...)
 
 
 def _torch_shapes(table: dict[str, _Entry]) -> dict[str, tuple[int, ...]]:
@@ -197,10 +201,11 @@ def model_to_numpy(model: nnx.Module) -> dict[str, np.ndarray]:
 
 def model_from_numpy(
     state_dict: Mapping[str, Any], config: BertConfig, model_cls: type,
-    *, what: str = "the state dict",
+    *, what: str = "the state dict", abstract: Any = None,
 ) -> Any:
-    """PyTorch-named arrays (numpy or torch tensors) -> a bertjax `model_cls` (strict)."""
-    graphdef, params, rest = _template(config, model_cls)
+    """PyTorch-named arrays (numpy or torch tensors) -> a bertjax `model_cls` (strict);
+    `abstract`: the abstract `model_cls(config)` when the caller has made it already."""
+    graphdef, params, rest = _template(config, model_cls, abstract)
     table = _param_table(params)
     check_state_dict(state_dict, _torch_shapes(table), what=what)
     flat, stacks = [], {}
@@ -291,7 +296,7 @@ def build_model(
     report = LoadReport(model_class=model_cls.__name__, loaded_heads=tuple(loaded),
                         initialised_heads=tuple(fresh), left_out_heads=tuple(left_out), seed=seed,
                         **(origin or {}))
-    return model_from_numpy(state, config, model_cls, what=source), report
+    return model_from_numpy(state, config, model_cls, what=source, abstract=abstract), report
 
 
 def check_finite(arrays: Mapping[str, Any], source: str) -> None:
