@@ -81,8 +81,9 @@ def _abstract(config: BertConfig, model_cls: type) -> Any:
 
 def _template(config: BertConfig, model_cls: type, abstract: Any = None
               ) -> tuple[nnx.GraphDef, nnx.State, nnx.State]:
-    """An abstract model (`abstract`, or one made: tracing the constructor takes about 0.3 s on
-    2 cores, so a load makes it once), split into its graph, its parameters and the rest."""
+    """An abstract model (`abstract`, or one made: tracing the constructor is a good part of a
+    command's answer time, so a load makes it once), split into its graph, its parameters and
+    the rest."""
     if abstract is None:
         abstract = _abstract(config, model_cls)
     return nnx.split(abstract, nnx.Param, ...)
