@@ -464,3 +464,29 @@ def test_the_masked_lm_head_is_gelu_whatever_hidden_act_says(family, tmp_path):
         ours = np.asarray(model(jnp.asarray(ids, jnp.int32)).mlm_logits)
     # relative to the logits' scale (large here), as the export check judges them
     assert np.abs(ours - theirs).max() <= 1e-5 * max(1.0, np.abs(theirs).max())
+
+
+def test_default_stride_fits_a_roberta_window(loaded):
+    """The default doc_stride counts RoBERTa's four special tokens: a window of 24 with a
+    16-piece question holds 4 context pieces, so the stride must be 3 (BERT's 3 specials: 4)."""
+    from bertjax.data.squad import QAExample
+    from bertjax.tasks.question_answering import QuestionAnsweringTask
+
+    _, tokenizer = loaded["roberta", "BertForQuestionAnswering"]
+    context = "Nay, answer me. Stand and unfold yourself. Long live the king."
+    example = QAExample("0", "Who is there?", context, (("Nay", 0),), "t")
+    windows = QuestionAnsweringTask(max_query_length=16)._windows(tokenizer, [example], 24)
+    assert len(windows.example) > 1  # the context takes several windows, each moving forward
+    assert QuestionAnsweringTask(max_query_length=16)._stride(24, 4) == 3
+    assert QuestionAnsweringTask(max_query_length=16)._stride(24) == 4
+
+
+def test_answer_says_when_a_roberta_window_holds_too_little(loaded):
+    """`answer`'s own one-line error counts the family's special tokens (RoBERTa: 4)."""
+    model, tokenizer = loaded["roberta", "BertForQuestionAnswering"]
+    question = "Who is there?"
+    asked = len(tokenizer.encode_batch([question])[0])
+    with pytest.raises(bertjax.InputError, match="a window holds 4 context pieces, not more "
+                                                 "than doc_stride 4"):
+        bertjax.answer(model, tokenizer, question, "Nay, answer me. Stand and unfold yourself.",
+                       max_seq_len=asked + 8, doc_stride=4)

@@ -150,7 +150,7 @@ def window_count(tokenizer: Tokenizer, examples: Sequence[QAExample], max_length
                  doc_stride: int, max_query_length: int = 64) -> np.ndarray:
     """(N,) windows each example takes."""
     questions, contexts = _pieces(tokenizer, examples, max_query_length)
-    specials = _specials(tokenizer)
+    specials = window_specials(tokenizer)
     return np.array([len(_starts(len(c.ids), _room(len(q.ids), max_length, specials), doc_stride))
                      for q, c in zip(questions, contexts, strict=True)], np.int64)
 
@@ -160,7 +160,7 @@ def encode_squad(tokenizer: Tokenizer, examples: Sequence[QAExample], max_length
     """Every window of every example, in order (an example's windows together). Questions
     longer than `max_query_length` pieces are cut to it (Hugging Face's run_qa keeps them whole;
     BERT's SQuAD script cuts them at 64)."""
-    specials = _specials(tokenizer)
+    specials = window_specials(tokenizer)
     check_window(max_length, doc_stride, max_query_length, specials)
     questions, contexts = _pieces(tokenizer, examples, max_query_length)
     special, family = tokenizer.special, tokenizer.family
@@ -193,10 +193,10 @@ def encode_squad(tokenizer: Tokenizer, examples: Sequence[QAExample], max_length
     return out
 
 
-def default_doc_stride(max_length: int, max_query_length: int) -> int:
+def default_doc_stride(max_length: int, max_query_length: int, specials: int = 3) -> int:
     """A quarter of the window, at most run_qa's 128, always below the context pieces a window
-    holds (so every window moves forward)."""
-    return max(0, min(max_length // 4, 128, max_length - max_query_length - 4))
+    holds (so every window moves forward; `specials`: `window_specials`, BERT's 3)."""
+    return max(0, min(max_length // 4, 128, _room(max_query_length, max_length, specials) - 1))
 
 
 def check_window(max_length: int, doc_stride: int, max_query_length: int,
@@ -216,7 +216,7 @@ def check_window(max_length: int, doc_stride: int, max_query_length: int,
                          f"- {specials}), or windows would not move forward; lower doc_stride")
 
 
-def _specials(tokenizer: Tokenizer) -> int:
+def window_specials(tokenizer: Tokenizer) -> int:
     """The special tokens of a window: [CLS] question [SEP] (more separators) context [SEP]."""
     return 2 + tokenizer.family.pair_separators
 

@@ -26,7 +26,14 @@ import numpy as np
 from flax import nnx
 
 from bertjax.data.packing import RowLayout
-from bertjax.data.squad import QAExample, QAWindows, check_window, default_doc_stride, encode_squad
+from bertjax.data.squad import (
+    QAExample,
+    QAWindows,
+    check_window,
+    default_doc_stride,
+    encode_squad,
+    window_specials,
+)
 from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
 from bertjax.heads import BertForQuestionAnswering
@@ -83,8 +90,10 @@ class QuestionAnsweringTask:
     def check_length(self, max_length: int) -> None:
         check_window(max_length, self._stride(max_length), self.max_query_length)
 
-    def _stride(self, max_length: int) -> int:
-        return (default_doc_stride(max_length, self.max_query_length)
+    def _stride(self, max_length: int, specials: int = 3) -> int:
+        """The stride asked for, or the default for windows with `specials` special tokens (the
+        tokenizer's `window_specials`; BERT's 3 where no tokenizer is at hand yet)."""
+        return (default_doc_stride(max_length, self.max_query_length, specials)
                 if self.doc_stride is None else self.doc_stride)
 
     def units(self, tokenizer: Tokenizer, examples: Sequence[QAExample],
@@ -161,8 +170,8 @@ class QuestionAnsweringTask:
 
     def _windows(self, tokenizer: Tokenizer, examples: Sequence[QAExample],
                  max_length: int) -> QAWindows:
-        return encode_squad(tokenizer, examples, max_length, self._stride(max_length),
-                            self.max_query_length)
+        stride = self._stride(max_length, window_specials(tokenizer))
+        return encode_squad(tokenizer, examples, max_length, stride, self.max_query_length)
 
 
 @nnx.jit

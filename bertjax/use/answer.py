@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bertjax.data.squad import NO_OFFSET, QAExample, QAWindows, encode_squad
+from bertjax.data.squad import NO_OFFSET, QAExample, QAWindows, encode_squad, window_specials
 from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
 from bertjax.use.arguments import check_model_and_tokenizer
@@ -67,9 +67,10 @@ def answer(
     doc_stride = min(max_seq_len // 2, 128) if doc_stride is None else doc_stride
     example = QAExample("q", question, context, (), "question")
     asked = len(tokenizer.encode_batch([question])[0])
-    if max_seq_len - asked - 3 <= doc_stride:
+    room = max_seq_len - asked - window_specials(tokenizer)  # context pieces per window
+    if room <= doc_stride:
         raise InputError(f"the question takes {asked} pieces: with max_seq_len {max_seq_len} a "
-                         f"window holds {max(max_seq_len - asked - 3, 0)} context pieces, not "
+                         f"window holds {max(room, 0)} context pieces, not "
                          f"more than doc_stride {doc_stride}; raise max_seq_len or lower "
                          "doc_stride")
     windows = encode_squad(tokenizer, [example], max_seq_len, doc_stride, max_query_length=asked)
