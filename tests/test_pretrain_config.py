@@ -11,6 +11,7 @@ import pytest
 
 from bertjax.cli.main import main
 from bertjax.common.options import options
+from bertjax.errors import InputError
 from bertjax.runs import config as rc
 from bertjax.runs.layout import CONTENTS
 from bertjax.train.loop import PendingMetrics, TrainClock, flush_and_tick
@@ -145,14 +146,14 @@ def test_optim_section_is_the_optimizers_own_config() -> None:
     train.steps; the saved keys, defaults and error messages are the run's as before."""
     cfg = rc.load(None, {"train.steps": "40", "optim.learning_rate": "5e-4"})
     assert isinstance(cfg.optim, OptimConfig)
-    assert cfg.optim == OptimConfig(learning_rate=5e-4, warmup_steps=50, total_steps=40)
+    assert cfg.optim == OptimConfig(learning_rate=5e-4, warmup_steps=250, total_steps=40)
     assert list(cfg.to_dict()["optim"]) == ["optimizer", "learning_rate", "warmup_steps",
                                             "weight_decay", "b1", "b2", "eps", "clip_norm",
                                             "grad_accum_steps", "flatten"]  # no total_steps
     assert rc.RunConfig.from_dict(cfg.to_dict()) == cfg
     by_name = {o.name: o for o in options(rc.RunConfig)}
     assert "optim.total_steps" not in by_name
-    assert (by_name["optim.learning_rate"].default, by_name["optim.warmup_steps"].default) == (1e-3, 50)
+    assert (by_name["optim.learning_rate"].default, by_name["optim.warmup_steps"].default) == (1e-3, 250)
     for field in dataclasses.fields(OptimConfig):  # help text written once, on OptimConfig
         if field.name != "total_steps":
             assert by_name[f"optim.{field.name}"].help == field.metadata["help"]
@@ -173,6 +174,21 @@ def test_optim_section_is_the_optimizers_own_config() -> None:
             rc.load(None, override)
 
 
+def test_max_predictions_follows_the_masking_rate_unless_given(tmp_path: Path) -> None:
+    """Unset, `data.max_predictions` is BERT's rule, ceil(seq_len x mask_prob): a shorter sequence
+    or another rate gets its own width; given, it wins. The saved configuration holds the number,
+    and a saved run reads back as the same run."""
+    resolved = {(): 52, (("data.seq_len", "32"),): 13, (("data.mask_prob", "0.15"),): 20,
+                (("data.seq_len", "512"), ("data.mask_prob", "0.15"), ("model.preset", "base")): 77,
+                (("data.max_predictions", "7"),): 7}
+    for overrides, want in resolved.items():
+        cfg = rc.load(None, dict(overrides))
+        assert (cfg.data.predictions, cfg.to_dict()["data"]["max_predictions"]) == (want, want)
+        assert rc.RunConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(InputError, match=r"data.max_predictions \(40\) exceeds data.seq_len"):
+        rc.load(None, {"data.seq_len": "32", "data.max_predictions": "40"})
+
+
 def test_held_out_batches_are_masked_at_bert_rate_whatever_the_run_trains_with(
         tmp_path: Path) -> None:
     """Held-out accuracies compare across recipes: the evaluation masks 15% of the candidates
@@ -189,7 +205,7 @@ def test_held_out_batches_are_masked_at_bert_rate_whatever_the_run_trains_with(
                             for b in batches)
 
     small = {"data.vocab_size": "300", "data.seq_len": "64", "data.max_predictions": "40",
-             "data.eval_batches": "6"}
+             "data.eval_batches": "6", "data.mask_prob": "0.15"}
     at_15 = open_data(rc.load(None, small), RunDir(tmp_path / "a"))
     at_40 = open_data(rc.load(None, {**small, "data.mask_prob": "0.4"}), RunDir(tmp_path / "b"))
     assert at_15.own_rate_batches == []

@@ -8,11 +8,11 @@ section), then `--section.field` options. The resolved configuration is saved as
 and with every checkpoint, so `--resume` can refuse a run that would silently differ.
 
 The defaults are the default recipe of `bertjax pretrain`: the `mini` BERT (L4/H256/A4) on the
-bundled Shakespeare corpus, tuned to learn as much as it can in under 10 minutes on 2 CPU cores
-(docs/pretraining.md, "The default recipe, and why"; the study in docs/research.md). Next-sentence
-prediction stays at chance in this budget, even trained alone (`train.mlm_loss_weight=0`); the
-recipe draws NotNext from the other half of the corpus (`data.not_next`), as BERT's pairs carry
-another subject.
+bundled Shakespeare corpus, tuned to learn as much as it can in about 6 minutes of training on 2
+CPU cores (docs/pretraining.md, "The default recipe, and why"; the study in docs/research.md).
+Next-sentence prediction stays at chance in this budget, even trained alone
+(`train.mlm_loss_weight=0`); the recipe draws NotNext from the other half of the corpus
+(`data.not_next`), as BERT's pairs carry another subject.
 
 `train.objective=mlm` pre-trains a masked LM alone, RoBERTa's recipe (full-sentence segments,
 no pairs, no NSP head: `bertjax.data.segments`), for any family of `PRETRAIN_FAMILIES`
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -105,9 +106,11 @@ class DataSection:
                          minimum=32, maximum=MAX_VOCAB_SIZE)
     seq_len: int = _f(128, "tokens per sequence, [CLS] A [SEP] B [SEP] included ([CLS] text "
                       "[SEP] for train.objective=mlm)", minimum=MIN_SEQ_LEN)
-    max_predictions: int = _f(20, "masked positions per row (static shape); each sequence keeps "
-                              "its own 15%, up to this many", check="positive")
-    mask_prob: float = _f(0.15, "fraction of tokens chosen for prediction (80/10/10); held-out "
+    max_predictions: int | None = _f(
+        None, "masked positions per row (static shape); each sequence keeps its own mask_prob "
+        "of its tokens, up to this many", check="positive",
+        default_help="ceil(seq_len x mask_prob), BERT's rule: 52 at 128 tokens and 40%")
+    mask_prob: float = _f(0.4, "fraction of tokens chosen for prediction (80/10/10); held-out "
                              "evaluation masks 15% (BERT's rate), and this rate too if it differs",
                           check="open_fraction")
     batch_size: int = _f(8, "global batch size (rows of seq_len tokens per optimizer step, all "
@@ -124,15 +127,23 @@ class DataSection:
                        "'any', any other document (BERT's rule, often the same play here); "
                        "train.objective=mlm has no NotNext", NOT_NEXT_CHOICES)
 
+    @property
+    def predictions(self) -> int:
+        """`max_predictions`, its default resolved: ceil(seq_len x mask_prob) (BERT: 20 at 128
+        tokens and 15%)."""
+        if self.max_predictions is not None:
+            return self.max_predictions
+        return math.ceil(self.seq_len * self.mask_prob - 1e-9)
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainSection:
     """Length, seeds, evaluation, checkpoints and parallelism."""
 
-    steps: int = _f(2500, "optimizer steps (also the LR schedule length)", check="positive")
+    steps: int = _f(1600, "optimizer steps (also the LR schedule length)", check="positive")
     seed: int = _f(0, "seed of parameters, dropout (folded with the step) and data order",
                    check="non_negative")
-    eval_every: int = _f(500, "evaluate on the held-out plays every N steps (and at the end)",
+    eval_every: int = _f(400, "evaluate on the held-out plays every N steps (and at the end)",
                          check="positive")
     checkpoint_every: int = _f(250, "checkpoint every N steps (and at each eval and the end)",
                                check="positive")
@@ -167,7 +178,7 @@ SECTIONS: dict[str, type] = {
 DEFAULTS: dict[str, Any] = {
     "model": ModelSection(),
     "data": DataSection(),
-    "optim": OptimConfig(learning_rate=1e-3, warmup_steps=50),
+    "optim": OptimConfig(learning_rate=1e-3, warmup_steps=250),
     "train": TrainSection(),
 }
 # Options added after runs were saved without them, with the value those runs were made with:
@@ -209,6 +220,7 @@ class RunConfig:
         sections = as_values(self)
         del sections["optim"]["total_steps"]
         sections["model"]["local_attention_layers"] = self.model.local_layers
+        sections["data"]["max_predictions"] = self.data.predictions
         return sections
 
     def __eq__(self, other: object) -> bool:
@@ -303,9 +315,9 @@ def validate(config: RunConfig) -> None:
         raise InputError("train.mlm_loss_weight and train.nsp_loss_weight weigh the parts of "
                          "train.objective='mlm+nsp'; train.objective='mlm' trains the masked LM "
                          "alone: leave them out")
-    if d.max_predictions > d.seq_len:
+    if d.predictions > d.seq_len:
         raise InputError(
-            f"data.max_predictions ({d.max_predictions}) exceeds data.seq_len ({d.seq_len})")
+            f"data.max_predictions ({d.predictions}) exceeds data.seq_len ({d.seq_len})")
     bert = config.bert_config()  # BertConfig checks the rest (dropout ranges, dtype)
     if d.seq_len > bert.max_sequence_length:
         raise InputError(f"data.seq_len ({d.seq_len}) exceeds the model's {bert.positions_limit}"

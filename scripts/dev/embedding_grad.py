@@ -64,7 +64,7 @@ def main(argv: list[str]) -> int:
     d = config.data
     bert = config.bert_config(tok.vocab_size)
     job_ids = next(iter(training_batches(run, config, tok)))["input_ids"]
-    bench_ids = pretraining_batch(bert, d.batch_size, d.seq_len, d.max_predictions, 0)["input_ids"]
+    bench_ids = pretraining_batch(bert, d.batch_size, d.seq_len, d.predictions, 0)["input_ids"]
     rng = np.random.default_rng(0)
     table = jnp.asarray(rng.normal(0, 0.02, (tok.vocab_size, bert.hidden_size)), jnp.float32)
     upstream = jnp.asarray(rng.normal(0, 1, (*job_ids.shape, bert.hidden_size)), jnp.bfloat16)

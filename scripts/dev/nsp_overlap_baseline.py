@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     if config.data.corpus == "shakespeare":
         held = PretrainingBatches(run.data("eval"), seed=EVAL_SEED, seq_len=config.data.seq_len,
                                   global_batch_size=config.data.batch_size,
-                                  max_predictions=config.data.max_predictions, tokenizer=tok,
+                                  max_predictions=config.data.predictions, tokenizer=tok,
                                   not_next=config.data.not_next)
         print(f"NotNext pairs whose B is from A's play (data.not_next={config.data.not_next}): "
               f"training {same_play_share(train, 'train'):.3f}, held-out "

@@ -176,7 +176,7 @@ def main(argv: list[str]) -> int:
     state = strategy.place_state(training.state)
     d = config.data
     host = pretraining_batch(config.bert_config(tok.vocab_size), d.batch_size, d.seq_len,
-                             d.max_predictions, 0)
+                             d.predictions, 0)
     bench = {k: host[k] for k in MODEL_KEYS}
 
     def batches() -> Iterator[dict]:  # the job's training batches from the start

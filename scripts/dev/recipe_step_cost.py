@@ -49,7 +49,7 @@ def build(run: RunDir, overrides: list[str]) -> tuple[rc.RunConfig, object, list
     fixed = [training.strategy.shard_batch(next(batches)) for _ in range(8)]
     d = config.data
     flops = model_flops_per_token(config.bert_config(tok.vocab_size), d.seq_len,
-                                  d.max_predictions, training=True) * d.seq_len * d.batch_size
+                                  d.predictions, training=True) * d.seq_len * d.batch_size
 
     def step(i: int) -> None:
         state[0], metrics = training.train_step(state[0], fixed[i % len(fixed)])

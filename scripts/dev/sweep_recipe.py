@@ -9,7 +9,7 @@ percentage (`optim.warmup_steps=10%`) is that share of the candidate's steps.
 
     python scripts/sweep_recipe.py --budget-s 150 --out runs/sweep            # proxies
     python scripts/sweep_recipe.py --budget-s 560 --seeds 0 1 --only a b      # finalists
-    python scripts/sweep_recipe.py --steps 2500 --seeds 0 1 --only a b        # at a step count
+    python scripts/sweep_recipe.py --steps 1600 --seeds 0 1 --only a b        # at a step count
 
 Every finished run appends one JSON line to OUT/results.jsonl (a rerun skips what is there);
 the table printed at the end (markdown) is what the README keeps. Runs go one at a time: never
@@ -66,7 +66,7 @@ CANDIDATES: dict[str, list[str]] = {
 SHAPE_KEYS = ("model.preset", "data.batch_size", "data.seq_len", "data.max_predictions",
               "data.vocab_size")
 DEFAULT_SHAPE = {"model.preset": "mini", "data.batch_size": "8", "data.seq_len": "128",
-                 "data.max_predictions": "20", "data.vocab_size": "512"}
+                 "data.max_predictions": "52", "data.vocab_size": "512"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -89,7 +89,7 @@ def _batch_options(config: rc.RunConfig, tok: Tokenizer) -> dict[str, Any]:
     """How the run's batches are shaped, and this process's rows of them."""
     d = config.data
     return dict(seq_len=d.seq_len, global_batch_size=d.batch_size,
-                max_predictions=d.max_predictions, not_next=d.not_next,
+                max_predictions=d.predictions, not_next=d.not_next,
                 next_sentence=config.next_sentence,
                 process_index=jax.process_index(), process_count=jax.process_count(),
                 tokenizer=tok, cache_pairs=True)  # the job owns its run's shards: pairs kept there
