@@ -82,6 +82,8 @@ def test_reference_run_outputs(reference: Path) -> None:
     assert [r["step"] for r in records] == list(range(1, 41))
     evals = read_jsonl(reference / "metrics.jsonl", "eval")
     assert [e["step"] for e in evals] == [8, 16, 24, 32, 40]
+    # trained at the default 40%: held out at 15% always, at 40% too at the last step only
+    assert ["own_rate_mlm_accuracy" in e for e in evals] == [False] * 4 + [True]
     for e in evals:
         assert 0.0 < e["baseline_accuracy"] < 1.0
         assert e["perplexity"] == pytest.approx(np.exp(e["mlm_loss"]), rel=1e-5)

@@ -111,8 +111,8 @@ class DataSection:
         "of its tokens, up to this many", check="positive",
         default_help="ceil(seq_len x mask_prob), BERT's rule: 52 at 128 tokens and 40%")
     mask_prob: float = _f(0.4, "fraction of tokens chosen for prediction (80/10/10); held-out "
-                             "evaluation masks 15% (BERT's rate), and this rate too if it differs",
-                          check="open_fraction")
+                             "evaluation masks 15% (BERT's rate), and at the last step this "
+                             "rate too if it differs", check="open_fraction")
     batch_size: int = _f(8, "global batch size (rows of seq_len tokens per optimizer step, all "
                          "processes; a packed row holds several sequences)", check="positive")
     eval_batches: int = _f(64, "batches of the held-out split in each evaluation (the pairs of "
