@@ -174,7 +174,7 @@ def test_optim_section_is_the_optimizers_own_config() -> None:
             rc.load(None, override)
 
 
-def test_max_predictions_follows_the_masking_rate_unless_given(tmp_path: Path) -> None:
+def test_max_predictions_follows_the_masking_rate_unless_given() -> None:
     """Unset, `data.max_predictions` is BERT's rule, ceil(seq_len x mask_prob): a shorter sequence
     or another rate gets its own width; given, it wins. The saved configuration holds the number,
     and a saved run reads back as the same run."""
