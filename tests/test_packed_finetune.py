@@ -70,15 +70,21 @@ def _examples(kind: str, n: int = 12) -> list:
                       f"x:{i}") for i, c in enumerate(contexts)]
 
 
-def _loss_and_grads(model, objective, batch):
+def _loss_and_grads(model, objective):
+    """batch -> (loss, gradient leaves) of the model's parameters, compiled once per shape (op
+    by op, every new length would compile each operation again)."""
     graphdef, params = nnx.split(model, nnx.Param)
 
-    def loss(p):
+    def loss(p, batch):
         sums = objective.forward_sums(nnx.merge(graphdef, p), batch, None)
         return objective.loss(sums, objective.counts(batch))
 
-    value, grads = jax.value_and_grad(loss)(params)
-    return float(value), jax.tree.leaves(grads)
+    value_and_grad = jax.jit(jax.value_and_grad(loss))
+
+    def run(batch):
+        value, grads = value_and_grad(params, batch)
+        return float(value), jax.tree.leaves(grads)
+    return run
 
 
 TASKS = {"classification": (ClassificationTask, ("a", "b", "c")),
@@ -99,15 +105,16 @@ def test_a_packed_batch_has_the_loss_and_gradient_of_its_examples(tokenizer, kin
     layout = pack_layout(lengths, ROW)
     packed = task.pack(arrays, layout, tokenizer.special.pad)
     assert layout.num_rows < len(units)  # several units a row
-    ours, our_grads = _loss_and_grads(model, task.objective, packed)
+    loss_and_grads = _loss_and_grads(model, task.objective)
+    ours, our_grads = loss_and_grads(packed)
     if kind == "qa":  # each window alone, unpadded: the mean of their losses and gradients
-        alone = [_loss_and_grads(model, task.objective, {
+        alone = [loss_and_grads({
             k: (v[i:i + 1, :lengths[i]] if v.ndim == 2 else v[i:i + 1]) for k, v in arrays.items()})
             for i in range(len(units))]
         theirs = float(np.mean([a for a, _ in alone]))
         their_grads = [np.mean(g, axis=0) for g in zip(*(g for _, g in alone), strict=True)]
     else:
-        theirs, their_grads = _loss_and_grads(model, task.objective, arrays)
+        theirs, their_grads = loss_and_grads(arrays)
     assert abs(ours - theirs) <= TOL, (ours, theirs)
     worst = max(float(np.abs(a - b).max()) for a, b in zip(our_grads, their_grads, strict=True))
     assert worst <= TOL, worst
