@@ -64,10 +64,12 @@ def _save(fig: Figure, png_path: str | Path, dpi: int = 100) -> Path:
     return Path(png_path)
 
 
-def plot_curves(records: Iterable[dict[str, Any]], png_path: str | Path, *, title: str = "") -> Path:
+def plot_curves(records: Iterable[dict[str, Any]], png_path: str | Path, *, title: str = "",
+                masking: tuple[float, float] | None = None) -> Path:
     """Training and evaluation curves (losses, MLM accuracy vs baseline, NSP accuracy) as a PNG,
     from a run's metrics records (`bertjax.train.metrics.read_jsonl`). A run of masked LM alone
-    has no NSP lines: its third panel shows the learning rate alone, and says so."""
+    has no NSP lines: its third panel shows the learning rate alone, and says so. `masking`
+    (training, evaluation) rates label the two MLM accuracies, which differ with them."""
     records = list(records)
     train = [r for r in records if r.get("kind") == "train"]
     evals = [r for r in records if r.get("kind") == "eval"]
@@ -78,9 +80,10 @@ def plot_curves(records: Iterable[dict[str, Any]], png_path: str | Path, *, titl
         (train, "mlm_loss", "train MLM loss", "-", w), (train, "nsp_loss", "train NSP loss", "-", w),
         (evals, "mlm_loss", "eval MLM loss", "o-", 1), (evals, "nsp_loss", "eval NSP loss", "o-", 1)])
     losses.set_ylabel("loss")
+    at = [f", {rate:.0%} masked" for rate in masking] if masking else ["", ""]
     _panel(mlm, "masked-LM accuracy", [
-        (train, "mlm_accuracy", "train MLM accuracy", "-", w),
-        (evals, "mlm_accuracy", "eval MLM accuracy", "o-", 1),
+        (train, "mlm_accuracy", f"train MLM accuracy{at[0]}", "-", w),
+        (evals, "mlm_accuracy", f"eval MLM accuracy{at[1]}", "o-", 1),
         (evals, "baseline_accuracy", "most-frequent-token baseline", "--", 1)])
     next_sentence = any("nsp_accuracy" in r for r in records)
     _panel(nsp, "next-sentence accuracy" if next_sentence else "learning rate (masked LM alone)", [

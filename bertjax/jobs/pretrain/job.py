@@ -135,7 +135,7 @@ def _finish(job: _Job, run: RunDir, end: _LoopEnd, clock: TrainClock,
         accuracy_ratio=last_eval.get("accuracy_ratio", math.nan), stopped_early=end.stopped,
     )
     if jax.process_index() == 0:
-        write_summary(run, result, job.config.model.preset)
+        write_summary(run, result, job.config.model.preset, mask_prob=job.config.data.mask_prob)
     return result
 
 
@@ -152,7 +152,8 @@ def _already_finished(job: _Job, run: RunDir) -> PretrainResult:
         accuracy_ratio=last_eval.get("accuracy_ratio", math.nan), already_finished=True,
     )
     if jax.process_index() == 0 and not run.summary.exists():  # never overwrite one
-        write_summary(run, result, job.config.model.preset, curves=not run.curves.exists())
+        write_summary(run, result, job.config.model.preset, curves=not run.curves.exists(),
+                      mask_prob=job.config.data.mask_prob)
     return result
 
 

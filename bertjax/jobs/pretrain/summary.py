@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from bertjax.common.files import write_json_atomic
+from bertjax.jobs.pretrain.data import EVAL_MASK_PROB
 from bertjax.runs.layout import RunDir
 from bertjax.train.metrics import read_jsonl
 from bertjax.viz.curves import plot_curves
@@ -42,13 +43,15 @@ class PretrainResult:
         return {k: v for k, v in dataclasses.asdict(self).items() if k != "already_finished"}
 
 
-def write_summary(run: RunDir, result: PretrainResult, preset: str, *, curves: bool = True
-                  ) -> None:
-    """summary.json (and, with `curves`, curves.png from the metrics log) of `run`."""
+def write_summary(run: RunDir, result: PretrainResult, preset: str, *, curves: bool = True,
+                  mask_prob: float = EVAL_MASK_PROB) -> None:
+    """summary.json (and, with `curves`, curves.png from the metrics log) of `run`, which trains
+    masking `mask_prob` of the pieces."""
     write_json_atomic(run.summary, result.summary())
     if curves:
         plot_curves(read_jsonl(run.metrics), run.curves,
-                    title=f"bertjax pretrain: {preset}, {run.root.name}")
+                    title=f"bertjax pretrain: {preset}, {run.root.name}",
+                    masking=(mask_prob, EVAL_MASK_PROB))
 
 
 def read_summary(run: RunDir) -> PretrainResult | None:
