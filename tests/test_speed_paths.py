@@ -49,7 +49,7 @@ def _loss_and_grads(model, batch, dropout_rng=None):
                                      dropout_rng=dropout_rng)
         return pretraining_loss(out.mlm_logits, out.nsp_logits, batch)[0]
 
-    value, grads = jax.value_and_grad(loss)(params)
+    value, grads = jax.jit(jax.value_and_grad(loss))(params)  # compiled whole, not op by op
     return float(value), state_to_numpy(grads)
 
 
