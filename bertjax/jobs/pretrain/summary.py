@@ -43,8 +43,8 @@ class PretrainResult:
         return {k: v for k, v in dataclasses.asdict(self).items() if k != "already_finished"}
 
 
-def write_summary(run: RunDir, result: PretrainResult, preset: str, *, curves: bool = True,
-                  mask_prob: float = EVAL_MASK_PROB) -> None:
+def write_summary(run: RunDir, result: PretrainResult, preset: str, *, mask_prob: float,
+                  curves: bool = True) -> None:
     """summary.json (and, with `curves`, curves.png from the metrics log) of `run`, which trains
     masking `mask_prob` of the pieces."""
     write_json_atomic(run.summary, result.summary())
