@@ -92,7 +92,7 @@ def _choice_rows() -> tuple[dict[str, np.ndarray], list[list[int]]]:
     (example 1 has 2 of 3 choices). Returns the packed inputs and each example's sequences."""
     examples = [[0, 1, 4], [3, 5], [2, 4, 1]]  # indices into IDS: a choice is a sequence
     rows = {k: np.zeros((3, SEQ_LEN), np.int32) for k in ("input_ids", "token_type_ids",
-                                                     "sequence_ids")}
+                                                          "sequence_ids")}
     cls = np.full((3, 3), -1, np.int32)
     for r, choices in enumerate(examples):
         start = 0

@@ -221,15 +221,15 @@ def test_batch_not_divisible_by_devices(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_time_limit_stops_with_a_checkpoint_and_resumes(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    first = _cli([*TINY, "--train.steps=100000", "--time-limit=0.2", f"--output-dir={run_dir}"])
+    first = _cli([*TINY, "--train.steps=100000", "--time-limit=0.05", f"--output-dir={run_dir}"])
     assert first.returncode == 0, first.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     stopped = summary["steps"]
     assert 0 < stopped < 100000 and stopped % 4 == 0  # checked every train.log_every=4 steps
-    assert f"time limit of 12s reached at step {stopped}" in summary["stopped_early"]
+    assert f"time limit of 3s reached at step {stopped}" in summary["stopped_early"]
     assert read_state(run_dir / "checkpoints")[0] == stopped  # a checkpoint at the stop
     assert read_jsonl(run_dir / "metrics.jsonl", "eval")[-1]["step"] == stopped
-    resumed = _cli(["--resume", "--time-limit=0.2", f"--output-dir={run_dir}", "--no-progress"])
+    resumed = _cli(["--resume", "--time-limit=0.05", f"--output-dir={run_dir}", "--no-progress"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resuming at step {stopped}" in resumed.stderr
     again = json.loads((run_dir / "summary.json").read_text())
