@@ -25,6 +25,13 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _XLA_CACHE
     atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)  # by the process that made it
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+# Likewise the vocabulary and shards a pre-training run makes (bertjax.jobs.pretrain.data_cache):
+# most runs here train on the bundled plays with one of a few vocabulary sizes, and a hit copies
+# them instead of training the vocabulary and tokenising the plays again.
+if "BERTJAX_DATA_CACHE" not in os.environ:
+    _DATA = tempfile.mkdtemp(prefix="bertjax-tests-data-")
+    os.environ["BERTJAX_DATA_CACHE"] = _DATA
+    atexit.register(shutil.rmtree, _DATA, ignore_errors=True)
 # What several test modules build alike (tests/use_helpers.py `built_once`: the tiny pre-training
 # run) is built once for the whole run, by whichever process asks first, in a folder every xdist
 # worker inherits; the others wait for it and copy it.

@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 from flax import nnx
+from use_helpers import DATA_CACHE
 
 from bertjax import BertConfig, BertForPreTraining
 from bertjax.train.optim import OptimConfig, learning_rate_schedule, make_optimizer
@@ -81,7 +82,7 @@ def test_a_flat_run_resumes_bitwise_and_only_flat(tmp_path) -> None:
             "train.steps": 6, "train.eval_every": 6, "train.checkpoint_every": 3,
             "optim.flatten": flatten})
 
-    quiet = {"progress": False, "log": lambda _: None}
+    quiet = {"progress": False, "log": lambda _: None, "data_cache": DATA_CACHE}
     pretrain(config(True), tmp_path / "ref", **quiet)
 
     def stop(step: int, metrics: dict) -> None:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from flax import nnx
 from test_data_helpers import fresh_dir, minilm_tokenizer, shakespeare_shards
+from use_helpers import DATA_CACHE
 
 from bertjax import BertConfig
 from bertjax.data import PretrainingBatches, Shards, create_pairs, write_shards
@@ -195,7 +196,7 @@ def test_the_pretraining_job_trains_on_the_weighted_loss_with_its_rule(tmp_path)
         "train.log_every": "1", "train.eval_every": "3", "train.checkpoint_every": "3",
         "train.mlm_loss_weight": "0.5", "train.nsp_loss_weight": "2"})
     run_dir = tmp_path / "run"
-    pretrain(config, run_dir, progress=False, log=lambda _: None)
+    pretrain(config, run_dir, progress=False, log=lambda _: None, data_cache=DATA_CACHE)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if r["kind"] == "train"]
     assert [r["step"] for r in train] == [1, 2, 3]

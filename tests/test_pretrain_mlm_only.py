@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from use_helpers import DATA_CACHE
 
 import bertjax
 from bertjax.cli.main import main
@@ -189,7 +190,7 @@ def test_packed_segments_score_as_each_segment_alone(run) -> None:
 
 def test_an_interrupted_run_resumes_bitwise(run, tmp_path) -> None:
     config = rc.RunConfig.from_dict(json.loads((run[0] / "run_config.json").read_text()))
-    quiet = {"progress": False, "log": lambda _: None}
+    quiet = {"progress": False, "log": lambda _: None, "data_cache": DATA_CACHE}
 
     def crash(step: int, metrics: dict) -> None:
         if step == 5:

@@ -20,6 +20,7 @@ import pytest
 import torch
 from flax import nnx
 from test_data_helpers import fresh_dir, shakespeare_shards
+from use_helpers import DATA_CACHE
 
 from bert_torch.losses import pretraining_loss as torch_pretraining_loss
 from bertjax.config import BertConfig
@@ -195,7 +196,8 @@ def test_an_interrupted_packed_run_resumes_bitwise(tmp_path):
     docs = _speech_documents()[:3000]
     corpus.write_text("".join("\n".join(d) + "\n\n" for d in docs), encoding="utf-8")
     config = _config(str(corpus))  # data.packing: auto, which packs these short documents
-    reference = pretrain(config, tmp_path / "ref", progress=False, log=lambda _: None)
+    reference = pretrain(config, tmp_path / "ref", progress=False, log=lambda _: None,
+                         data_cache=DATA_CACHE)
     assert reference.steps == 12
 
     def stop(step: int, metrics: dict) -> None:
@@ -203,7 +205,8 @@ def test_an_interrupted_packed_run_resumes_bitwise(tmp_path):
             raise RuntimeError("stopped on purpose")
 
     with pytest.raises(RuntimeError, match="on purpose"):
-        pretrain(config, tmp_path / "run", progress=False, on_step=stop, log=lambda _: None)
+        pretrain(config, tmp_path / "run", progress=False, on_step=stop, log=lambda _: None,
+                 data_cache=DATA_CACHE)
     notes: list[str] = []
     pretrain(config, tmp_path / "run", resume=True, progress=False, log=notes.append)
     assert any("resuming at step 4" in n for n in notes)

@@ -348,6 +348,8 @@ def _interrupt(args: list[str], run_dir: Path, moment: str) -> tuple[int, str]:
     """Start the run, send SIGINT at `moment`; (exit status, stderr)."""
     # the first step's compilation must take its time: not XLA's cached program (conftest.py)
     env = dict(_env(), JAX_COMPILATION_CACHE_DIR="") if moment == "compilation" else _env()
+    if moment == "set-up":  # the data made here, not copied from the cache: a Ctrl-C lands in it
+        env["BERTJAX_DATA_CACHE"] = "0"
     proc = subprocess.Popen([sys.executable, "-m", "bertjax.cli", "pretrain", *args], env=env,
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seen = ""

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from use_helpers import tiny_run
+from use_helpers import DATA_CACHE, tiny_run
 
 from bertjax.cli.main import main
 from bertjax.jobs.pretrain.job import pretrain
@@ -100,7 +100,8 @@ def test_a_run_stopped_before_any_evaluation_writes_strict_json(tmp_path, capsys
             assert stop.press() is None  # in the loop: the step ends with a checkpoint
 
     with pytest.raises(Interrupted, match=r"at step \d of 6; saved a checkpoint"):
-        pretrain(config, run, progress=False, on_step=press_ctrl_c, stop=stop)
+        pretrain(config, run, progress=False, on_step=press_ctrl_c, stop=stop,
+                 data_cache=DATA_CACHE)
 
     def no_bare_constants(name: str) -> None:
         raise AssertionError(f"summary.json holds a bare {name}")

@@ -21,6 +21,7 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
+from use_helpers import DATA_CACHE
 
 import bertjax
 from bertjax import BertConfig, BertForPreTraining
@@ -164,8 +165,9 @@ def _run_config(steps: int) -> rc.RunConfig:
 @pytest.mark.slow
 def test_a_scan_run_resumes_and_loads_with_per_layer_names(tmp_path: Path):
     whole, cut = tmp_path / "whole", tmp_path / "cut"
-    pretrain(_run_config(4), whole, progress=False, log=lambda _: None)
-    stopped = pretrain(_run_config(4), cut, progress=False, log=lambda _: None, time_limit_s=0.0)
+    pretrain(_run_config(4), whole, progress=False, log=lambda _: None, data_cache=DATA_CACHE)
+    stopped = pretrain(_run_config(4), cut, progress=False, log=lambda _: None, time_limit_s=0.0,
+                       data_cache=DATA_CACHE)
     assert stopped.steps == 2  # stopped at the first check, with a checkpoint
     resumed = pretrain(_run_config(4), cut, resume=True, progress=False, log=lambda _: None)
     assert resumed.resumed_from == 2 and resumed.steps == 4

@@ -23,9 +23,13 @@ import numpy as np
 from flax import nnx
 
 from bertjax import BertConfig, BertForPreTraining, save_pretrained
+from bertjax.common.caches import user_cache_directory
 from bertjax.data import Tokenizer, corpus_documents
 
 _TMP = Path(tempfile.mkdtemp(prefix="bertjax-use-tests-"))
+# the run's shared cache of pre-training data (tests/conftest.py), where `bertjax pretrain` finds
+# it: pass it to `pretrain(..., data_cache=DATA_CACHE)` (None where BERTJAX_DATA_CACHE=0)
+DATA_CACHE = user_cache_directory("BERTJAX_DATA_CACHE", "data")
 atexit.register(shutil.rmtree, _TMP, ignore_errors=True)
 
 

@@ -19,24 +19,20 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
+
+from bertjax.common.caches import user_cache_directory
 
 FLAG = "--no-compile-cache"
 ENV = "BERTJAX_COMPILE_CACHE"
-OFF = ("0", "off", "false", "no")
 MAX_BYTES = 2 * 1024**3  # the cache's size limit (least recently used entries go first)
 JAX_DIR = "JAX_COMPILATION_CACHE_DIR"
 
 
-def cache_directory(environ: dict[str, str] | os._Environ = os.environ) -> Path | None:
+def cache_directory(environ: Mapping[str, str] = os.environ) -> Path | None:
     """Where the cache is (None: turned off by `ENV`)."""
-    chosen = environ.get(ENV, "")
-    if chosen.lower() in OFF:
-        return None
-    if chosen:
-        return Path(chosen).expanduser()
-    base = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "bertjax" / "xla"
+    return user_cache_directory(ENV, "xla", environ)
 
 
 def use_compile_cache(argv: list[str]) -> list[str]:

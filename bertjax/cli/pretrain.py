@@ -18,12 +18,14 @@ from bertjax.cli.errors import CommandError
 from bertjax.cli.interrupts import EXIT_INTERRUPTED, ctrl_c_stops
 from bertjax.cli.options import add_settings_arguments, print_config, settings_from_args
 from bertjax.cli.options import explain_unknown as explain_unknown_option
+from bertjax.common.caches import user_cache_directory
 from bertjax.common.options import options
 from bertjax.jobs.stop import NOTHING_TO_SAVE, Interrupted, StopRequest
 from bertjax.runs import config as rc
 from bertjax.runs.layout import RunDir, describe
 
 DEFAULT_OUTPUT_DIR = "runs/pretrain"
+DATA_CACHE = "BERTJAX_DATA_CACHE"  # where runs keep their prepared data (jobs.pretrain.data_cache)
 
 EPILOG = f"""\
 configuration:
@@ -40,6 +42,10 @@ outputs (in --output-dir):
 --output-dir must be new, empty or a run directory (nothing but the outputs below). A run that
   stopped before its first checkpoint has not started: it may be started again with other options.
   --resume of a finished run changes nothing and prints its summary.
+
+data cache: the vocabulary and shards a run makes are kept in $BERTJAX_DATA_CACHE (else
+  $XDG_CACHE_HOME/bertjax/data, ~/.cache/bertjax/data; at most 256 MiB a corpus), and a later run
+  with the same data options copies them instead; BERTJAX_DATA_CACHE=0 turns it off.
 
 Ctrl-C stops at the end of the current step with a checkpoint and prints the command that resumes
   it; a second Ctrl-C stops at once (after a checkpoint being written).
@@ -157,7 +163,7 @@ def _pretrain(args: argparse.Namespace, config: rc.RunConfig, stop: StopRequest)
         result = pretrain(
             config, args.output_dir, resume=args.resume, progress=not args.no_progress,
             time_limit_s=None if args.time_limit is None else 60.0 * args.time_limit,
-            stop=stop,
+            stop=stop, data_cache=user_cache_directory(DATA_CACHE, "data"),
         )
     except NonFiniteLossError as err:
         print(f"bertjax pretrain: {err}", file=sys.stderr)

@@ -6,6 +6,7 @@
     lazy.py      flat public names that import their module on first use (PEP 562)
     options.py   settings dataclasses as options: one field, one option, one flag style
     input_overlap.py  whether an output path is, or lies inside, one of a command's inputs
+    caches.py    where bertjax's caches live ($BERTJAX_COMPILE_CACHE, $BERTJAX_DATA_CACHE)
 
 It imports nothing of bertjax but `bertjax.errors`, and no framework (no JAX, no PyTorch).
 """

@@ -18,14 +18,11 @@ from bertjax.data.pair_packing import real_token_share
 from bertjax.data.shards import write_shards
 from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
+from bertjax.jobs.pretrain.data_cache import SPLITS, entry_for, keep, restore
 from bertjax.runs import config as rc
 from bertjax.runs.layout import RunDir
 from bertjax.train.distributed import barrier, gather_rows
 
-SPLITS = ("train", "eval")
-# the options the vocabulary and the shards are made from (the family spells the special
-# tokens): a run's cached data is made anew when they change
-CACHE_OPTIONS = ("data.corpus", "data.text_field", "data.vocab_size", "model.model_type")
 EVAL_SEED = 12345  # the held-out batches' masks and pairs: the same in every evaluation and run
 # The held-out batches are masked at BERT's rate whatever the run trains with, so accuracies and
 # baseline ratios compare across recipes; a run at another rate is also evaluated at its own.
@@ -47,6 +44,7 @@ class PretrainData:
     # the same held-out pairs masked at the run's own rate; empty when that is EVAL_MASK_PROB
     own_rate_batches: list[Batch] = dataclasses.field(default_factory=list)
     packing_note: str = ""  # the packing the run trains with, in words
+    cached_from: Path | None = None  # the data cache's entry the run's data was copied from
 
     def batches_with_state(self) -> Iterator[tuple[Batch, dict[str, Any]]]:
         """Training batches, each with the iterator state right after it (what a checkpoint
@@ -56,7 +54,8 @@ class PretrainData:
 
 
 def open_data(config: rc.RunConfig, run: RunDir, *, rebuild: bool = False,
-              poll: Callable[[], None] | None = None) -> PretrainData:
+              poll: Callable[[], None] | None = None, cache: Path | None = None
+              ) -> PretrainData:
     """Vocabulary (trained on the training split), shards, batches; made once per run directory.
 
     The vocabulary and the tokenised shards are made once and reused on resume (the same
@@ -64,11 +63,14 @@ def open_data(config: rc.RunConfig, run: RunDir, *, rebuild: bool = False,
     anew, aside, and puts them in place only when both are complete, so a corpus that fails
     leaves nothing behind. `poll()` is called between documents (it may raise to stop). With
     several processes only process 0 makes them; the others wait for it, then read its files.
+    `cache`: a directory of data made by earlier runs (`data_cache`), copied instead of made
+    where it holds the run's, and given the run's where it does not.
     """
     d = config.data
+    cached_from = None
     if jax.process_index() == 0:
-        if rebuild:
-            _build(config, run, poll)
+        if rebuild or not _started(run):
+            cached_from = _make(config, run, poll, cache)
         else:
             _complete(config, run, poll)
     barrier("bertjax_pretrain_data_ready")  # process 0's vocabulary and shards are on disk
@@ -82,7 +84,7 @@ def open_data(config: rc.RunConfig, run: RunDir, *, rebuild: bool = False,
     return PretrainData(train=train, eval_batches=eval_batches, vocab_size=tok.vocab_size,
                         pad_id=tok.special.pad, baseline_token=tok.id_to_token(token),
                         baseline_accuracy=accuracy, own_rate_batches=own_rate,
-                        packing_note=packing_note(config, train))
+                        packing_note=packing_note(config, train), cached_from=cached_from)
 
 
 def _batch_options(config: rc.RunConfig, tok: Tokenizer) -> dict[str, Any]:
@@ -202,6 +204,25 @@ def _build(config: rc.RunConfig, run: RunDir, poll: Callable[[], None] | None) -
         for split in SPLITS:
             _shards(config, split, tok, staged / split, poll)
     tok.save(run.root)
+
+
+def _started(run: RunDir) -> bool:
+    """Whether a set-up has made any of the run's vocabulary and shards."""
+    return run.tokenizer.is_file() or any((run.data(split) / "meta.json").is_file()
+                                          for split in SPLITS)
+
+
+def _make(config: rc.RunConfig, run: RunDir, poll: Callable[[], None] | None,
+          cache: Path | None) -> Path | None:
+    """The vocabulary and both splits copied from the cache's entry for them (returned), or
+    made anew (None) and then kept there."""
+    entry = None if cache is None else entry_for(cache, config)
+    if entry is not None and restore(entry, run):
+        return entry
+    _build(config, run, poll)
+    if entry is not None:
+        keep(entry, run)
+    return None
 
 
 def _complete(config: rc.RunConfig, run: RunDir, poll: Callable[[], None] | None) -> None:

@@ -80,6 +80,7 @@ def pretrain(
     on_step: Callable[[int, dict[str, float]], None] | None = None,
     log: Callable[[str], None] | None = None,
     stop: StopRequest | None = None,
+    data_cache: Path | None = None,
 ) -> PretrainResult:
     """Pre-train (or continue) the run in `run_dir`; returns its summary.
 
@@ -88,7 +89,9 @@ def pretrain(
     wall time has passed. `stop` is the caller's request to stop (`bertjax.jobs.stop`): honoured
     at the end of a step with a checkpoint, then Interrupted says how to resume (a
     KeyboardInterrupt during the job is reported the same way). `on_step(step, metrics)` sees
-    each step's host metrics (tests use it to inject faults).
+    each step's host metrics (tests use it to inject faults). `data_cache`: a directory where
+    runs keep their vocabulary and shards for later runs with the same data options
+    (`data_cache`; the command line's $BERTJAX_DATA_CACHE); None makes them every time.
     """
     t_start = time.perf_counter()
     run, is_main = RunDir(run_dir), jax.process_index() == 0
@@ -103,7 +106,7 @@ def pretrain(
     try:
         for note in start.notes:
             say(note)
-        job, state = _set_up(config, run, start, stop, say)
+        job, state = _set_up(config, run, start, stop, say, data_cache)
         try:
             if job.start_step >= config.train.steps:
                 return _already_finished(job, run)
@@ -175,7 +178,7 @@ class _Job:
 
 
 def _set_up(config: rc.RunConfig, run: RunDir, start: RunStart, stop: StopRequest,
-            say: Callable[[str], None]) -> tuple[_Job, TrainState]:
+            say: Callable[[str], None], data_cache: Path | None) -> tuple[_Job, TrainState]:
     """Strategy, data (then run_config.json), model and optimizer; the state restored (on
     resume) and placed. The Checkpointer (the first thing under checkpoints/) comes last."""
     train, optim = config.train, config.optim
@@ -184,7 +187,7 @@ def _set_up(config: rc.RunConfig, run: RunDir, start: RunStart, stop: StopReques
         strategy.check_batch_size(config.data.batch_size, optim.grad_accum_steps)
     except ValueError as err:
         raise PretrainError(str(err)) from err
-    data = _prepare_data(config, run, start, stop, say)
+    data = _prepare_data(config, run, start, stop, say, data_cache)
     checkpointer = Checkpointer(run.checkpoints, keep_last=train.keep_checkpoints,
                                 keep_best=1, quarantine=run.corrupt_checkpoints)
     try:
@@ -246,7 +249,7 @@ def initialise_model(config: rc.RunConfig, vocab_size: int, pad_token_id: int = 
 
 
 def _prepare_data(config: rc.RunConfig, run: RunDir, start: RunStart, stop: StopRequest,
-                  say: Callable[[str], None]) -> PretrainData:
+                  say: Callable[[str], None], cache: Path | None) -> PretrainData:
     """The run's data, then its run_config.json: a run's configuration is saved only once its
     data is ready, and data made for a run that fails here is removed again, so a corpus that
     cannot be used leaves nothing that blocks a retry."""
@@ -258,7 +261,7 @@ def _prepare_data(config: rc.RunConfig, run: RunDir, start: RunStart, stop: Stop
             with stop.entering(SAVING):  # the stale configuration first: it describes the old data
                 discard_unstarted(run)
     try:
-        data = open_data(config, run, rebuild=start.rebuild_data, poll=stop.poll)
+        data = open_data(config, run, rebuild=start.rebuild_data, poll=stop.poll, cache=cache)
     except BaseException:  # a stop too: files only, written aside and renamed
         if main and start.rebuild_data:
             with stop.entering(SAVING):
@@ -267,6 +270,9 @@ def _prepare_data(config: rc.RunConfig, run: RunDir, start: RunStart, stop: Stop
                     with contextlib.suppress(OSError):
                         run.root.rmdir()  # made by this job, and empty again
         raise
+    if data.cached_from is not None:
+        say(f"  copied from the data cache {data.cached_from} (made by an earlier run with the "
+            "same data options)")
     if start.write_config and main:
         write_json_atomic(run.config, config.to_dict())
     stop.poll()

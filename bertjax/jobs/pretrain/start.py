@@ -16,7 +16,7 @@ from bertjax.common.files import check_creatable, listing, write_json_atomic
 from bertjax.common.input_overlap import check_not_an_input
 from bertjax.data.corpus import corpus_paths
 from bertjax.errors import InputError
-from bertjax.jobs.pretrain.data import CACHE_OPTIONS
+from bertjax.jobs.pretrain.data_cache import CACHE_OPTIONS
 from bertjax.jobs.stop import Interrupted, StopRequest
 from bertjax.runs import config as rc
 from bertjax.runs.layout import RunDir, Survey
