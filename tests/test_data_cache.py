@@ -48,9 +48,9 @@ def _prepare(config: rc.RunConfig, run: Path, cache: Path | None) -> Path | None
 
 def _files(run: Path) -> dict[str, object]:
     """The run's data files' bytes (meta.json's fields, less how long the writing took)."""
-    return {name: (run / name).read_bytes() if not name.endswith(".json") or "meta" not in name
-            else {k: v for k, v in json.loads((run / name).read_text()).items()
-                  if k not in ("seconds", "mb_per_s")} for name in FILES}
+    return {name: {k: v for k, v in json.loads((run / name).read_text()).items()
+                   if k not in ("seconds", "mb_per_s")} if name.endswith("meta.json")
+            else (run / name).read_bytes() for name in FILES}
 
 
 def test_a_run_with_the_same_data_options_copies_the_first_runs_data(tmp_path, corpus):

@@ -18,6 +18,7 @@ The library keeps nothing unless given a directory; the command line gives one
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -40,8 +41,6 @@ SPLITS = ("train", "eval")
 # tokens): a run's data is made anew when they change, and the cache keys entries by them
 CACHE_OPTIONS = ("data.corpus", "data.text_field", "data.vocab_size", "model.model_type")
 MAX_BYTES = 256 * 1024**2  # the largest prepared data kept (shards and vocabulary)
-_SOURCES = (*sorted(Path(bertjax.data.__file__).parent.glob("*.py")),
-            Path(__file__).with_name("data.py"))
 
 
 def entry_for(cache: Path, config: rc.RunConfig) -> Path | None:
@@ -55,11 +54,18 @@ def entry_for(cache: Path, config: rc.RunConfig) -> Path | None:
             return None
         source = [[str(f.resolve()), s.st_size, s.st_mtime_ns] for f in files
                   for s in (f.stat(),)]
-    code = hashlib.sha256(b"".join(p.read_bytes() for p in _SOURCES)).hexdigest()
-    options = {name: getattr(getattr(config, name.split(".")[0]), name.split(".")[1])
-               for name in CACHE_OPTIONS}
-    key = json.dumps({"options": options, "corpus": source, "code": code}, sort_keys=True)
+    options = {name: value for name, value in config.flat().items() if name in CACHE_OPTIONS}
+    key = json.dumps({"options": options, "corpus": source, "code": _code_hash()},
+                     sort_keys=True)
     return cache / hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+@functools.cache
+def _code_hash() -> str:
+    """The hash of the source that makes the data (read once per process)."""
+    sources = (*sorted(Path(bertjax.data.__file__).parent.glob("*.py")),
+               Path(__file__).with_name("data.py"))
+    return hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()
 
 
 def _corpus_files(corpus: str) -> list[Path]:

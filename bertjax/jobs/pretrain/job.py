@@ -91,7 +91,8 @@ def pretrain(
     KeyboardInterrupt during the job is reported the same way). `on_step(step, metrics)` sees
     each step's host metrics (tests use it to inject faults). `data_cache`: a directory where
     runs keep their vocabulary and shards for later runs with the same data options
-    (`data_cache`; the command line's $BERTJAX_DATA_CACHE); None makes them every time.
+    (`bertjax.jobs.pretrain.data_cache`; the command line's $BERTJAX_DATA_CACHE); None makes
+    them every time.
     """
     t_start = time.perf_counter()
     run, is_main = RunDir(run_dir), jax.process_index() == 0
