@@ -69,10 +69,17 @@ def _fields(name: str, family: str = "bert") -> dict[str, str]:
     return fields
 
 
+@nnx.jit
+def _forward(model, *inputs):
+    """The model on `inputs`, compiled whole: op by op, JAX compiles every operation again for
+    each checkpoint's sizes."""
+    return model(*inputs)
+
+
 def _ours(model, saved: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Our outputs on the saved inputs, by transformers' field name."""
     with jax.default_matmul_precision("highest"):
-        out = model(*(jnp.asarray(saved[k]) if k in saved else None for k in INPUTS))
+        out = _forward(model, *(jnp.asarray(saved[k]) if k in saved else None for k in INPUTS))
     return {theirs: np.asarray(getattr(out, ours))
             for ours, theirs in _fields(type(model).__name__, model.config.model_type).items()}
 
@@ -106,13 +113,16 @@ def test_gradients_match_transformers(loaded, family, name):
     weights = {f: jnp.asarray(saved[f"loss_weight/{f}"]) for f in _fields(name, family).values()}
     inputs = [jnp.asarray(saved[k]) if k in saved else None for k in INPUTS]
 
-    def loss(m):
-        out = m(*inputs)
-        return sum(jnp.sum(getattr(out, ours) * weights[theirs])
-                   for ours, theirs in _fields(name, family).items())
+    @nnx.jit
+    def gradients(m, weights, inputs):
+        def loss(m):
+            out = m(*inputs)
+            return sum(jnp.sum(getattr(out, ours) * weights[theirs])
+                       for ours, theirs in _fields(name, family).items())
+        return nnx.grad(loss)(m)
 
     with jax.default_matmul_precision("highest"):
-        grads = state_to_numpy(nnx.grad(loss)(model))
+        grads = state_to_numpy(gradients(model, weights, inputs))
     ours = {hf_name(k, type(model).base_model_prefix, family): v for k, v in grads.items()}
     theirs = {k.removeprefix("grad/"): v for k, v in saved.items() if k.startswith("grad/")}
     assert set(ours) == set(theirs)
