@@ -63,17 +63,19 @@ def test_every_optimizer_lowers_the_loss(optimizer: str) -> None:
 def test_step_metrics_match_the_loss_and_schedule() -> None:
     graphdef, state, step = _setup(warmup_steps=4, clip_norm=0.5)
     batch = make_batches(1)[0]
-    out = nnx.merge(graphdef, state.params)(
-        batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
-        batch["masked_positions"])
-    loss, parts = pretraining_loss(out.mlm_logits, out.nsp_logits, batch)
+
+    @jax.jit  # compiled whole: op by op, JAX compiles every operation of the model anew
+    def outputs(params):
+        return nnx.merge(graphdef, params)(batch["input_ids"], batch["token_type_ids"],
+                                           batch["attention_mask"], batch["masked_positions"])
 
     def loss_of(params):
-        o = nnx.merge(graphdef, params)(batch["input_ids"], batch["token_type_ids"],
-                                        batch["attention_mask"], batch["masked_positions"])
+        o = outputs(params)
         return pretraining_loss(o.mlm_logits, o.nsp_logits, batch)[0]
 
-    raw_norm = float(optax.tree.norm(jax.grad(loss_of)(state.params)))
+    out = outputs(state.params)
+    loss, parts = pretraining_loss(out.mlm_logits, out.nsp_logits, batch)
+    raw_norm = float(optax.tree.norm(jax.jit(jax.grad(loss_of))(state.params)))
     schedule = learning_rate_schedule(OptimConfig(learning_rate=1e-3, warmup_steps=4, total_steps=50))
     for s in range(6):
         before = state.params
@@ -88,8 +90,7 @@ def test_step_metrics_match_the_loss_and_schedule() -> None:
             assert raw_norm > 0.5
     assert float(m["tokens"]) == float(batch["attention_mask"].sum())
     # the accuracies of the last update, counted here from its parameters' own predictions
-    o = nnx.merge(graphdef, before)(batch["input_ids"], batch["token_type_ids"],
-                                    batch["attention_mask"], batch["masked_positions"])
+    o = outputs(before)
     w = np.asarray(batch["masked_weights"])
     right = np.argmax(np.asarray(o.mlm_logits), -1) == np.asarray(batch["masked_ids"])
     assert float(m["mlm_accuracy"]) == pytest.approx((right * w).sum() / w.sum(), abs=1e-6)
