@@ -15,16 +15,6 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # the command line's glibc setting (bertjax.train.host_memory) stays out of the test processes, where a
 # test calling `main` before any JAX use would otherwise apply it to the rest of its worker
 os.environ.setdefault("BERTJAX_KEEP_FREED_MEMORY", "0")
-# One core's threads per xdist worker when the workers fill the machine (the test command's -n 2
-# on 2 cores): each worker's thread pools (XLA's Eigen matmuls, torch's OpenMP, which spins)
-# would only fight the other worker's for the same cores, and op-by-op JAX waits on them. Set
-# in the environment, so the commands a test starts compile and run as its worker does (XLA's
-# flags are part of the compilation cache's key).
-_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-if 1 < _WORKERS and len(os.sched_getaffinity(0)) <= _WORKERS:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    os.environ["XLA_FLAGS"] = " ".join(
-        [os.environ.get("XLA_FLAGS", ""), "--xla_cpu_multi_thread_eigen=false"]).strip()
 # XLA's compiled programs are kept on disk for the run and shared by its processes (the xdist
 # workers, which inherit this variable, and every command a test starts): most tests compile the
 # same small steps again. A hit skips XLA's compilation only: bertjax's tracing and lowering still
