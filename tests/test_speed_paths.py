@@ -163,7 +163,8 @@ def test_fused_attention_equals_the_exact_path(dtype):
     exact = BertForPreTraining(config.replace(attn_implementation="exact"), rngs=nnx.Rngs(0))
     fused = BertForPreTraining(config.replace(attn_implementation="fused"), rngs=nnx.Rngs(0))
     batch = _batch(config)
-    a, b = exact(*(batch[k] for k in KEYS)), fused(*(batch[k] for k in KEYS))
+    forward = nnx.jit(lambda model, *args: model(*args))  # compiled, as in training
+    a, b = forward(exact, *(batch[k] for k in KEYS)), forward(fused, *(batch[k] for k in KEYS))
     assert b.attentions is None
     for field in ("mlm_logits", "nsp_logits", "sequence_output"):
         x, y = (np.asarray(getattr(o, field), np.float32) for o in (a, b))
@@ -435,7 +436,8 @@ def test_sliced_heads_major_attention_is_the_plain_one(chunks):
             context, probs = exact_attention(q, k, v, mask, _halve_small, n)
             return jnp.sum(context * v) + jnp.sum(probs ** 2), (context, probs)
 
-        return jax.grad(loss, argnums=(0, 1, 2), has_aux=True)(q, k, v)
+        # compiled, as the model runs it (op by op, each slice's operations compile on their own)
+        return jax.jit(jax.grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
 
     (grads, (context, probs)), (ref_grads, (ref_context, ref_probs)) = run(chunks), run(None)
     assert context.shape == (5, 7, 3, 4) and probs.shape == (5, 3, 7, 7)
@@ -453,13 +455,14 @@ def test_sliced_heads_major_attention_is_the_plain_one(chunks):
 def test_sliced_attention_keeps_the_dtypes_and_takes_an_empty_batch():
     q, k, v, mask = _attention_inputs()
     q, k, v = (x.astype(jnp.bfloat16) for x in (q, k, v))
-    context, probs = exact_attention(q, k, v, mask, _halve_small, 2)
-    ref_context, ref_probs = exact_attention(q, k, v, mask, _halve_small, None)
+    attention = jax.jit(exact_attention, static_argnums=(4, 5))
+    context, probs = attention(q, k, v, mask, _halve_small, 2)
+    ref_context, ref_probs = attention(q, k, v, mask, _halve_small, None)
     assert context.dtype == jnp.bfloat16 and probs.dtype == jnp.float32  # float32 softmax
     np.testing.assert_allclose(np.asarray(context, np.float32),
                                np.asarray(ref_context, np.float32), rtol=1e-2, atol=1e-2)
     np.testing.assert_allclose(np.asarray(probs), np.asarray(ref_probs), rtol=1e-6, atol=1e-7)
-    empty, empty_probs = exact_attention(q[:0], k[:0], v[:0], mask[:0], _halve_small, 2)
+    empty, empty_probs = attention(q[:0], k[:0], v[:0], mask[:0], _halve_small, 2)
     assert empty.shape == (0, 7, 3, 4) and empty_probs.shape == (0, 3, 7, 7)
 
 
