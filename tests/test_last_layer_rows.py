@@ -59,7 +59,7 @@ def _loss_and_grads(model, batch, masked: bool, dropout_rng=None):
             cross_entropy(out.nsp_logits, jnp.asarray(batch["next_sentence_label"])))
         return mlm + nsp
 
-    value, grads = jax.value_and_grad(loss)(params)
+    value, grads = jax.jit(jax.value_and_grad(loss))(params)  # compiled whole, not op by op
     return float(value), state_to_numpy(grads)
 
 
