@@ -91,7 +91,7 @@ def _compare(hf, ours, batch, hf_labels: dict, our_loss) -> None:
     the parity rule (transformers in float64 measuring its own float32 noise)."""
     (loss32, grads32), (loss64, grads64) = (_transformers_loss(m, batch, hf_labels)
                                             for m in (hf, copy.deepcopy(hf).double()))
-    value, grads = nnx.value_and_grad(our_loss)(ours)
+    value, grads = nnx.jit(nnx.value_and_grad(our_loss))(ours)  # compiled, not op by op
     prefix = type(ours).base_model_prefix
     our_grads = {hf_name(k, prefix): v for k, v in state_to_numpy(grads).items()}
     assert failures({"loss": float(value)}, {"loss": loss32}, {"loss": loss64}, TOL) == []
@@ -166,8 +166,9 @@ def test_the_objective_is_the_mean_over_labelled_positions_of_the_whole_batch(mo
     labels = _labels(mask, seed=1)
     batch = {"input_ids": ids, "token_type_ids": types, "attention_mask": mask, "labels": labels}
     halves = [{k: v[rows] for k, v in batch.items()} for rows in ([0], [1, 2])]
-    whole = TOKEN_CLASSIFICATION.forward_sums(ours, batch, None)
-    parts = [TOKEN_CLASSIFICATION.forward_sums(ours, h, None) for h in halves]
+    forward_sums = nnx.jit(TOKEN_CLASSIFICATION.forward_sums)  # compiled, not op by op
+    whole = forward_sums(ours, batch, None)
+    parts = [forward_sums(ours, h, None) for h in halves]
     for key in whole:
         np.testing.assert_allclose(float(whole[key]), sum(float(p[key]) for p in parts),
                                    rtol=1e-6, err_msg=key)
