@@ -155,3 +155,15 @@ def test_a_bare_encoder_is_written_bare_and_read_back(tmp_path):
     back = model_to_numpy(load_hf(tmp_path, model_cls=BertModel))
     for name, value in model_to_numpy(encoder).items():
         np.testing.assert_array_equal(back[name], value, err_msg=name)
+
+
+def test_models_built_from_one_class_and_config_share_nothing(pretrained_arrays):
+    """The abstract model a load starts from is made once per config and class and shared
+    (`bertjax.io.weights._abstract`): models built from it are independent of each other."""
+    first, _ = build_model(pretrained_arrays, CONFIG, BertForPreTraining)
+    second, _ = build_model(pretrained_arrays, CONFIG, BertForPreTraining)
+    embeddings = second.bert.embeddings.word_embeddings.embedding
+    first.bert.embeddings.word_embeddings.embedding[...] = 0.0
+    assert embeddings is not first.bert.embeddings.word_embeddings.embedding
+    np.testing.assert_array_equal(np.asarray(embeddings[...]),
+                                  pretrained_arrays["bert.embeddings.word_embeddings.weight"])

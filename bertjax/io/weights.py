@@ -13,6 +13,7 @@ the layout checkpoints share (the encoder under `bert.`, heads beside it) into a
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import warnings
@@ -74,8 +75,11 @@ def _param_table(state: nnx.State) -> dict[str, _Entry]:
     return table
 
 
+@functools.lru_cache(maxsize=32)
 def _abstract(config: BertConfig, model_cls: type) -> Any:
-    """An abstract (shape-only) `model_cls(config)`: no memory, no random numbers."""
+    """An abstract (shape-only) `model_cls(config)`: no memory, no random numbers. Made once per
+    config and class (tracing the constructor is most of a small load's time, and a load, a save
+    and their checks each ask) and shared: callers read or split it, never change it."""
     return nnx.eval_shape(lambda: model_cls(config, rngs=nnx.Rngs(0)))
 
 
