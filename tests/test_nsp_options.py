@@ -146,7 +146,7 @@ def _gradients(objective, batch):
         sums = objective.forward_sums(nnx.merge(graphdef, p), batch, None)
         return objective.loss(sums, counts), objective.metrics(sums)
 
-    (value, metrics), grads = jax.value_and_grad(loss, has_aux=True)(params)
+    (value, metrics), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)  # not op by op
     return value, metrics, grads
 
 
