@@ -188,10 +188,11 @@ def _jax(model, call, split) -> tuple[list[dict], dict]:
     return [{f: np.asarray(v) for f, v in d.items()} for d in per], state_to_numpy(grads)
 
 
-@nnx.jit
-def _compiled_call(model, args: tuple, kwargs: dict):
-    """`model(*args, **kwargs)` as one compiled program."""
+def _call(model, args: tuple, kwargs: dict):
     return model(*args, **kwargs)
+
+
+_compiled_call = nnx.jit(_call)  # `model(*args, **kwargs)` as one compiled program
 
 
 def _torch(model, call, split, first: int = 0) -> tuple[list[dict], dict]:
@@ -315,7 +316,7 @@ def _runner(framework: str, implementation: str):
             return {f: getattr(out, f).numpy() for f in LEAK_FIELDS}
         return run
 
-    call = nnx.jit(lambda m, a, k: m(*a, **k))  # traced anew: a patched mask must show
+    call = nnx.jit(_call)  # not `_compiled_call`: traced anew, so that a patched mask shows
 
     def run(ids):
         out = call(model, tuple(map(jnp.asarray, (ids, *args[1:]))),
