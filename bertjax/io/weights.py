@@ -78,8 +78,8 @@ def _param_table(state: nnx.State) -> dict[str, _Entry]:
 @functools.lru_cache(maxsize=32)
 def _abstract(config: BertConfig, model_cls: type) -> Any:
     """An abstract (shape-only) `model_cls(config)`: no memory, no random numbers. Made once per
-    config and class (tracing the constructor is most of a small load's time, and a load, a save
-    and their checks each ask) and shared: callers read or split it, never change it."""
+    config and class (a load, a save and their checks each ask, and each would trace the
+    constructor again) and shared: callers read or split it, never change it."""
     return nnx.eval_shape(lambda: model_cls(config, rngs=nnx.Rngs(0)))
 
 
