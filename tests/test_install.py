@@ -3,6 +3,7 @@ to pre-train on the bundled corpus, use the result, and get every command's help
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -30,8 +31,15 @@ print("every help ok")
 """
 
 
+# the clean environment's processes may write bytecode whatever this one's PYTHONDONTWRITEBYTECODE
+# says: pip installs it with --no-compile, so the first import of JAX writes the .pyc files the
+# later commands read instead of compiling every module from source again
+CLEAN_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def _run(args: list[str | Path], **kw) -> subprocess.CompletedProcess:
-    proc = subprocess.run([str(a) for a in args], capture_output=True, text=True, **kw)
+    proc = subprocess.run([str(a) for a in args], capture_output=True, text=True, env=CLEAN_ENV,
+                          **kw)
     assert proc.returncode == 0, f"{args[:3]} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
     return proc
 
@@ -45,10 +53,12 @@ def test_clean_venv_with_pip_install_dot_pretrains_and_helps(tmp_path: Path) -> 
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", venv])
     python, bertjax = venv / "bin" / "python", venv / "bin" / "bertjax"
-    # --no-compile: no .pyc written for the thousands of files of JAX, SciPy, ... (imports write their own)
+    # --no-compile: no .pyc written for the thousands of files of JAX, SciPy, ... (imports write
+    # their own: CLEAN_ENV)
     _run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile", src],
          timeout=900)
-    missing = subprocess.run([python, "-c", "import torch"], capture_output=True, text=True)
+    missing = subprocess.run([python, "-c", "import torch"], capture_output=True, text=True,
+                             env=CLEAN_ENV)
     assert missing.returncode != 0 and "No module named 'torch'" in missing.stderr
 
     listed = _run([bertjax, "--help"], timeout=120).stdout  # the console script
@@ -64,5 +74,6 @@ def test_clean_venv_with_pip_install_dot_pretrains_and_helps(tmp_path: Path) -> 
     filled = _run([bertjax, "fill-mask", run, "to be or not to [MASK]", "--top-k", "3"],
                   timeout=300, cwd=tmp_path).stdout
     assert filled.count("[MASK] 1:") == 1
-    parity = subprocess.run([bertjax, "parity"], capture_output=True, text=True, timeout=120)
+    parity = subprocess.run([bertjax, "parity"], capture_output=True, text=True, timeout=120,
+                            env=CLEAN_ENV)
     assert parity.returncode == 2 and "pip install 'bertjax[torch]'" in parity.stderr
