@@ -33,7 +33,7 @@ from bertjax.config import BertConfig
 from bertjax.io.names import HF_OUTPUT_FIELDS
 from bertjax.io.weights import state_to_numpy
 from bertjax.losses import pretraining_loss
-from parity.convert import to_torch_model
+from parity.convert import flax_to_torch, to_torch_model
 from parity.noise import Judged, judge, max_abs
 
 TOLERANCE = 1e-5  # the Hugging Face PT/Flax equivalence-test tolerance
@@ -204,14 +204,14 @@ def _tensors(out: Any, to_numpy: Callable[[Any], np.ndarray]) -> dict[str, np.nd
     return found
 
 
-def _torch_side(model: Any, batch: dict[str, np.ndarray], masked: bool, float64: bool
+def _torch_side(model: Any, torch_model: Any, batch: dict[str, np.ndarray], masked: bool
                 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray] | None]:
-    """(tensors, gradients or None) of the PyTorch mirror, in float32 or in float64."""
+    """(tensors, gradients or None) of `torch_model`, `model`'s PyTorch mirror (float32 or
+    float64)."""
     import torch
 
     from bert_torch.losses import pretraining_loss as torch_loss
 
-    torch_model = to_torch_model(model, float64=float64)
     tbatch = {k: torch.from_numpy(v) for k, v in batch.items()}
     args = tuple(None if x is None else torch.from_numpy(np.ascontiguousarray(x))
                  for x in model_inputs(model, batch, masked))
@@ -243,8 +243,10 @@ def compare(
     out, our_grads = _flax_side(model, batch, masked)
     ours = _tensors(out, np.asarray)
     mirrored = model if reference is None else reference
-    (ref, ref_grads), (ref64, ref64_grads) = (_torch_side(mirrored, batch, masked, float64)
-                                              for float64 in (False, True))
+    weights = flax_to_torch(mirrored)  # one conversion for both mirrors
+    (ref, ref_grads), (ref64, ref64_grads) = (
+        _torch_side(mirrored, to_torch_model(mirrored, float64=float64, state_dict=weights), batch,
+                    masked) for float64 in (False, True))
     if set(ours) != set(ref):
         raise ValueError(f"outputs computed by only one of bertjax and PyTorch: "
                          f"{sorted(set(ours) ^ set(ref))}")

@@ -34,7 +34,7 @@ from bertjax.heads import BertForPreTraining
 from bertjax.io.weights import state_to_numpy
 from bertjax.train.optim import OptimConfig, learning_rate_schedule, make_optimizer
 from bertjax.train.step import create_train_state, make_train_step
-from parity.convert import to_torch_model
+from parity.convert import flax_to_torch, to_torch_model
 from parity.noise import NOISE_FACTOR, bar
 
 Batch = dict[str, np.ndarray]
@@ -193,8 +193,10 @@ def train_parity(
         batches = shakespeare_batches(steps, vocab_size=config.vocab_size, seed=seed)
     model = BertForPreTraining(config, rngs=nnx.Rngs(seed)) if model is None else model
     # eval mode: no dropout; the float64 run measures the float32 run's noise
-    mirrors = [(m, *torch_optimizer(m, optim))
-               for m in (to_torch_model(model), to_torch_model(model, float64=True))]
+    weights = flax_to_torch(model)  # one conversion for both mirrors
+    mirrors = [(m, *torch_optimizer(m, optim)) for m in (
+        to_torch_model(model, state_dict=weights),
+        to_torch_model(model, float64=True, state_dict=weights))]
 
     tx = make_optimizer(optim)
     graphdef, state = create_train_state(model, tx, seed)
