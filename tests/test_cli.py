@@ -27,6 +27,7 @@ def test_parity_command_fails_with_exit_code_1_when_a_weight_differs(capsys, mon
     exit status 1. (A tiny --tolerance no longer forces failures: the bar is at least the
     mirror's own float32 noise, see tests/test_parity_noise.py.)"""
     import parity.convert
+    import parity.tensors
 
     right = parity.convert.flax_to_torch
 
@@ -35,7 +36,8 @@ def test_parity_command_fails_with_exit_code_1_when_a_weight_differs(capsys, mon
         state["bert.embeddings.layer_norm.weight"][0] += 1e-4
         return state
 
-    monkeypatch.setattr(parity.convert, "flax_to_torch", one_weight_moved)
+    # the conversion `compare` makes once for both mirrors
+    monkeypatch.setattr(parity.tensors, "flax_to_torch", one_weight_moved)
     assert main(["parity", "--preset", "tiny", "--seq-len", "8"]) == 1
     out = capsys.readouterr().out
     assert "FAIL" in out and not out.rstrip().endswith(" 0 failed")
