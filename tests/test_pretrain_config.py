@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 from pathlib import Path
 
 import pytest
+from use_helpers import DATA_CACHE
 
 from bertjax.cli.main import main
 from bertjax.common.options import options
@@ -222,12 +222,11 @@ def test_held_out_batches_are_masked_at_bert_rate_whatever_the_run_trains_with(
 
     small = {"data.vocab_size": "300", "data.seq_len": "64", "data.max_predictions": "40",
              "data.eval_batches": "6", "data.mask_prob": "0.15"}
-    # the vocabulary and shards from the suite's data cache (tests/conftest.py), as the
-    # command line's runs take them: masking happens after, as batches are drawn
-    cache = Path(os.environ["BERTJAX_DATA_CACHE"])
-    at_15 = open_data(rc.load(None, small), RunDir(tmp_path / "a"), cache=cache)
+    # the vocabulary and shards from the suite's data cache, as the other runs take them:
+    # masking happens after, as batches are drawn
+    at_15 = open_data(rc.load(None, small), RunDir(tmp_path / "a"), cache=DATA_CACHE)
     at_40 = open_data(rc.load(None, {**small, "data.mask_prob": "0.4"}), RunDir(tmp_path / "b"),
-                      cache=cache)
+                      cache=DATA_CACHE)
     assert at_15.own_rate_batches == []
     assert rate(at_15.eval_batches) == pytest.approx(0.15, abs=0.01)
     assert rate(at_40.own_rate_batches) == pytest.approx(0.40, abs=0.01)
