@@ -196,11 +196,21 @@ def test_parity_takes_a_hub_id(offline, capsys) -> None:
 @pytest.fixture
 def no_hub():
     """An endpoint on 127.0.0.1 that reads each request and closes the connection without an
-    answer, as a Hub that cannot be reached; yields its URL and the request lines it saw."""
+    answer, as a Hub that cannot be reached; yields its URL and the request lines it saw. Each
+    connection is read on its own thread: another local program probing the port and sending
+    nothing must not hold back the command's request until it times out."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(16)
     requests: list[str] = []
+
+    def read(conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(30)
+            try:
+                requests.append(conn.recv(4096).decode("latin-1").split("\r\n")[0])
+            except OSError:
+                pass
 
     def serve() -> None:
         while True:
@@ -208,8 +218,7 @@ def no_hub():
                 conn, _ = server.accept()
             except OSError:
                 return
-            with conn:
-                requests.append(conn.recv(4096).decode("latin-1").split("\r\n")[0])
+            threading.Thread(target=read, args=(conn,), daemon=True).start()
 
     threading.Thread(target=serve, daemon=True).start()
     yield f"http://127.0.0.1:{server.getsockname()[1]}", requests
