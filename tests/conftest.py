@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import sys
 import tempfile
 
 import pytest
@@ -64,3 +65,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     worker) in this order, so that a long file never starts last with the other worker idle."""
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow)  # stable: in-file order unchanged
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    """After each file's last test, JAX's in-process caches are dropped (`jax.clear_caches`).
+    Every lowering makes an MLIR context, and those caches keep the lowered programs of up to
+    about 2,048 functions alive, contexts with them (jax-ml/jax#16284), in a worker that runs
+    dozens of files; making a context gets slower the more are alive, and a file rarely jits
+    what another file did. The persistent compilation cache above is untouched."""
+    yield
+    if (nextitem is None or nextitem.path != item.path) and "jax" in sys.modules:
+        sys.modules["jax"].clear_caches()
