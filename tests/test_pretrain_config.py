@@ -143,6 +143,29 @@ def test_metrics_log_truncates_on_resume_and_plots(tmp_path: Path) -> None:
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_resumed_runs_tensorboard_curve_reads_as_one_run(tmp_path: Path) -> None:
+    """TensorBoard (its own reader) shows the resumed run's points from the restored step on,
+    none of the abandoned ones after it, also where the two runs log at different steps."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    board = tmp_path / "tensorboard"
+    w = MetricsWriter(tmp_path / "metrics.jsonl", tensorboard_dir=board)
+    for step in range(1, 7):  # killed after step 6; the last checkpoint holds step 4
+        w.log("train", step, {"loss": float(step)})
+    w.close()
+    (first,) = board.iterdir()  # a real resume starts later: its file sorts after this one
+    stamp = first.name.split(".")[3]
+    first.rename(board / first.name.replace(stamp, f"{int(stamp) - 1:010d}", 1))
+    w = MetricsWriter(tmp_path / "metrics.jsonl", tensorboard_dir=board, resume_step=4)
+    for step in (6, 8):
+        w.log("train", step, {"loss": 100.0 + step})
+    w.close()
+    curve = EventAccumulator(str(board))
+    curve.Reload()
+    assert [(e.step, e.value) for e in curve.Scalars("train/loss")] == [
+        (1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0), (6, 106.0), (8, 108.0)]
+
+
 def test_curves_say_at_which_rate_each_mlm_accuracy_was_masked(tmp_path: Path, monkeypatch) -> None:
     """Trained at 40% and held out at 15%, the two MLM accuracies differ for that alone: the
     legend says so."""

