@@ -1,6 +1,7 @@
 """BERT with a task head, in PyTorch: the reference mirror of `bertjax/heads.py`.
 
-Same classes, same attribute names, same declarations (`base_model_prefix`, `head_modules`);
+Same classes, same attribute names, same declarations (`base_model_prefix`, the class's row of
+`bertjax.config.heads.MODELS` as `spec` and its heads as `head_modules`);
 logits float32 as there. Dropout follows `.train()` / `.eval()`; packed rows as there.
 Shapes: B batch, S sequence, H hidden, P masked positions, V vocabulary, C choices, K packed
 sequences per row.
@@ -18,6 +19,8 @@ from torch import nn
 from bert_torch import inputs, numerics
 from bert_torch.model import BertModel, BertOutput, LayerNorm, Linear, linear, take_rows
 from bertjax.config import QA_OUTPUTS, BertConfig
+from bertjax.config.checks import check_family
+from bertjax.config.heads import MODELS, ModelClass
 
 
 def float32_linear(config: BertConfig, n_in: int, n_out: int) -> Linear:
@@ -46,24 +49,29 @@ class BertMLMHead(nn.Module):
 
 class _WithEncoder(nn.Module):
     """What every head class shares: the encoder `bert`, its call, then the class's head
-    (`_head`; `bertjax.heads`)."""
+    (`_head`); each class of this module takes its row of `MODELS` by its name, as in
+    `bertjax.heads`."""
 
     base_model_prefix: ClassVar[str] = "bert"
+    spec: ClassVar[ModelClass]
     head_modules: ClassVar[tuple[str, ...]] = ()
-    pooled: ClassVar[bool] = True
-    needs_next_sentence: ClassVar[bool] = False  # a head only BERT's family is trained with
-    families: ClassVar[tuple[str, ...]] = ()  # the only families that have this class, if any
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__module__ == __name__ and not cls.__name__.startswith("_"):
+            cls.spec = MODELS[cls.__name__]
+            cls.head_modules = cls.spec.heads
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        check_family(type(self), config)
+        check_family(self.spec, config)
         self.config = config
         self.bert = BertModel(config, add_pooling_layer=self.has_pooler(config))
 
     @classmethod
     def has_pooler(cls, config: BertConfig) -> bool:
         """Whether this class's encoder has the pooler, for a model of `config`'s family."""
-        return cls.pooled
+        return cls.spec.pooled
 
     def forward(
         self,
@@ -112,26 +120,9 @@ class _MaskedLM(_WithEncoder):
         return out
 
 
-def check_family(model_cls: type, config: BertConfig) -> None:
-    """Refuse a class whose head the family was never trained with, as
-    `bertjax.heads.check_family`."""
-    if getattr(model_cls, "needs_next_sentence", False) and not config.family.next_sentence:
-        raise ValueError(
-            f"{config.model_type} has no next-sentence head ({model_cls.__name__} needs one): its "
-            "models are masked LMs; use BertForMaskedLM, or the fill-mask, embed and finetune "
-            "commands")
-    families = getattr(model_cls, "families", ())
-    if families and config.model_type not in families:
-        raise ValueError(f"{model_cls.__name__} is a head of {', '.join(families)} models only, "
-                         f"not of a {config.model_type}: build it from a config with "
-                         f"model_type={families[0]!r}")
-
-
 class BertForPreTraining(_MaskedLM):
     """BERT with the masked-LM and next-sentence-prediction heads."""
 
-    head_modules = ("mlm_head", "nsp_head")
-    needs_next_sentence = True
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
@@ -145,8 +136,6 @@ class BertForPreTraining(_MaskedLM):
 class BertForMaskedLM(_MaskedLM):
     """BERT with the masked-LM head only (no pooler, no NSP head)."""
 
-    head_modules = ("mlm_head",)
-    pooled = False
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
@@ -156,8 +145,6 @@ class BertForMaskedLM(_MaskedLM):
 class BertForNextSentencePrediction(_WithEncoder):
     """BERT with the next-sentence-prediction head on the pooled [CLS] output."""
 
-    head_modules = ("nsp_head",)
-    needs_next_sentence = True
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
@@ -187,7 +174,6 @@ class BertForSequenceClassification(_WithEncoder):
     with its own classifier head (RoBERTa's): no pooler, `ClassificationHead` on the first
     token."""
 
-    head_modules = ("classifier",)
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
@@ -232,8 +218,6 @@ def first_tokens(sequence_output: torch.Tensor, cls_positions: torch.Tensor | No
 class BertForTokenClassification(_WithEncoder):
     """BERT with dropout and a dense layer on every token: (B, S, num_labels); no pooler."""
 
-    head_modules = ("token_classifier",)
-    pooled = False
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
@@ -248,8 +232,6 @@ class BertForTokenClassification(_WithEncoder):
 class BertForQuestionAnswering(_WithEncoder):
     """BERT with `qa_outputs` to start and end logits per token, each (B, S); no pooler."""
 
-    head_modules = ("qa_outputs",)
-    pooled = False
 
     def __init__(self, config: BertConfig):
         if config.num_labels != len(QA_OUTPUTS):
@@ -266,7 +248,6 @@ class BertForMultipleChoice(_WithEncoder):
     """BERT scoring each of C choices: inputs (B, C, S), or packed rows (B, S) with the choices'
     [CLS] at `cls_positions` (B, C) (an empty slot's logit the lowest float32); `logits` (B, C)."""
 
-    head_modules = ("choice_classifier",)
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
@@ -315,9 +296,6 @@ class BertForReplacedTokenDetection(_WithEncoder):
     """ELECTRA's discriminator (transformers' ElectraForPreTraining): a logit per token that it
     was replaced, (B, S); no pooler. ELECTRA models only."""
 
-    head_modules = ("discriminator_predictions",)
-    pooled = False
-    families = ("electra",)
 
     def __init__(self, config: BertConfig):
         super().__init__(config)

@@ -19,6 +19,8 @@ from torch import nn
 
 from bert_torch import inputs, numerics
 from bertjax.config import BertConfig
+from bertjax.config.checks import check_pooler_inputs
+from bertjax.config.heads import ENCODER, MODELS, ModelClass
 
 
 @dataclasses.dataclass
@@ -207,7 +209,8 @@ class BertModel(nn.Module):
     rows (`sequence_ids`, `position_ids`, `cls_positions`) as there."""
 
     base_model_prefix: ClassVar[str] = ""
-    head_modules: ClassVar[tuple[str, ...]] = ("pooler",)
+    spec: ClassVar[ModelClass] = MODELS[ENCODER]
+    head_modules: ClassVar[tuple[str, ...]] = spec.heads  # ("pooler",)
 
     def __init__(self, config: BertConfig, *, add_pooling_layer: bool | None = None):
         super().__init__()
@@ -235,11 +238,9 @@ class BertModel(nn.Module):
         cls_positions: torch.Tensor | None = None,
     ) -> BertOutput:
         token_type_ids, attention_mask = inputs.check_inputs(
-            self.config, input_ids, token_type_ids, attention_mask
+            self.config, input_ids, token_type_ids, attention_mask, packed=sequence_ids is not None
         )
-        if self.pooler is not None and sequence_ids is not None and cls_positions is None:
-            raise ValueError("packed rows (sequence_ids) need cls_positions for the pooler: where "
-                             "each sequence's [CLS] is, -1 for an empty slot")
+        check_pooler_inputs(self.pooler is not None, sequence_ids, cls_positions)
         attention_mask, position_ids = inputs.packing_inputs(  # (B, S) or (B, S, S); (B, S)
             self.config, input_ids, attention_mask, sequence_ids, position_ids, cls_positions)
         whole = output_attentions or output_hidden_states

@@ -1,7 +1,8 @@
 """BERT with a task head, in Flax NNX: the `BertFor*` classes of Hugging Face transformers.
 
 Mirrors `bert_torch/heads.py` class for class and attribute for attribute. Every class holds the
-encoder as `bert` (`base_model_prefix`) and declares the attributes that hold its head weights
+encoder as `bert` (`base_model_prefix`) and has its row of `bertjax.config.heads.MODELS` (`spec`:
+its heads, outputs, pooler), whose heads are the attributes holding its head weights
 (`head_modules`), so checkpoint code (`bertjax.io`) loads, saves and converts any of them without
 asking which class it was given (see `bertjax.model.BertModel`).
 
@@ -23,7 +24,6 @@ answering) give rows (B, S, ...) whose sequence k is where `sequence_ids == k`
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -31,10 +31,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from bertjax import HEAD_CLASSES, inputs, numerics
+from bertjax import inputs, numerics
 from bertjax.attention import take_rows
 from bertjax.config import QA_OUTPUTS, BertConfig
-from bertjax.errors import InputError
+from bertjax.config.checks import check_family
+from bertjax.config.heads import MODELS, ModelClass
 from bertjax.model import BertModel, BertOutput, LayerNorm, linear
 
 
@@ -62,25 +63,30 @@ class BertMLMHead(nnx.Module):
 
 
 class _WithEncoder(nnx.Module):
-    """What every head class shares: the encoder `bert` (with a pooler unless the class says
-    `pooled = False`, as Hugging Face's class of the same name), its call, then the class's head
-    (`_head`)."""
+    """What every head class shares: the encoder `bert` (with a pooler where its row says so, as
+    Hugging Face's class of the same name), its call, then the class's head (`_head`). Each
+    class of this module takes its row of `MODELS` by its name (`spec`, and its heads as
+    `head_modules`); a user's subclass keeps its parent's."""
 
     base_model_prefix: ClassVar[str] = "bert"
+    spec: ClassVar[ModelClass]
     head_modules: ClassVar[tuple[str, ...]] = ()
-    pooled: ClassVar[bool] = True
-    needs_next_sentence: ClassVar[bool] = False  # a head only BERT's family is trained with
-    families: ClassVar[tuple[str, ...]] = ()  # the only families that have this class, if any
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__module__ == __name__ and not cls.__name__.startswith("_"):
+            cls.spec = MODELS[cls.__name__]
+            cls.head_modules = cls.spec.heads
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
-        check_family(type(self), config)
+        check_family(self.spec, config)
         self.config = config
         self.bert = BertModel(config, add_pooling_layer=self.has_pooler(config), rngs=rngs)
 
     @classmethod
     def has_pooler(cls, config: BertConfig) -> bool:
         """Whether this class's encoder has the pooler, for a model of `config`'s family."""
-        return cls.pooled
+        return cls.spec.pooled
 
     def __call__(
         self,
@@ -144,28 +150,11 @@ class _MaskedLM(_WithEncoder):
         return out
 
 
-def check_family(model_cls: type, config: BertConfig) -> None:
-    """Refuse a class whose head the family was never trained with (a next-sentence head of a
-    RoBERTa), in one line naming what the family has."""
-    if getattr(model_cls, "needs_next_sentence", False) and not config.family.next_sentence:
-        raise InputError(
-            f"{config.model_type} has no next-sentence head ({model_cls.__name__} needs one): its "
-            "models are masked LMs; use BertForMaskedLM, or the fill-mask, embed and finetune "
-            "commands")
-    families = getattr(model_cls, "families", ())
-    if families and config.model_type not in families:
-        raise InputError(f"{model_cls.__name__} is a head of {', '.join(families)} models only, "
-                         f"not of a {config.model_type}: build it from a config with "
-                         f"model_type={families[0]!r}")
-
-
 class BertForPreTraining(_MaskedLM):
     """BERT with the masked-LM (`mlm_head`, tied to the word embeddings) and next-sentence-
     prediction (`nsp_head`) heads: `mlm_logits` (B, P, V) at `masked_positions` or (B, S, V),
     and `nsp_logits` (B, 2), or (B, K, 2) at packed rows' `cls_positions`."""
 
-    head_modules = ("mlm_head", "nsp_head")
-    needs_next_sentence = True
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         super().__init__(config, rngs=rngs)
@@ -181,8 +170,6 @@ class BertForMaskedLM(_MaskedLM):
     """BERT with the masked-LM head only (no pooler, no NSP head; Hugging Face's
     BertForMaskedLM): `mlm_logits` (B, P, V) at `masked_positions`, or (B, S, V)."""
 
-    head_modules = ("mlm_head",)
-    pooled = False
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         super().__init__(config, rngs=rngs)
@@ -194,8 +181,6 @@ class BertForNextSentencePrediction(_WithEncoder):
     (B, 2), or (B, K, 2) packed: 0 = B follows A, 1 = B is random; Hugging Face's
     BertForNextSentencePrediction)."""
 
-    head_modules = ("nsp_head",)
-    needs_next_sentence = True
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         super().__init__(config, rngs=rngs)
@@ -229,7 +214,6 @@ class BertForSequenceClassification(_WithEncoder):
     BertForSequenceClassification). A family with its own classifier head (RoBERTa's) has no
     pooler and a `ClassificationHead` on the first token instead."""
 
-    head_modules = ("classifier",)
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         super().__init__(config, rngs=rngs)
@@ -284,8 +268,6 @@ class BertForTokenClassification(_WithEncoder):
     """BERT with a classifier on every token: dropout (`classifier_dropout`), then a dense layer
     to `logits` (B, S, num_labels); no pooler (Hugging Face's BertForTokenClassification)."""
 
-    head_modules = ("token_classifier",)
-    pooled = False
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         super().__init__(config, rngs=rngs)
@@ -306,8 +288,6 @@ class BertForQuestionAnswering(_WithEncoder):
     says 2, as transformers needs to load the head. In packed rows a span's start and end lie in
     one sequence: mask the logits to `sequence_ids == k` before picking sequence k's span."""
 
-    head_modules = ("qa_outputs",)
-    pooled = False
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         if config.num_labels != len(QA_OUTPUTS):
@@ -331,7 +311,6 @@ class BertForMultipleChoice(_WithEncoder):
     lowest float32, so a softmax or cross-entropy over the choices leaves it out, and
     `sequence_output` is (B, S, H)."""
 
-    head_modules = ("choice_classifier",)
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         super().__init__(config, rngs=rngs)
@@ -379,9 +358,6 @@ class BertForReplacedTokenDetection(_WithEncoder):
     """ELECTRA's discriminator (transformers' ElectraForPreTraining): for every token the logit
     that a generator replaced it, `logits` (B, S) float32; no pooler. ELECTRA models only."""
 
-    head_modules = ("discriminator_predictions",)
-    pooled = False
-    families = ("electra",)
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         super().__init__(config, rngs=rngs)
@@ -392,8 +368,8 @@ class BertForReplacedTokenDetection(_WithEncoder):
         return out.replace(logits=self.discriminator_predictions(out.sequence_output))
 
 
-# Every model class by name: the names config.json's `architectures` and `bertjax convert --as` use.
-# Every model class by name: the names are `bertjax.HEAD_CLASSES` (the public list, which the
-# package reads without importing JAX); a name without its class here fails at import.
-MODEL_CLASSES: dict[str, type[nnx.Module]] = {
-    name: getattr(sys.modules[__name__], name) for name in ("BertModel", *HEAD_CLASSES)}
+# Every model class by its name in `MODELS` (config.json's `architectures`, `bertjax convert --as`).
+MODEL_CLASSES: dict[str, type[nnx.Module]] = {cls.spec.name: cls for cls in (
+    BertModel, BertForPreTraining, BertForMaskedLM, BertForNextSentencePrediction,
+    BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering,
+    BertForMultipleChoice, BertForReplacedTokenDetection)}

@@ -1,8 +1,8 @@
 """Input validation: shapes always, values where the arrays are concrete (outside `jit`); and
 the attention mask and positions of packed rows (`packed_attention`).
 
-Every check raises a `ValueError` that names the input, what was found and the fix.
-`bert_torch/inputs.py` makes the same checks for PyTorch.
+The checks and their messages are `bertjax.config.checks`, shared with `bert_torch.inputs`: each
+raises an `InputError` that names the input, what was found and the fix.
 
 Packing: a row may hold several sequences, each with its own [CLS], token types and positions
 from 0. `sequence_ids` (B, S) says which (1..K; 0 is padding); attention then stays inside each
@@ -20,11 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from bertjax.config import BertConfig
-from bertjax.errors import InputError
+from bertjax.config import checks as shared
+from bertjax.config.checks import PACKING_ARGS, Seen
 from bertjax.numerics import cudnn_attention_applies
-
-# The packing arguments every model class takes (keyword-only), in `packing_inputs`'s order.
-PACKING_ARGS = ("sequence_ids", "position_ids", "cls_positions")
 
 
 def packing_options(batch: Any) -> dict[str, Any]:
@@ -33,8 +31,14 @@ def packing_options(batch: Any) -> dict[str, Any]:
     return {k: batch[k] for k in PACKING_ARGS if k in batch}
 
 
-def _is_concrete(x: jax.Array) -> bool:
-    return not isinstance(x, jax.core.Tracer)
+def seen(x: jax.Array | np.ndarray | None) -> Seen | None:
+    """What the shared checks (`bertjax.config.checks`) read of an array: its values only where
+    it is concrete (not traced under `jit`)."""
+    if x is None:
+        return None
+    concrete = not isinstance(x, jax.core.Tracer)
+    return Seen(tuple(x.shape), bool(jnp.issubdtype(x.dtype, jnp.integer)), str(x.dtype),
+                (lambda: np.asarray(x)) if concrete else None)
 
 
 def check_inputs(
@@ -45,36 +49,16 @@ def check_inputs(
     *,
     packed: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
-    """Validate a batch; fill in default token types (zeros) and mask (ones). `packed` rows
-    (`sequence_ids` given) need not be right padding: their mask is not read as lengths.
-
-    Shapes are always checked. Values (ids inside the vocabulary, token types inside
-    `type_vocab_size`) are checked when the arrays are concrete, i.e. outside `jit`; inside `jit`
-    call `check_batch` on the host first, since out-of-range ids would silently clamp.
-    """
-    if input_ids.ndim != 2:
-        raise InputError(f"input_ids must have shape (batch, seq_len), got {input_ids.shape}")
-    B, S = input_ids.shape
-    if S > config.max_sequence_length and not packed:  # packed: each sequence's, below
-        raise InputError(
-            f"input_ids has seq_len {S} > {config.positions_limit}; truncate the input or use a "
-            "config with more positions"
-        )
-    if not jnp.issubdtype(input_ids.dtype, jnp.integer):
-        raise InputError(f"input_ids must be integers, got dtype {input_ids.dtype}")
+    """Validate a batch (`bertjax.config.checks.check_inputs`); fill in default token types
+    (zeros) and mask (ones). `packed` rows (`sequence_ids` given) need not be right padding:
+    their mask is not read as lengths. Inside `jit` values go unchecked (out-of-range ids would
+    silently clamp): call `check_batch` on the host first."""
+    shared.check_inputs(config, seen(input_ids), seen(token_type_ids), seen(attention_mask),
+                        packed=packed, right_padding=not packed and may_fuse_attention(config))
     if token_type_ids is None:
         token_type_ids = jnp.zeros_like(input_ids)
     if attention_mask is None:
         attention_mask = jnp.ones_like(input_ids)
-    for name, arr in (("token_type_ids", token_type_ids), ("attention_mask", attention_mask)):
-        if arr.shape != (B, S):
-            raise InputError(f"{name} must have the shape of input_ids {(B, S)}, got {arr.shape}")
-    if not packed and _is_concrete(attention_mask) and may_fuse_attention(config):
-        _check_right_padding(attention_mask)
-    if _is_concrete(input_ids):
-        _check_range("input_ids", input_ids, config.vocab_size, "vocab_size")
-    if _is_concrete(token_type_ids) and config.family.token_types:  # DistilBERT: unread
-        _check_range("token_type_ids", token_type_ids, config.type_vocab_size, "type_vocab_size")
     return token_type_ids, attention_mask
 
 
@@ -83,17 +67,6 @@ def may_fuse_attention(config: BertConfig) -> bool:
     auto = config.attn_implementation == "auto"
     return config.attn_implementation == "fused" or (
         auto and cudnn_attention_applies(jnp.dtype(config.dtype), config.head_dim))
-
-
-def _check_right_padding(attention_mask: jax.Array) -> None:
-    mask = np.asarray(attention_mask) != 0
-    lengths = mask.sum(axis=1)
-    bad = np.flatnonzero((mask != (np.arange(mask.shape[1])[None, :] < lengths[:, None])).any(1))
-    if bad.size:
-        raise InputError(
-            f"attention_mask rows {bad[:5].tolist()} are not right padding (ones, then zeros), "
-            "which fused attention reads as sequence lengths: pad at the end, or use "
-            "attn_implementation='exact'")
 
 
 def packing_inputs(
@@ -140,54 +113,9 @@ def check_packing(
     position_ids: jax.Array | None,
     cls_positions: jax.Array | None,
 ) -> None:
-    """Shapes and dtypes always; values where concrete (ids >= 0, positions inside the table,
-    [CLS] positions on tokens or -1)."""
-    B, S = input_ids.shape
-    for name, arr in (("sequence_ids", sequence_ids), ("position_ids", position_ids)):
-        if arr is None:
-            continue
-        if arr.shape != (B, S):
-            raise InputError(f"{name} must have the shape of input_ids {(B, S)}, got {arr.shape}")
-        if not jnp.issubdtype(arr.dtype, jnp.integer):
-            raise InputError(f"{name} must be integers, got dtype {arr.dtype}")
-    lowest = int(np.asarray(sequence_ids).min(initial=0)) if (
-        sequence_ids is not None and _is_concrete(sequence_ids)) else 0
-    if lowest < 0:
-        raise InputError("sequence_ids must be 0 (padding) or a packed sequence's number (1, 2, "
-                         f"...), got {lowest}")
-    if position_ids is not None and _is_concrete(position_ids):
-        _check_range("position_ids", position_ids, config.max_sequence_length,
-                     "max_position_embeddings" if not config.position_offset
-                     else f"max_position_embeddings less {config.position_offset} rows")
-    elif sequence_ids is not None and S > config.max_sequence_length and _is_concrete(
-            sequence_ids):  # a row longer than the positions: each sequence must fit them
-        ids = np.asarray(sequence_ids)
-        rows = np.repeat(np.arange(B), S).reshape(B, S)  # (B, S): each token's row
-        _, counts = np.unique(np.stack([rows[ids > 0], ids[ids > 0]]), axis=1, return_counts=True)
-        if counts.size and counts.max() > config.max_sequence_length:
-            raise InputError(f"a packed sequence of {counts.max()} tokens is longer than "
-                             f"{config.positions_limit}; truncate it")
-    if cls_positions is not None:
-        _check_cls_positions(cls_positions, input_ids, sequence_ids)
-
-
-def _check_cls_positions(cls_positions: jax.Array, input_ids: jax.Array,
-                         sequence_ids: jax.Array | None) -> None:
-    """(B, K) positions in [0, S), or -1 for an empty slot; each on a token of some sequence."""
-    B, S = input_ids.shape
-    if cls_positions.ndim != 2 or cls_positions.shape[0] != B:
-        raise InputError(f"cls_positions must have shape (batch={B}, sequences per row), "
-                         f"got {cls_positions.shape}")
-    if not _is_concrete(cls_positions):
-        return
-    _check_range("cls_positions", cls_positions, S, "seq_len", low=-1)
-    if sequence_ids is not None and _is_concrete(sequence_ids):
-        cls = np.asarray(cls_positions)
-        on = np.take_along_axis(np.asarray(sequence_ids), np.maximum(cls, 0), axis=1)  # (B, K)
-        rows = np.flatnonzero(((cls >= 0) & (on == 0)).any(axis=1))
-        if rows.size:
-            raise InputError(f"cls_positions of rows {rows[:5].tolist()} point at padding "
-                             "(sequence id 0): mark an empty slot -1")
+    """`bertjax.config.checks.check_packing` of JAX arrays."""
+    shared.check_packing(config, seen(input_ids), seen(sequence_ids), seen(position_ids),
+                         seen(cls_positions))
 
 
 def packed_attention(sequence_ids: jax.Array, attention_mask: jax.Array
@@ -216,27 +144,7 @@ def sequence_mask(sequence_ids: jax.Array, slots: int) -> jax.Array:
 def check_masked_positions(input_ids: jax.Array, masked_positions: jax.Array,
                            name: str = "masked_positions") -> None:
     """Positions (B, P) into input_ids (B, S): the shape always, the range where concrete."""
-    B, S = input_ids.shape
-    if masked_positions.ndim != 2 or masked_positions.shape[0] != B:
-        raise InputError(
-            f"{name} must have shape (batch={B}, num_predictions), "
-            f"got {masked_positions.shape}"
-        )
-    if _is_concrete(masked_positions):
-        _check_range(name, masked_positions, S, "seq_len")
-
-
-def _check_range(name: str, arr: jax.Array, limit: int, limit_name: str, low: int = 0) -> None:
-    values = np.asarray(arr)
-    if values.size == 0:
-        return
-    lo, hi = int(values.min()), int(values.max())
-    if lo < low or hi >= limit:
-        bad = values[(values < low) | (values >= limit)]
-        raise InputError(
-            f"{name} has values outside [{low}, {limit_name}={limit}): e.g. {bad[:5].tolist()} "
-            f"(min {lo}, max {hi}); check the tokenizer matches the model config"
-        )
+    shared.check_masked_positions(seen(input_ids), seen(masked_positions), name)
 
 
 def check_batch(config: BertConfig, batch: dict[str, np.ndarray]) -> None:
@@ -255,29 +163,13 @@ def flatten_choices(
 ) -> tuple[tuple[jax.Array, jax.Array | None, jax.Array | None], tuple[int, int]]:
     """Multiple-choice inputs (B, C, S) -> ((B * C, S) each, (B, C)); a missing token-type or
     mask array stays None (the encoder fills it in)."""
-    if input_ids.ndim != 3:
-        raise InputError("multiple choice takes input_ids of shape (batch, num_choices, seq_len), "
-                         f"got {input_ids.shape}; stack each example's choices on axis 1, or pack "
-                         "them into one row with sequence_ids and cls_positions (batch, "
-                         "num_choices)")
-    B, C, S = input_ids.shape
-    for name, arr in (("token_type_ids", token_type_ids), ("attention_mask", attention_mask)):
-        if arr is not None and arr.shape != input_ids.shape:
-            raise InputError(f"{name} must have the shape of input_ids {(B, C, S)}, got {arr.shape}")
+    B, C, S = shared.check_choices(seen(input_ids), seen(token_type_ids), seen(attention_mask))
     flat = tuple(None if a is None else a.reshape(B * C, S)  # (B, C, S) -> (B * C, S)
                  for a in (input_ids, token_type_ids, attention_mask))
-    return flat, (B, C)
+    return flat, (B, C)  # type: ignore[return-value]
 
 
 def packed_choices(input_ids: jax.Array, options: dict[str, Any]) -> bool:
-    """Whether multiple-choice inputs are packed rows (B, S), each holding one example's choices
-    as its sequences with their [CLS] at `cls_positions` (B, C), rather than choices stacked
-    (B, C, S) one per row. Packing arguments with stacked choices are refused."""
+    """Whether multiple-choice inputs are packed rows (`bertjax.config.checks.packed_choices`)."""
     given = [k for k in PACKING_ARGS if options.get(k) is not None]
-    if input_ids.ndim == 2 and "cls_positions" in given:
-        return True
-    if input_ids.ndim == 3 and given:
-        raise InputError(f"{', '.join(given)} apply to packed multiple choice, whose input_ids are "
-                         f"rows (batch, seq_len), got {input_ids.shape}: pack each example's "
-                         "choices into one row, or leave the packing arguments out")
-    return False
+    return shared.packed_choices(seen(input_ids), given)

@@ -20,7 +20,8 @@ from flax import nnx, struct
 from bertjax import inputs, numerics
 from bertjax.attention import dropout_rows, exact_attention, fused_attention, take_rows
 from bertjax.config import BertConfig
-from bertjax.errors import InputError
+from bertjax.config.checks import check_pooler_inputs
+from bertjax.config.heads import ENCODER, MODELS, ModelClass
 
 
 @struct.dataclass
@@ -303,7 +304,8 @@ class BertModel(nnx.Module):
     """
 
     base_model_prefix: ClassVar[str] = ""
-    head_modules: ClassVar[tuple[str, ...]] = ("pooler",)
+    spec: ClassVar[ModelClass] = MODELS[ENCODER]
+    head_modules: ClassVar[tuple[str, ...]] = spec.heads  # ("pooler",)
 
     def __init__(self, config: BertConfig, *, add_pooling_layer: bool | None = None,
                  rngs: nnx.Rngs):
@@ -339,9 +341,7 @@ class BertModel(nnx.Module):
         token_type_ids, attention_mask = inputs.check_inputs(
             self.config, input_ids, token_type_ids, attention_mask, packed=sequence_ids is not None
         )
-        if self.pooler is not None and sequence_ids is not None and cls_positions is None:
-            raise InputError("packed rows (sequence_ids) need cls_positions for the pooler: where "
-                             "each sequence's [CLS] is, -1 for an empty slot")
+        check_pooler_inputs(self.pooler is not None, sequence_ids, cls_positions)
         attention_mask, position_ids = inputs.packing_inputs(  # (B, S) or (B, S, S); (B, S)
             self.config, input_ids, attention_mask, sequence_ids, position_ids, cls_positions)
         whole = output_attentions or output_hidden_states or self.config.scan_layers

@@ -16,7 +16,6 @@ import bert_torch
 import bertjax
 import parity
 from bertjax.io import ExportCheckError, verify_export
-from bertjax.io.names import HF_OUTPUT_FIELDS
 from bertjax.use.encode import encode
 
 TOLERANCE = 1e-5  # max |diff| relative to the outputs' scale (floored at 1): float32 round-off
@@ -43,7 +42,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     hf = getattr(transformers, name).from_pretrained(report.directory, attn_implementation="eager")
     mirror = getattr(bert_torch, name)(model.config)
     mirror.load_state_dict(parity.flax_to_torch(model), strict=True)
-    fields = HF_OUTPUT_FIELDS[name]
+    fields = type(model).spec.hf_outputs  # our output -> transformers' name for it
     errors = {}
     with torch.no_grad():
         theirs = hf.eval()(torch.from_numpy(ids).long(), attention_mask=torch.from_numpy(mask))

@@ -30,7 +30,6 @@ import numpy as np
 from flax import nnx
 
 from bertjax.config import BertConfig
-from bertjax.io.names import HF_OUTPUT_FIELDS
 from bertjax.io.weights import state_to_numpy
 from bertjax.losses import pretraining_loss
 from parity.convert import flax_to_torch, to_torch_model
@@ -131,14 +130,14 @@ CHOICES = 2  # multiple choice: each row of the batch and the next one, as two c
 
 def masked_lm(model: Any) -> bool:
     """Whether `model`'s class has the masked-LM head (its call takes `masked_positions`)."""
-    return "mlm_head" in type(model).head_modules
+    return type(model).spec.masked_lm
 
 
 def model_inputs(model: Any, batch: dict[str, np.ndarray], masked: bool) -> tuple[Any, ...]:
     """The positional inputs of `model`'s class for `batch`: (ids, token types, mask), plus
     masked positions (or None) for the masked-LM classes; for multiple choice (B, C, S)."""
     ids, types, mask = batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
-    if type(model).__name__ == "BertForMultipleChoice":
+    if type(model).spec.choices:
         def choices(x: np.ndarray) -> np.ndarray:  # (B, S) -> (B, C, S)
             return np.stack([np.roll(x, -c, axis=0) for c in range(CHOICES)], axis=1)
         return choices(ids), choices(types), choices(mask)
@@ -156,16 +155,15 @@ def _probe_weights(field: str, shape: tuple[int, ...]) -> np.ndarray:
 def probe_fields(model: Any) -> tuple[str, ...]:
     """The outputs of `model`'s class (what its head computes; the encoder's for BertModel, whose
     pooled output a family without a pooler lacks: DistilBERT, ELECTRA)."""
-    pooled = getattr(model, "pooler", None) is not None or type(model).__name__ != "BertModel"
-    return tuple(f for f in HF_OUTPUT_FIELDS[type(model).__name__]
-                 if pooled or f != "pooled_output")
+    pooled = getattr(model, "pooler", None) is not None  # a head class's outputs are its head's
+    return tuple(f for f in type(model).spec.hf_outputs if pooled or f != "pooled_output")
 
 
 def _loss(model: Any, out: Any, batch: dict[str, Any], xp: Any, pretraining: Callable) -> Any:
     """The scalar the gradients are taken of: BERT's MLM + NSP loss for BertForPreTraining, for
     any other class a fixed random projection of its outputs (mean of output x weights, summed
     over its fields), the same function in both frameworks."""
-    if type(model).__name__ == "BertForPreTraining":
+    if type(model).spec.pretraining:
         return pretraining(out.mlm_logits, out.nsp_logits, batch)[0]
     total = 0.0
     for field in probe_fields(model):

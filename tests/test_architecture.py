@@ -21,7 +21,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("bertjax", "bert_torch", "parity")
 # The model core: the top-level modules of bertjax (and what they may lean on).
-CORE = {"bertjax", "bertjax.config", "bertjax.config.families", "bertjax.model", "bertjax.heads",
+CORE = {"bertjax", "bertjax.config", "bertjax.config.families", "bertjax.config.heads",
+        "bertjax.config.checks", "bertjax.model", "bertjax.heads",
         "bertjax.numerics", "bertjax.inputs", "bertjax.losses", "bertjax.attention",
         "bertjax.errors"}
 # bertjax's layers from the top down (docs/design.md draws them): a unit (a sub-package, or a

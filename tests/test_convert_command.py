@@ -29,11 +29,11 @@ import bertjax.pretrained
 from bertjax import BertConfig, save_pretrained
 from bertjax.cli import convert as convert_command
 from bertjax.cli.main import main
+from bertjax.config.heads import MODELS
 from bertjax.data import Tokenizer
 from bertjax.heads import MODEL_CLASSES
 from bertjax.io import verify
 from bertjax.io.hf import hf_name
-from bertjax.io.names import HF_OUTPUT_FIELDS
 from bertjax.io.weights import model_to_numpy
 from bertjax.train.saved import best_step
 
@@ -167,7 +167,7 @@ def test_convert_as_each_kind_of_output_is_checked_by_transformers(qa, tmp_path,
     out = tmp_path / "out"
     assert main(["convert", str(qa), str(out), "--as", name]) == 0
     summary = _summary(capsys)
-    fields = ", ".join(HF_OUTPUT_FIELDS[name].values())
+    fields = ", ".join(MODELS[name].hf_outputs.values())
     assert f"loads it as {name}, max |diff|" in summary and f"over {fields}, relative to" in summary
     assert json.loads((out / "config.json").read_text())["architectures"] == [name]
 
@@ -324,7 +324,7 @@ def test_probe_inputs_have_cls_sep_padding_and_both_token_types(tokenizer):
 
 
 def test_as_offers_every_class_and_refuses_others_in_one_line(qa, tmp_path, capsys):
-    assert set(convert_command.CLASS_NAMES) == set(MODEL_CLASSES) == set(HF_OUTPUT_FIELDS)
+    assert set(convert_command.CLASS_NAMES) == set(MODEL_CLASSES) == set(MODELS)
     with pytest.raises(SystemExit) as exited:  # argparse's error, as for every command
         main(["convert", str(qa), str(tmp_path / "out"), "--as", "BertForQA"])
     assert exited.value.code == 2
@@ -380,7 +380,7 @@ def test_a_model_with_large_outputs_converts_and_a_drift_is_still_refused(
     ours, _ = bertjax.from_pretrained(out)
     probe = verify.probe_inputs(ours.config, tokenizer, choices=False)
     worst = _transformers_worst(out, "BertForPreTraining", ours, probe,
-                                HF_OUTPUT_FIELDS["BertForPreTraining"])
+                                MODELS["BertForPreTraining"].hf_outputs)
     assert worst / scale > verify.TRANSFORMERS_TOLERANCE  # float32 round-off alone is more
 
     real = transformers.BertForPreTraining.from_pretrained

@@ -30,8 +30,8 @@ from flax import nnx
 import bertjax
 from bertjax.cli.main import main
 from bertjax.config.families import FAMILIES as FAMILY_TABLE
+from bertjax.config.heads import MODELS
 from bertjax.io.hf import hf_name
-from bertjax.io.names import HF_OUTPUT_FIELDS
 from bertjax.io.weights import state_to_numpy
 from bertjax.use.encode import encode
 from parity.convert import to_torch_model
@@ -63,7 +63,7 @@ def _saved(path: Path) -> dict[str, np.ndarray]:
 def _fields(name: str, family: str = "bert") -> dict[str, str]:
     """Our output field -> transformers' field, for class `name` (a bare DistilBERT or ELECTRA
     encoder has no pooler)."""
-    fields = HF_OUTPUT_FIELDS[name]
+    fields = MODELS[name].hf_outputs
     if name == "BertModel" and not FAMILY_TABLE[family].base_pooler:
         fields = {k: v for k, v in fields.items() if k != "pooled_output"}
     return fields

@@ -29,9 +29,9 @@ from flax import nnx
 
 import bert_torch
 from bertjax import BertConfig
+from bertjax.config.heads import MODELS
 from bertjax.heads import MODEL_CLASSES
 from bertjax.io.hf import hf_name
-from bertjax.io.names import HF_OUTPUT_FIELDS
 from bertjax.io.weights import state_to_numpy
 from bertjax.pretrained import load_hf, save_pretrained
 from parity.convert import to_torch_model
@@ -43,7 +43,7 @@ HF_CONFIG = dict(vocab_size=99, hidden_size=48, num_hidden_layers=2, num_attenti
                  hidden_act="gelu", num_labels=3, initializer_range=0.1)
 # BERT's classes (ELECTRA's discriminator, an ELECTRA head only, is held against transformers'
 # ElectraForPreTraining in tests/test_families.py)
-CLASSES = sorted(n for n in MODEL_CLASSES if not getattr(MODEL_CLASSES[n], "families", ()))
+CLASSES = sorted(n for n in MODEL_CLASSES if not MODELS[n].families)
 
 
 def _hf_model(name: str, seed: int = 0):
@@ -76,7 +76,7 @@ def _weights(name: str, shape: tuple[int, ...], field: str) -> np.ndarray:
 
 def _ours(model, batch, name, grads=False):
     """(outputs by our field, gradients by Hugging Face name) of a bertjax model."""
-    fields = HF_OUTPUT_FIELDS[name]
+    fields = MODELS[name].hf_outputs
 
     def loss(m):
         out = m(*(jnp.asarray(x) for x in batch))
@@ -148,7 +148,7 @@ def test_outputs_and_gradients_equal_transformers(round_trips, name):
     batch = _batch(name)
     hf64 = copy.deepcopy(hf).double()
     # the tied decoder's gradient included
-    assert _against(_ours(ours, batch, name), hf, hf64, batch, name, HF_OUTPUT_FIELDS[name]) == []
+    assert _against(_ours(ours, batch, name), hf, hf64, batch, name, MODELS[name].hf_outputs) == []
 
 
 @pytest.mark.parametrize("name", CLASSES)
@@ -159,7 +159,7 @@ def test_outputs_and_gradients_equal_the_torch_mirror(round_trips, name):
     batch = _batch(name, seed=1)
     prefix = type(ours).base_model_prefix
     assert _against(_ours(ours, batch, name), mirror, to_torch_model(ours, float64=True), batch,
-                    name, {f: f for f in HF_OUTPUT_FIELDS[name]},
+                    name, {f: f for f in MODELS[name].hf_outputs},
                     rename=lambda k: hf_name(k, prefix)) == []
 
 
@@ -220,7 +220,7 @@ def test_gradient_check_can_fail(round_trips):
     broken = nnx.clone(ours)
     broken.qa_outputs.bias[...] = broken.qa_outputs.bias[...] + 1e-3
     batch = _batch("BertForQuestionAnswering")
-    fields = HF_OUTPUT_FIELDS["BertForQuestionAnswering"]
+    fields = MODELS["BertForQuestionAnswering"].hf_outputs
     wrong = _against(_ours(broken, batch, "BertForQuestionAnswering"), hf,
                      copy.deepcopy(hf).double(), batch, "BertForQuestionAnswering", fields)
     assert any(line.startswith(("start_logits:", "end_logits:")) for line in wrong), wrong

@@ -31,9 +31,9 @@ from flax import nnx
 
 import bert_torch
 from bertjax import BertConfig, inputs
+from bertjax.config.heads import MODELS
 from bertjax.data.packing import pack_sequences
 from bertjax.heads import MODEL_CLASSES
-from bertjax.io.names import HF_OUTPUT_FIELDS
 from bertjax.io.weights import state_to_numpy
 from bertjax.pretrained import save_pretrained
 from parity.convert import to_torch_model
@@ -287,7 +287,7 @@ def test_packed_equals_transformers_sequence_by_sequence(alone, name, tmp_path):
     for (single, _), n in zip(_singles(name), range(len(ours)), strict=True):
         with torch.no_grad():
             out = hf(torch.from_numpy(single[0]), token_type_ids=torch.from_numpy(single[1]))
-        outs = {f: getattr(out, hf_field)[0] for f, hf_field in HF_OUTPUT_FIELDS[name].items()}
+        outs = {f: getattr(out, hf_field)[0] for f, hf_field in MODELS[name].hf_outputs.items()}
         if name == "BertModel":
             outs = {"sequence_output": out.last_hidden_state[0], "pooled_output": out.pooler_output[0]}
         if name == "BertForPreTraining":  # transformers scores every token: take the masked ones

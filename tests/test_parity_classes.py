@@ -13,8 +13,8 @@ from use_helpers import family_config, tiny_checkpoint, tiny_run
 
 import bertjax
 from bertjax.cli.main import main
+from bertjax.config.heads import MODELS
 from bertjax.heads import MODEL_CLASSES
-from bertjax.io.names import HF_OUTPUT_FIELDS
 
 
 def _saved(tmp_path: Path, name: str) -> Path:
@@ -40,7 +40,7 @@ def test_parity_compares_every_class_as_itself(tmp_path, capsys, name):
     assert "Traceback" not in err
     assert out.splitlines()[0].startswith(f"bertjax vs bert_torch: {model}, {name}; batch 2x16")
     rows = _table(out)
-    assert set(HF_OUTPUT_FIELDS[name]) <= set(rows)  # the class's own outputs
+    assert set(MODELS[name].hf_outputs) <= set(rows)  # the class's own outputs
     assert any(r.startswith("grad.") for r in rows) and any(r.startswith("attentions.")
                                                             for r in rows)
     assert set(rows.values()) == {"ok"} and out.splitlines()[-1].endswith(" 0 failed")

@@ -24,6 +24,7 @@ from flax import nnx
 
 from bertjax import BertConfig, BertForPreTraining, save_pretrained
 from bertjax.common.caches import user_cache_directory
+from bertjax.config.heads import MODELS
 from bertjax.data import Tokenizer, corpus_documents
 
 _TMP = Path(tempfile.mkdtemp(prefix="bertjax-use-tests-"))
@@ -139,7 +140,6 @@ def count_row_sharing(monkeypatch, module) -> list[int]:
 def family_config(name: str, config: BertConfig) -> BertConfig:
     """`config` in a family model class `name` belongs to: ELECTRA's discriminator
     (BertForReplacedTokenDetection) is an ELECTRA's head only; every other class keeps `config`."""
-    from bertjax.heads import MODEL_CLASSES
 
-    families = getattr(MODEL_CLASSES[name], "families", ())
+    families = MODELS[name].families
     return config.replace(model_type=families[0]) if families else config

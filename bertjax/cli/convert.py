@@ -16,15 +16,14 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-import bertjax
 from bertjax.cli.argtypes import non_negative_int
 from bertjax.cli.errors import CommandError
 from bertjax.cli.model_options import add_model_argument, load_model, model_source, run_command
 from bertjax.cli.outputs import model_input
+from bertjax.config.heads import MODELS
 
-# The classes `--as` offers: bertjax.heads.MODEL_CLASSES, named without importing JAX (the test
-# checks the two agree).
-CLASS_NAMES = ("BertModel", *bertjax.HEAD_CLASSES)
+# The classes `--as` offers: bertjax.heads.MODEL_CLASSES, named without importing JAX.
+CLASS_NAMES = tuple(MODELS)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

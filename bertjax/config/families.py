@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from bertjax.config.heads import pretraining_class
+
 
 @dataclasses.dataclass(frozen=True)
 class Family:
@@ -52,7 +54,7 @@ class Family:
     def pretraining_class(self) -> str:
         """The class the family is pre-trained as: BERT's BertForPreTraining (masked LM and next
         sentence), the others' masked LM (BertForMaskedLM)."""
-        return "BertForPreTraining" if self.next_sentence else "BertForMaskedLM"
+        return pretraining_class(self.next_sentence)
 
     @property
     def specials(self) -> dict[str, str]:

@@ -15,6 +15,8 @@ import dataclasses
 import re
 from collections.abc import Iterable
 
+from bertjax.config.heads import HEADS, Head, classifier_of
+
 # Flax leaf -> (PyTorch leaf, transposed?). Flax kernels are (in, out); torch weights (out, in).
 LEAF_RENAMES: dict[str, tuple[str, bool]] = {
     "kernel": ("weight", True),
@@ -43,23 +45,11 @@ HF_ENCODER_RENAMES: list[tuple[str, str]] = [
     ("layers.{i}.output.", "encoder.layer.{i}.output.dense."),
     ("layers.{i}.output_norm.", "encoder.layer.{i}.output.LayerNorm."),
 ]
-HF_HEAD_RENAMES: list[tuple[str, str]] = [
-    ("mlm_head.transform.", "cls.predictions.transform.dense."),
-    ("mlm_head.layer_norm.", "cls.predictions.transform.LayerNorm."),
-    ("mlm_head.bias", "cls.predictions.bias"),
-    ("nsp_head.", "cls.seq_relationship."),
-    # Hugging Face calls three heads `classifier`; the way back goes by the checkpoint's
-    # architecture (`CLASSIFIER_OF`). `classifier.` (sequence) and `qa_outputs.` are the same.
-    ("token_classifier.", "classifier."),
-    ("choice_classifier.", "classifier."),
-]
+# The heads' names where Hugging Face's differ (`bertjax.config.heads.HEADS`): `mlm_head.` is
+# under `cls.predictions.`, and three heads are `classifier.` there (the way back goes by the
+# checkpoint's architecture: `classifier_of`).
+HF_HEAD_RENAMES: list[tuple[str, str]] = [pair for head in HEADS.values() for pair in head.hf_names]
 HF_CLASSIFIER = "classifier."
-# Which of our heads a Hugging Face checkpoint's `classifier.*` is, by the architecture its
-# config.json names; any other architecture (or none) holds the sequence classifier.
-CLASSIFIER_OF: dict[str, str] = {
-    "BertForTokenClassification": "token_classifier.",
-    "BertForMultipleChoice": "choice_classifier.",
-}
 
 # The other families' Hugging Face names where they differ from BERT's: a checkpoint's names are
 # read into BERT's (then ours, by the tables above) and written back the same way, so the tables
@@ -113,57 +103,23 @@ HF_DERIVED_KEYS = (
     "cls.predictions.decoder.weight",  # tied to bert.embeddings.word_embeddings.weight
     "cls.predictions.decoder.bias",  # tied to cls.predictions.bias
 )
+
+
+def head_prefix(head: Head) -> str:
+    """Where a head's weights are in a checkpoint: on the encoder (the pooler) or beside it."""
+    return f"{BASE_PREFIX if head.on_encoder else ''}{head.attribute}."
+
+
 # Checkpoint names of every head some bertjax class has: a checkpoint may carry one the requested
 # class lacks (left out). Which heads a class has, and so may initialise fresh when a checkpoint
 # lacks them, the class itself declares (`head_modules`); every other weight is required.
-POOLER = "bert.pooler."  # the encoder's one head (HF's MaskedLM, token and QA classes lack it)
-DISCRIMINATOR = "discriminator_predictions."  # ELECTRA's replaced-token detection
-HEAD_PREFIXES = (POOLER, "mlm_head.", "nsp_head.", "classifier.", "token_classifier.",
-                 "qa_outputs.", "choice_classifier.", DISCRIMINATOR)
-# How to get a checkpoint of a class with all its heads, by class name: the fix named when a
-# checkpoint lacks a head the class needs (`missing_heads="error"`); other classes get DEFAULT.
-MADE_BY: dict[str, str] = {
-    "BertForSequenceClassification": (
-        "fine-tune one first: `bertjax finetune MODEL --output-dir DIR ...` writes a "
-        "BertForSequenceClassification to DIR/model; pass that"),
-    "BertForTokenClassification": (
-        "fine-tune one first: `bertjax finetune MODEL --task token-classification --output-dir "
-        "DIR ...` writes a BertForTokenClassification to DIR/model; pass that"),
-    "BertForQuestionAnswering": (
-        "fine-tune one first: `bertjax finetune MODEL --task question-answering --output-dir "
-        "DIR ...` writes a BertForQuestionAnswering to DIR/model; pass that"),
-    "BertForMultipleChoice": (
-        "fine-tune one first: `bertjax finetune MODEL --task multiple-choice --output-dir DIR "
-        "...` writes a BertForMultipleChoice to DIR/model; pass that"),
-    "BertForPreTraining": (
-        "pre-train one with `bertjax pretrain` (pass its run directory) or pass a Hugging Face "
-        "BertForPreTraining checkpoint"),
-    "BertModel": (
-        "pass a `bertjax pretrain` run directory or a Hugging Face BertModel / "
-        "BertForPreTraining checkpoint that has them"),
-    "BertForMaskedLM": (
-        "pass a `bertjax pretrain` run directory or a Hugging Face BertForMaskedLM / "
-        "BertForPreTraining checkpoint"),
-    "BertForNextSentencePrediction": (
-        "pass a `bertjax pretrain` run directory or a Hugging Face BertForNextSentencePrediction "
-        "/ BertForPreTraining checkpoint"),
-}
-MADE_BY_DEFAULT = ("pass a checkpoint of a {cls} that has them (a Hugging Face directory whose "
-                   "config.json names {cls}, or its transformers-v4 Flax checkpoint)")
-
-# Our output field -> transformers' name for it, per class (what parity checks compare).
-HF_OUTPUT_FIELDS: dict[str, dict[str, str]] = {
-    "BertModel": {"sequence_output": "last_hidden_state", "pooled_output": "pooler_output"},
-    "BertForPreTraining": {"mlm_logits": "prediction_logits",
-                           "nsp_logits": "seq_relationship_logits"},
-    "BertForMaskedLM": {"mlm_logits": "logits"},
-    "BertForNextSentencePrediction": {"nsp_logits": "logits"},
-    "BertForSequenceClassification": {"logits": "logits"},
-    "BertForTokenClassification": {"logits": "logits"},
-    "BertForQuestionAnswering": {"start_logits": "start_logits", "end_logits": "end_logits"},
-    "BertForMultipleChoice": {"logits": "logits"},
-    "BertForReplacedTokenDetection": {"logits": "logits"},
-}
+HEAD_PREFIXES = tuple(head_prefix(h) for h in HEADS.values())
+POOLER = head_prefix(HEADS["pooler"])  # HF's MaskedLM, token and QA classes lack it
+# Where a Hugging Face checkpoint's names start: the encoder, BERT's `cls.` heads, and the heads
+# named as ours beside them (`classifier.`, `qa_outputs.`, ...); any other name is the encoder's
+# without its prefix.
+_HF_ROOTS = (BASE_PREFIX, "cls.", *(f"{h.attribute}." for h in HEADS.values()
+                                    if not h.hf_names and not h.on_encoder))
 
 
 def torch_name(flax_path: Iterable[object]) -> tuple[str, bool]:
@@ -210,9 +166,9 @@ def to_hf_name(name: str, base_prefix: str = BASE_PREFIX) -> str:
 
 def from_hf_name(name: str, base_prefix: str = BASE_PREFIX, architecture: str | None = None) -> str:
     """A Hugging Face name -> ours (the inverse of `to_hf_name`); names of neither table pass.
-    `classifier.*` is the head of that name of `architecture` (`CLASSIFIER_OF`)."""
+    `classifier.*` is the head of that name of `architecture` (`classifier_of`)."""
     if name.startswith(HF_CLASSIFIER):
-        return CLASSIFIER_OF.get(architecture or "", HF_CLASSIFIER) + name[len(HF_CLASSIFIER):]
+        return f"{classifier_of(architecture)}.{name[len(HF_CLASSIFIER):]}"
     return _rename(name, base_prefix, _FROM_HF)
 
 
@@ -227,7 +183,7 @@ def checkpoint_name(name: str, base_model_prefix: str) -> str:
 
 def normalise_hf_key(key: str) -> str:
     """Accept the variants found in the wild: no `bert.` prefix, TF-era gamma/beta leaves."""
-    if not key.startswith(("bert.", "cls.", HF_CLASSIFIER, "qa_outputs.", DISCRIMINATOR)):
+    if not key.startswith(_HF_ROOTS):
         key = "bert." + key
     if key.endswith(".gamma"):
         key = key[: -len("gamma")] + "weight"

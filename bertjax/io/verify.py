@@ -30,8 +30,7 @@ import numpy as np
 from bertjax.config import COMPUTE_FIELDS
 from bertjax.errors import InputError
 from bertjax.io.hf import SAFETENSORS
-from bertjax.io.models import load_model
-from bertjax.io.names import HF_OUTPUT_FIELDS
+from bertjax.io.weights import load_model
 
 COPY_TOLERANCE = 1e-6  # absolute: the same weights computed the same way
 # bertjax's float32 outputs against transformers' float64 run of the same weights, max |diff| /
@@ -130,7 +129,7 @@ def check_transformers(model: Any, ours: dict[str, np.ndarray], directory: Path,
     except ImportError:
         return ("not checked with transformers: it is not installed (pip install transformers "
                 "torch to have every export loaded by it)")
-    fields = {k: v for k, v in HF_OUTPUT_FIELDS[type(model).__name__].items()
+    fields = {k: v for k, v in type(model).spec.hf_outputs.items()
               if k in ours}  # a bare DistilBERT or ELECTRA encoder has no pooled output
     name = model.config.family.class_name(type(model).__name__)  # transformers' (RoBERTa's, ...)
     if model.config.dtype != "float32":  # compare float32 with float32: the same weights
@@ -181,7 +180,6 @@ def verify_export(model: Any, tokenizer: Any, directory: str | Path) -> list[str
     """Both checks of the directory `model` (with `tokenizer`) was written to: one line each;
     an ExportCheckError if either fails."""
     directory = Path(directory)
-    batch = probe_inputs(model.config, tokenizer,
-                         choices=type(model).__name__ == "BertForMultipleChoice")
+    batch = probe_inputs(model.config, tokenizer, choices=type(model).spec.choices)
     ours, copied = check_copy(model, directory, batch)
     return [copied, check_transformers(model, ours, directory, batch)]

@@ -26,8 +26,8 @@ from flax import nnx  # noqa: E402
 
 import bertjax  # noqa: E402
 from bertjax.config.families import FAMILIES  # noqa: E402
+from bertjax.config.heads import MODELS  # noqa: E402
 from bertjax.io.hf import hf_name  # noqa: E402
-from bertjax.io.names import HF_OUTPUT_FIELDS  # noqa: E402
 from bertjax.io.weights import state_to_numpy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "families"
@@ -39,7 +39,7 @@ def _measure(directory: Path) -> tuple[str, float, float, float]:
     model = bertjax.load_hf(directory)
     saved = dict(np.load(directory / "outputs.npz"))
     inputs = [jnp.asarray(saved[k]) if k in saved else None for k in INPUTS]
-    fields = {o: t for o, t in HF_OUTPUT_FIELDS[type(model).__name__].items() if t in saved}
+    fields = {o: t for o, t in MODELS[type(model).__name__].hf_outputs.items() if t in saved}
     with jax.default_matmul_precision("highest"):
         out = model(*inputs)
 

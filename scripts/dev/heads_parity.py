@@ -21,8 +21,8 @@ import test_flax_v4 as flax_v4  # noqa: E402
 import test_heads as heads  # noqa: E402
 import transformers  # noqa: E402
 
+from bertjax.config.heads import MODELS  # noqa: E402
 from bertjax.io.hf import hf_name  # noqa: E402
-from bertjax.io.names import HF_OUTPUT_FIELDS  # noqa: E402
 from bertjax.pretrained import load_hf  # noqa: E402
 from parity.convert import to_torch_model  # noqa: E402
 from parity.noise import judge  # noqa: E402
@@ -46,10 +46,10 @@ def row(name: str) -> list[float]:
     ours = load_hf(directory)
     batch = heads._batch(name)
     outputs, grads = heads._ours(ours, batch, name)
-    hf_outputs, hf_grads = heads._theirs(hf, batch, name, HF_OUTPUT_FIELDS[name])
+    hf_outputs, hf_grads = heads._theirs(hf, batch, name, MODELS[name].hf_outputs)
     mirror = to_torch_model(ours)
     torch_outputs, torch_grads = heads._theirs(mirror, batch, name,
-                                               {f: f for f in HF_OUTPUT_FIELDS[name]})
+                                               {f: f for f in MODELS[name].hf_outputs})
     torch_grads = {hf_name(k, type(ours).base_model_prefix): v for k, v in torch_grads.items()}
     path, saved = flax_v4._fixture(f"Flax{name}")
     return [worst(outputs, hf_outputs), worst(grads, hf_grads, True),
