@@ -21,7 +21,13 @@ import torch
 from torch import nn
 
 from bert_torch.losses import pretraining_loss
-from bertjax.train.schedule import OptimConfig, applies_weight_decay, warmup_linear_decay_factor
+from bertjax.train.schedule import (
+    OptimConfig,
+    applies_weight_decay,
+    check_steps,
+    warmup_linear_decay_factor,
+    warmup_of,
+)
 
 __all__ = ["OptimConfig", "decay_parameter_names", "make_optimizer", "train_step"]
 
@@ -36,9 +42,10 @@ def decay_parameter_names(model: nn.Module) -> tuple[list[str], list[str]]:
 
 
 def make_optimizer(
-    model: nn.Module, config: OptimConfig
+    model: nn.Module, config: OptimConfig, total_steps: int
 ) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW with BERT's decay groups, and the warm-up/linear-decay schedule as a `LambdaLR`.
+    """AdamW with BERT's decay groups, and the warm-up/linear-decay schedule over `total_steps`
+    updates as a `LambdaLR`.
 
     Call `scheduler.step()` after each `optimizer.step()` (as `train_step` does): the first
     update then uses `warmup_linear_decay_factor(0, ...)`, like the Optax schedule's count 0.
@@ -56,7 +63,8 @@ def make_optimizer(
         betas=(config.b1, config.b2),
         eps=config.eps,
     )
-    warmup, total = config.warmup_steps, config.total_steps
+    check_steps(total_steps)
+    warmup, total = warmup_of(config, total_steps), total_steps
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: warmup_linear_decay_factor(step, warmup, total)
     )

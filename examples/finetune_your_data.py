@@ -9,7 +9,7 @@ from pathlib import Path
 
 import bertjax
 from bertjax import data
-from bertjax.train import keep_freed_memory
+from bertjax.train import OptimConfig, keep_freed_memory
 
 
 def main(argv: list[str] | None = None) -> bertjax.FinetuneResult:
@@ -37,8 +37,9 @@ def main(argv: list[str] | None = None) -> bertjax.FinetuneResult:
     print(f"loaded {report.model_class} from {report.format}; new heads: "
           f"{', '.join(report.initialised_heads) or 'none'}")
 
-    config = bertjax.FinetuneConfig(epochs=args.epochs, batch_size=args.batch_size,
-                                    learning_rate=args.learning_rate, max_length=args.max_length)
+    optim = OptimConfig(learning_rate=args.learning_rate, warmup_fraction=0.1)  # BERT's recipe
+    config = bertjax.FinetuneConfig(epochs=args.epochs, batch_size=args.batch_size, optim=optim,
+                                    max_length=args.max_length)
     result = bertjax.finetune(model, tokenizer, train, validation, args.out, config,
                               task=bertjax.ClassificationTask())
     print(f"best epoch {result.best_epoch}: validation {result.validation}")

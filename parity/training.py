@@ -177,9 +177,11 @@ def train_parity(
     seed: int = 0,
     batches: Sequence[Batch] | None = None,
     model: BertForPreTraining | None = None,
+    total_steps: int | None = None,
 ) -> TrainParityReport:
     """Run AdamW updates from the same initial weights in Optax and PyTorch, one per batch:
-    `batches`, or by default `steps` Shakespeare batches (`shakespeare_batches`). The weights are
+    `batches`, or by default `steps` Shakespeare batches (`shakespeare_batches`); `optim`'s
+    schedule spans `total_steps` updates (default: as many as the batches). The weights are
     `model`'s (e.g. from `bertjax.load_hf`), or a fresh `BertForPreTraining(config)` from `seed`;
     `seed` also picks the default batches."""
     import torch
@@ -194,14 +196,15 @@ def train_parity(
     model = BertForPreTraining(config, rngs=nnx.Rngs(seed)) if model is None else model
     # eval mode: no dropout; the float64 run measures the float32 run's noise
     weights = flax_to_torch(model)  # one conversion for both mirrors
-    mirrors = [(m, *torch_optimizer(m, optim)) for m in (
+    total = len(batches) if total_steps is None else total_steps
+    mirrors = [(m, *torch_optimizer(m, optim, total)) for m in (
         to_torch_model(model, state_dict=weights),
         to_torch_model(model, float64=True, state_dict=weights))]
 
-    tx = make_optimizer(optim)
+    tx = make_optimizer(optim, total)
     graphdef, state = create_train_state(model, tx, seed)
     del model
-    step = jax.jit(make_train_step(graphdef, tx, learning_rate_schedule(optim),
+    step = jax.jit(make_train_step(graphdef, tx, learning_rate_schedule(optim, total),
                                    grad_accum_steps=optim.grad_accum_steps, dropout=False))
 
     rows: list[tuple[float, ...]] = []

@@ -18,7 +18,8 @@ from bertjax.train.step import create_train_state, make_eval_step, make_train_st
 from tests.test_parallel import make_batches
 
 VOCAB = 128
-OPTIM = OptimConfig(learning_rate=1e-3, total_steps=10, warmup_steps=2)
+OPTIM = OptimConfig(learning_rate=1e-3, warmup_steps=2)
+STEPS = 10  # the updates its schedule spans
 
 
 def _config(hidden: float, attention: float, classifier: float | None = None) -> BertConfig:
@@ -38,16 +39,16 @@ def _classifier_batch() -> dict[str, np.ndarray]:
 
 def _by_hand(model: nnx.Module, batch: dict[str, np.ndarray], *, dropout: bool, **kwargs):
     """One step of `make_train_step` built without `assemble`: (state, metrics)."""
-    tx = make_optimizer(OPTIM)
+    tx = make_optimizer(OPTIM, STEPS)
     graphdef, state = create_train_state(model, tx, seed=0)
-    step = jax.jit(make_train_step(graphdef, tx, learning_rate_schedule(OPTIM), dropout=dropout,
+    step = jax.jit(make_train_step(graphdef, tx, learning_rate_schedule(OPTIM, STEPS), dropout=dropout,
                                    **kwargs))
     return step(state, batch)
 
 
 def _assembled(model: nnx.Module, batch: dict[str, np.ndarray], strategy=None, **kwargs):
     strategy = strategy or SingleDevice()
-    training = assemble(model, OPTIM, strategy, seed=0, **kwargs)
+    training = assemble(model, OPTIM, strategy, steps=STEPS, seed=0, **kwargs)
     state = strategy.place_state(training.state)
     return training.train_step(state, strategy.shard_batch(batch))
 
@@ -119,7 +120,7 @@ def test_assembled_eval_step_equals_make_eval_step() -> None:
     model = BertForPreTraining(config, rngs=nnx.Rngs(0))
     graphdef, params = nnx.split(model, nnx.Param)
     expected = jax.jit(make_eval_step(graphdef))(params, batch)
-    training = assemble(model, OPTIM, SingleDevice(), seed=0)
+    training = assemble(model, OPTIM, SingleDevice(), steps=STEPS, seed=0)
     _assert_equal(training.eval_step(training.state.params, batch), expected)
 
 
@@ -174,7 +175,7 @@ def test_an_optim_config_and_the_transformation_it_builds_give_the_same_update()
     batch = make_batches(1)[0]
     from_config = _assembled(BertForPreTraining(_config(0.0, 0.0), rngs=nnx.Rngs(0)), batch)
     training = assemble(BertForPreTraining(_config(0.0, 0.0), rngs=nnx.Rngs(0)),
-                        make_optimizer(OPTIM), seed=0)
+                        make_optimizer(OPTIM, STEPS), seed=0)
     state, metrics = training.train_step(training.strategy.place_state(training.state), batch)
     _assert_equal(from_config[0].params, state.params)
     assert "learning_rate" in from_config[1] and "learning_rate" not in metrics
@@ -185,4 +186,4 @@ def test_assemble_refuses_what_is_no_optimizer_and_a_doubly_set_accumulation() -
     with pytest.raises(TypeError, match="optax.GradientTransformation or an OptimConfig, got dict"):
         assemble(model, {"learning_rate": 1e-3})
     with pytest.raises(ValueError, match="grad_accum_steps=2 differs from the OptimConfig's 1"):
-        assemble(model, OPTIM, grad_accum_steps=2)
+        assemble(model, OPTIM, steps=STEPS, grad_accum_steps=2)

@@ -3,6 +3,7 @@ where transformers reads it, scores are computed right, and bad input is named."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -48,7 +49,7 @@ def finetuned(task, tmp_path_factory):
     train, validation, test = task
     code = main(["finetune", str(tiny_checkpoint()), "--train", str(train), "--validation",
                  str(validation), "--test", str(test), "--output-dir", str(out), "--epochs", "3",
-                 "--batch-size", "16", "--learning-rate", "2e-3", "--max-length", "64",
+                 "--batch-size", "16", "--optim.learning-rate", "2e-3", "--max-length", "64",
                  "--no-progress"])
     assert code == 0
     return out
@@ -185,12 +186,13 @@ def test_the_python_job_takes_the_commands_settings_and_gives_its_result(finetun
                                                                         tmp_path):
     """`run_job` with the FinetuneJob the command's options make is the command: the same
     summary, bit for bit the same scores (same seed, same data, same steps)."""
-    from bertjax.jobs.finetune.config import FinetuneJob
+    from bertjax.jobs.finetune.config import FINETUNE_OPTIM, FinetuneJob
     from bertjax.jobs.finetune.run import run_job
 
     train, validation, test = task
     job = FinetuneJob(train=str(train), validation=str(validation), test=str(test), epochs=3,
-                      batch_size=16, learning_rate=2e-3, max_length=64)
+                      batch_size=16, max_length=64,
+                      optim=dataclasses.replace(FINETUNE_OPTIM, learning_rate=2e-3))
     result = run_job(tiny_checkpoint(), job, tmp_path / "out", progress=False)
     by_command = json.loads((finetuned / "summary.json").read_text())
     assert (result.validation, result.test, result.best_epoch) == (
@@ -201,10 +203,11 @@ def test_print_config_read_back_with_config_prints_the_same(tmp_path, capsys) ->
     """`finetune --print-config` needs no MODEL or --output-dir; its output read back with
     --config prints the same, and options beside --config win over the file."""
     argv = ["finetune", "--print-config", "--task=shakespeare-genres", "--epochs=2",
-            "--learning-rate=5e-4", "--dropout=0.2", "--max-tokens=256", "--per-genre=30"]
+            "--optim.learning-rate=5e-4", "--dropout=0.2", "--max-tokens=256", "--per-genre=30"]
     assert main(argv) == 0
     first = capsys.readouterr().out
     assert "epochs = 2\n" in first and "max_tokens = 256\n" in first
+    assert "[optim]\noptimizer = \"adamw\"\nlearning_rate = 0.0005\n" in first  # pretrain's section
     (tmp_path / "job.toml").write_text(first)
     assert main(["finetune", "--print-config", f"--config={tmp_path / 'job.toml'}"]) == 0
     assert capsys.readouterr().out == first

@@ -22,11 +22,11 @@ CONFIG = BertConfig.from_preset("tiny", vocab_size=128)
 
 def _train(optimizer: str, flatten: bool, steps: int = 3):
     # a clip norm the gradients exceed, so the clipping acts; adamw decays the matrices
-    oc = OptimConfig(optimizer=optimizer, learning_rate=1e-2, total_steps=10, clip_norm=0.05,
+    oc = OptimConfig(optimizer=optimizer, learning_rate=1e-2, clip_norm=0.05,
                      weight_decay=0.1, flatten=flatten)
-    tx = make_optimizer(oc)
+    tx = make_optimizer(oc, 10)
     graphdef, state = create_train_state(BertForPreTraining(CONFIG, rngs=nnx.Rngs(0)), tx, seed=0)
-    step = jax.jit(make_train_step(graphdef, tx, learning_rate_schedule(oc)))
+    step = jax.jit(make_train_step(graphdef, tx, learning_rate_schedule(oc, 10)))
     batch = make_batches(1)[0]
     for _ in range(steps):
         state, _ = step(state, batch)
@@ -39,7 +39,7 @@ def test_flat_updates_are_the_per_parameter_ones(optimizer: str) -> None:
     leaves, _, _ = _train(optimizer, flatten=False)
     a, b = jax.tree.leaves(flat.params), jax.tree.leaves(leaves.params)
     start = jax.tree.leaves(create_train_state(
-        BertForPreTraining(CONFIG, rngs=nnx.Rngs(0)), make_optimizer(OptimConfig()), seed=0)[1].params)
+        BertForPreTraining(CONFIG, rngs=nnx.Rngs(0)), make_optimizer(OptimConfig(), 10), seed=0)[1].params)
     for x, y, x0 in zip(a, b, start, strict=True):
         moved = float(np.abs(np.asarray(y) - np.asarray(x0)).max())
         assert moved > 0  # every parameter took the updates being compared

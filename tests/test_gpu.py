@@ -234,10 +234,10 @@ def test_scan_and_remat_equal_the_loop_on_the_gpu(changes):
 def test_every_dropout_prng_trains_on_the_gpu(prng):
     config = CONFIG.replace(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
                             dtype="bfloat16")
-    oc = OptimConfig(learning_rate=1e-3, total_steps=10)
-    tx = make_optimizer(oc)
+    oc = OptimConfig(learning_rate=1e-3)
+    tx = make_optimizer(oc, 10)
     graphdef, state = create_train_state(BertForPreTraining(config, rngs=nnx.Rngs(0)), tx, 0, prng)
-    step = jit(make_train_step(graphdef, tx, learning_rate_schedule(oc), prng_impl=prng))
+    step = jit(make_train_step(graphdef, tx, learning_rate_schedule(oc, 10), prng_impl=prng))
     batch = {k: jnp.asarray(v) for k, v in _batch(config).items()}
     new, m1 = step(state, batch)
     _, m2 = step(state, batch)
@@ -322,7 +322,7 @@ def test_a_finetune_epoch_on_the_gpu(tmp_path):
     out = tmp_path / "finetuned"
     code = main(["finetune", str(tiny_checkpoint()), "--train", str(files["train"]),
                  "--validation", str(files["validation"]), "--output-dir", str(out), "--epochs",
-                 "3", "--batch-size", "16", "--learning-rate", "2e-3", "--max-length", "64",
+                 "3", "--batch-size", "16", "--optim.learning-rate", "2e-3", "--max-length", "64",
                  "--no-progress"])
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())

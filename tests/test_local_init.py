@@ -102,10 +102,10 @@ def _copy_task_batch(rng: np.random.Generator, batch: int = 16) -> dict[str, np.
 
 
 def _copy_task_accuracy(layers: int | None, steps: int = 150) -> float:
-    oc = OptimConfig(learning_rate=1e-3, warmup_steps=10, total_steps=steps)
-    tx = make_optimizer(oc)
+    oc = OptimConfig(learning_rate=1e-3, warmup_steps=10)
+    tx = make_optimizer(oc, steps)
     graphdef, state = create_train_state(_model(layers, preset="tiny"), tx, seed=0)
-    step = jax.jit(make_train_step(graphdef, tx, learning_rate_schedule(oc)))
+    step = jax.jit(make_train_step(graphdef, tx, learning_rate_schedule(oc, steps)))
     rng = np.random.default_rng(0)
     accuracy = []
     for _ in range(steps):

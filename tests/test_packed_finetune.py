@@ -157,7 +157,7 @@ def test_a_packed_run_learns_and_says_how_it_packed(tmp_path, capsys):
         paths[-1].write_text("".join(json.dumps(r) + "\n" for r in part))
     code = main(["finetune", str(tiny_checkpoint()), "--train", str(paths[0]), "--validation",
                  str(paths[1]), "--output-dir", str(tmp_path / "out"), "--epochs", "3",
-                 "--max-tokens", "512", "--learning-rate", "2e-3", "--max-length", "64",
+                 "--max-tokens", "512", "--optim.learning-rate", "2e-3", "--max-length", "64",
                  "--no-progress"])
     assert code == 0
     err = capsys.readouterr().err

@@ -104,13 +104,13 @@ def _train(parallel: str, fsdp: int, accum: int, batches: list[dict[str, np.ndar
     from bertjax.train.parallel import make_strategy
     from bertjax.train.step import create_train_state, make_train_step
 
-    optim = OptimConfig(learning_rate=1e-3, warmup_steps=2, total_steps=10, grad_accum_steps=accum)
-    tx = make_optimizer(optim)
+    optim = OptimConfig(learning_rate=1e-3, warmup_steps=2, grad_accum_steps=accum)
+    tx = make_optimizer(optim, 10)
     graphdef, state = create_train_state(_tiny_model(), tx, seed=0)
     strategy = make_strategy(parallel, fsdp=fsdp)
     strategy.check_batch_size(BATCH, accum)
     step = strategy.compile_step(make_train_step(
-        graphdef, tx, learning_rate_schedule(optim), grad_accum_steps=accum, dropout=False,
+        graphdef, tx, learning_rate_schedule(optim, 10), grad_accum_steps=accum, dropout=False,
         axis_name=strategy.axis_name), state)
     state = strategy.place_state(state)
     losses = []

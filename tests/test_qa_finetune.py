@@ -67,7 +67,7 @@ def finetuned(data, tmp_path_factory):
     code = main(["finetune", str(tiny_checkpoint()), "--task", "question-answering",
                  "--train", str(train), "--validation", str(validation), "--test", str(test),
                  "--output-dir", str(out), "--epochs", "6", "--batch-size", "16",
-                 "--learning-rate", "2e-3", "--max-length", "48", "--doc-stride", "12",
+                 "--optim.learning-rate", "2e-3", "--max-length", "48", "--doc-stride", "12",
                  "--max-query-length", "8", "--no-progress"])
     assert code == 0
     return out

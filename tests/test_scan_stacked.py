@@ -137,8 +137,8 @@ def test_an_optimizer_update_is_the_loops(optimizer):
     params = _per_layer_scaled(model_to_numpy(BertForPreTraining(CONFIG, rngs=nnx.Rngs(0))), 1)
     rng = np.random.default_rng(0)
     grads = _per_layer_scaled({k: rng.normal(size=v.shape) for k, v in params.items()}, -1)
-    oc = OptimConfig(optimizer=optimizer, learning_rate=1e-2, weight_decay=0.5, total_steps=10)
-    tx = make_optimizer(oc)
+    oc = OptimConfig(optimizer=optimizer, learning_rate=1e-2, weight_decay=0.5)
+    tx = make_optimizer(oc, 10)
     after = []
     for config in (CONFIG, SCAN):
         p = nnx.state(model_from_numpy(params, config, BertForPreTraining), nnx.Param)

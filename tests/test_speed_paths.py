@@ -240,11 +240,11 @@ def test_scan_traces_one_layer():
 @pytest.mark.parametrize("prng", ["threefry2x32", "rbg"])
 def test_dropout_prng_choice(prng):
     config = CONFIG.replace(hidden_dropout_prob=0.2)
-    oc = OptimConfig(learning_rate=1e-3, total_steps=10)
-    tx = make_optimizer(oc)
+    oc = OptimConfig(learning_rate=1e-3)
+    tx = make_optimizer(oc, 10)
     graphdef, state = create_train_state(BertForPreTraining(config, rngs=nnx.Rngs(0)), tx, 0, prng)
     assert state.rng.shape == ((2,) if prng == "threefry2x32" else (4,))
-    step = jax.jit(make_train_step(graphdef, tx, learning_rate_schedule(oc), prng_impl=prng))
+    step = jax.jit(make_train_step(graphdef, tx, learning_rate_schedule(oc, 10), prng_impl=prng))
     batch = {k: jnp.asarray(v) for k, v in _batch(config).items()}
     _, m1 = step(state, batch)
     _, m2 = step(state, batch)

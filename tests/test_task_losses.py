@@ -238,10 +238,9 @@ def _train(task: str, steps: int, accum: int = 1) -> tuple[list[dict], float]:
                         id2label=("a", "b", "c"))
     model = cls(config, rngs=nnx.Rngs(0))
     fresh = float(task_loss(model))
-    optim = OptimConfig(learning_rate=3e-3, warmup_steps=0, total_steps=100,
-                        grad_accum_steps=accum)
+    optim = OptimConfig(learning_rate=3e-3, warmup_steps=0, grad_accum_steps=accum)
     strategy = SingleDevice()
-    training = assemble(model, optim, strategy, seed=0, objective=objective)
+    training = assemble(model, optim, strategy, steps=100, seed=0, objective=objective)
     state = strategy.place_state(training.state)
     history = []
     for _ in range(steps):

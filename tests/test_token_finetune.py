@@ -65,7 +65,7 @@ def finetuned(data, tmp_path_factory):
     code = main(["finetune", str(tiny_checkpoint()), "--task", "token-classification",
                  "--train", str(train), "--validation", str(validation), "--test", str(test),
                  "--output-dir", str(out), "--epochs", "4", "--batch-size", "8",
-                 "--learning-rate", "3e-3", "--max-length", "48", "--no-progress"])
+                 "--optim.learning-rate", "3e-3", "--max-length", "48", "--no-progress"])
     assert code == 0
     return out
 

@@ -86,8 +86,8 @@ def test_one_adamw_step_gives_the_same_parameters(batches):
     # lr * g / (|g| + eps): where |g| is near eps (1e-6) it magnifies the float32 round-off of g by
     # lr / eps, so the bound on parameters scales with lr. At BERT's peak rate of 1e-4 the worst
     # parameter is ~1.2e-7 off (at 1e-3, ~1.2e-6: mlm_head.transform.weight, gradient 3e-7).
-    optim = OptimConfig(learning_rate=1e-4, warmup_steps=0, total_steps=STEPS, clip_norm=CLIP)
-    report = train_parity(TINY, optim, batches=batches[:1])
+    optim = OptimConfig(learning_rate=1e-4, warmup_steps=0, clip_norm=CLIP)
+    report = train_parity(TINY, optim, batches=batches[:1], total_steps=STEPS)
     assert report.grad_norms[0, 1] > 2 * CLIP  # the clip engages
     assert _within(report.grad_norms[0, 0], report.grad_norms[0, 1], report.grad_norms64[0],
                    GRAD_NORM_RTOL, relative=True)
@@ -100,8 +100,8 @@ def test_one_adamw_step_gives_the_same_parameters(batches):
 def test_twenty_steps_with_warmup_decay_and_clipping_give_the_same_losses(batches):
     # 5 warm-up updates (the first at rate 0), linear decay towards 0 at step 20, every update
     # clipped (gradient norms ~2-3 against a clip of 0.5), weight decay 0.01.
-    optim = OptimConfig(learning_rate=1e-3, warmup_steps=5, total_steps=STEPS, clip_norm=CLIP)
-    report = train_parity(TINY, optim, batches=batches)
+    optim = OptimConfig(learning_rate=1e-3, warmup_steps=5, clip_norm=CLIP)
+    report = train_parity(TINY, optim, batches=batches, total_steps=STEPS)
     rates = report.learning_rates[:, 1]
     assert rates[0] == 0 and np.argmax(rates) == 5 and rates[-1] > 0  # warm-up, then decay
     assert np.allclose(report.learning_rates[:, 0], rates, rtol=1e-6, atol=0)
@@ -116,9 +116,9 @@ def test_twenty_steps_with_warmup_decay_and_clipping_give_the_same_losses(batche
 
 @pytest.mark.parametrize("warmup,total", [(5, 20), (0, 7), (3, 4)])
 def test_schedule_formula_optax_and_lambdalr_agree_at_every_step(warmup, total):
-    optim = OptimConfig(learning_rate=1e-3, warmup_steps=warmup, total_steps=total)
-    optax_schedule = learning_rate_schedule(optim)
-    optimizer, scheduler = torch_optimizer(torch.nn.Linear(2, 2), optim)
+    optim = OptimConfig(learning_rate=1e-3, warmup_steps=warmup)
+    optax_schedule = learning_rate_schedule(optim, total)
+    optimizer, scheduler = torch_optimizer(torch.nn.Linear(2, 2), optim, total)
     for step in range(total + 3):  # past the end too: the rate stays 0
         formula = optim.learning_rate * warmup_linear_decay_factor(step, warmup, total)
         assert float(optax_schedule(step)) == pytest.approx(formula, rel=1e-6, abs=1e-12)
@@ -143,7 +143,7 @@ def test_decay_masks_select_the_same_parameters():
     assert {"bert.embeddings.word_embeddings.weight", "bert.layers.0.attention.query.weight",
             "nsp_head.weight"} <= set(decay)
 
-    optimizer, _ = torch_optimizer(torch_model, OptimConfig(weight_decay=0.01))
+    optimizer, _ = torch_optimizer(torch_model, OptimConfig(weight_decay=0.01), 10)
     params = dict(torch_model.named_parameters())
     groups = [({id(p) for p in g["params"]}, g["weight_decay"]) for g in optimizer.param_groups]
     assert groups == [({id(params[n]) for n in decay}, 0.01), ({id(params[n]) for n in no_decay}, 0.0)]

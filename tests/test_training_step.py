@@ -23,10 +23,10 @@ VOCAB = 128
 def _setup(optimizer: str = "adamw", dtype: str = "float32", dropout: float = 0.0, **optim):
     config = BertConfig.from_preset("tiny", vocab_size=VOCAB, hidden_dropout_prob=dropout,
                                     attention_probs_dropout_prob=dropout, dtype=dtype)
-    oc = OptimConfig(optimizer=optimizer, **{"learning_rate": 1e-3, "total_steps": 50, **optim})
-    tx = make_optimizer(oc)
+    oc = OptimConfig(optimizer=optimizer, **{"learning_rate": 1e-3, **optim})
+    tx = make_optimizer(oc, 50)
     graphdef, state = create_train_state(BertForPreTraining(config, rngs=nnx.Rngs(0)), tx, seed=0)
-    step = jax.jit(make_train_step(graphdef, tx, learning_rate_schedule(oc), dropout=dropout > 0))
+    step = jax.jit(make_train_step(graphdef, tx, learning_rate_schedule(oc, 50), dropout=dropout > 0))
     return graphdef, state, step
 
 
@@ -76,7 +76,7 @@ def test_step_metrics_match_the_loss_and_schedule() -> None:
     out = outputs(state.params)
     loss, parts = pretraining_loss(out.mlm_logits, out.nsp_logits, batch)
     raw_norm = float(optax.tree.norm(jax.jit(jax.grad(loss_of))(state.params)))
-    schedule = learning_rate_schedule(OptimConfig(learning_rate=1e-3, warmup_steps=4, total_steps=50))
+    schedule = learning_rate_schedule(OptimConfig(learning_rate=1e-3, warmup_steps=4), 50)
     for s in range(6):
         before = state.params
         state, m = step(state, batch)

@@ -31,7 +31,7 @@ from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
 from bertjax.io.report import FreshHeadsWarning
 from bertjax.io.source import ModelSource, locate
-from bertjax.jobs.finetune.config import FinetuneConfig
+from bertjax.jobs.finetune.config import FINETUNE_OPTIM, FinetuneConfig
 from bertjax.jobs.finetune.job import finetune
 from bertjax.pretrained import from_pretrained
 from bertjax.tasks.registry import BUNDLED, bundled_examples, make_task
@@ -105,9 +105,9 @@ def run_finetune_benchmark(
         data = (_sample(train, limit), _sample(validation, limit)) if limit else (train, validation)
         for seed in seeds:
             for packed in (False, True):
-                config = FinetuneConfig(epochs=epochs, batch_size=batch_size,
-                                        learning_rate=learning_rate, max_length=max_length,
-                                        seed=seed)
+                config = FinetuneConfig(
+                    epochs=epochs, batch_size=batch_size, max_length=max_length, seed=seed,
+                    optim=dataclasses.replace(FINETUNE_OPTIM, learning_rate=learning_rate))
                 say_unless(quiet, f"{name}, seed {seed}, {'packed' if packed else 'padded'} ...")
                 runs.append(_run(name, source, config, data, quiet, packed, max_tokens))
     result = {"model": str(source.directory),

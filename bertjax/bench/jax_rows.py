@@ -26,7 +26,16 @@ from flax import nnx
 
 from bertjax.bench.batch import MODEL_KEYS, pretraining_batch
 from bertjax.bench.stamp import cpu_name
-from bertjax.bench.timing import Gemm, Job, Probe, RowSpec, child_main, peak_rss_bytes, time_steps
+from bertjax.bench.timing import (
+    SCHEDULE_STEPS,
+    Gemm,
+    Job,
+    Probe,
+    RowSpec,
+    child_main,
+    peak_rss_bytes,
+    time_steps,
+)
 from bertjax.heads import MODEL_CLASSES
 from bertjax.train.assembly import assemble
 from bertjax.train.host_memory import keep_freed_memory
@@ -81,8 +90,8 @@ def _training_step(spec: RowSpec, model: nnx.Module, strategy: SingleDevice,
                    batch: Batch) -> Callable[[], Any]:
     """One optimizer update per call on `batch`, the state carried over; returns the metrics."""
     objective = PRETRAINING if spec.config.family.next_sentence else MASKED_LM
-    training = assemble(model, spec.optim, strategy, seed=spec.seed, prng_impl=spec.prng_impl,
-                        objective=objective)
+    training = assemble(model, spec.optim, strategy, steps=SCHEDULE_STEPS, seed=spec.seed,
+                        prng_impl=spec.prng_impl, objective=objective)
     state = [strategy.place_state(training.state)]
 
     def step() -> Any:

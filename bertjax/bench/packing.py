@@ -60,7 +60,7 @@ def _time_steps(config: rc.RunConfig, vocab_size: int, batches: dict[str, list[d
     trainings = {}
     for mode, mode_batches in batches.items():
         training = assemble(initialise_model(config, vocab_size), config.optim,
-                            seed=config.train.seed)
+                            steps=config.train.steps, seed=config.train.seed)
         state = training.strategy.place_state(training.state)
         start = time.perf_counter()
         state, metrics = training.train_step(state, mode_batches[0])  # compiles

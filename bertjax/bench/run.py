@@ -40,9 +40,8 @@ from bertjax.bench.timing import THREAD_ENV, Gemm, Job, Pinning, Probe, RowSpec,
 from bertjax.common.console import to_stderr
 from bertjax.train.schedule import OptimConfig
 
-# AdamW as in BERT (OptimConfig's defaults), no warm-up, and a horizon far beyond the run so the
-# learning rate stays near its peak: its value does not change the work of a step.
-BENCH_OPTIM = OptimConfig(total_steps=1_000_000)
+# AdamW as in BERT (OptimConfig's defaults), no warm-up, over `timing.SCHEDULE_STEPS` updates
+BENCH_OPTIM = OptimConfig()
 ERROR_TAIL_LINES = 25
 
 

@@ -23,6 +23,9 @@ from typing import Any
 from bertjax.config import BertConfig
 from bertjax.train.schedule import OptimConfig
 
+# The updates the bench's learning-rate schedule spans: far beyond any timed run, so the rate
+# stays near its peak (its value does not change the work of a step).
+SCHEDULE_STEPS = 1_000_000
 # Environment variables that size the OpenMP / BLAS thread pools of torch and numpy; the parent
 # sets them for every child. XLA's CPU thread pool is sized by the process's CPU affinity.
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")

@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     from parity.training import shakespeare_batches, train_parity
 
     n = args.train_steps
-    optim = OptimConfig(learning_rate=args.learning_rate, warmup_steps=n // 4, total_steps=n,
+    optim = OptimConfig(learning_rate=args.learning_rate, warmup_steps=n // 4,
                         clip_norm=1.0)
     batches = shakespeare_batches(n, vocab_size=model.config.vocab_size, batch_size=args.batch_size,
                                   seq_len=seq_len, max_predictions=predictions, seed=args.seed)

@@ -6,6 +6,7 @@ recipe and its schedule), the dropout keys follow `needs_dropout_keys`, the step
 the strategy.
 
     training = assemble(model, optax.adamw(optax.linear_schedule(1e-3, 0, 1000)), seed=0)
+    training = assemble(model, OptimConfig(learning_rate=1e-3), steps=1000, seed=0)  # BERT's
     state = training.strategy.place_state(training.state)
     state, metrics = training.train_step(state, batch)
 """
@@ -57,6 +58,7 @@ def assemble(
     optimizer: OptimConfig | optax.GradientTransformation,
     strategy: Strategy | None = None,
     *,
+    steps: int | None = None,
     seed: int = 0,
     prng_impl: str = "threefry2x32",
     objective: Objective = PRETRAINING,
@@ -67,8 +69,8 @@ def assemble(
 
     `optimizer` is any `optax.GradientTransformation` (its learning rate is logged when its state
     holds one: `optax.inject_hyperparams`), or an `OptimConfig`, which builds bertjax's recipe
-    (clipping, decay mask, warm-up then linear decay, logged exactly) and sets the gradient
-    accumulation. `grad_accum_steps` sums that many micro-batches per update.
+    (clipping, decay mask, warm-up then linear decay over `steps` updates, logged exactly) and
+    sets the gradient accumulation. `grad_accum_steps` sums that many micro-batches per update.
 
     Place the state with `strategy.place_state` before the first `train_step` (a `jax.jit` or
     `jax.pmap` of the step). The state shares the model's arrays, which the first (donating) step
@@ -83,9 +85,15 @@ def assemble(
         if grad_accum_steps not in (None, optimizer.grad_accum_steps):
             raise InputError(f"grad_accum_steps={grad_accum_steps} differs from the OptimConfig's "
                              f"{optimizer.grad_accum_steps}: set it in one place")
-        tx, schedule = make_optimizer(optimizer), learning_rate_schedule(optimizer)
+        if steps is None:
+            raise InputError("an OptimConfig's schedule spans the run: pass steps=N, the number "
+                             "of optimizer updates (or an Optax optimizer of your own)")
+        tx, schedule = make_optimizer(optimizer, steps), learning_rate_schedule(optimizer, steps)
         accum = optimizer.grad_accum_steps
     elif isinstance(optimizer, optax.GradientTransformation):
+        if steps is not None:
+            raise InputError(f"steps={steps} sets an OptimConfig's schedule; an Optax optimizer "
+                             "carries its own: leave steps out")
         tx, schedule, accum = optimizer, None, grad_accum_steps or 1
     else:
         raise TypeError(f"optimizer must be an optax.GradientTransformation or an OptimConfig, "

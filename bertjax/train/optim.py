@@ -18,15 +18,17 @@ import optax
 from bertjax.config import per_layer_shape, stacked_at
 from bertjax.errors import InputError
 from bertjax.train.choices import OPTIMIZERS
-from bertjax.train.schedule import OptimConfig, applies_weight_decay
+from bertjax.train.schedule import OptimConfig, applies_weight_decay, check_steps, warmup_of
 
 __all__ = ["OPTIMIZERS", "OptimConfig", "current_learning_rate", "decay_mask",
            "learning_rate_schedule", "make_optimizer"]
 
 
-def learning_rate_schedule(config: OptimConfig) -> optax.Schedule:
-    """`peak * warmup_linear_decay_factor(step)` (bertjax.train.schedule) for traced steps."""
-    peak, warmup, total = config.learning_rate, config.warmup_steps, config.total_steps
+def learning_rate_schedule(config: OptimConfig, total_steps: int) -> optax.Schedule:
+    """`peak * warmup_linear_decay_factor(step)` (bertjax.train.schedule) for traced steps, over
+    `total_steps` updates."""
+    check_steps(total_steps)
+    peak, warmup, total = config.learning_rate, warmup_of(config, total_steps), total_steps
 
     def schedule(step: jax.Array) -> jax.Array:
         step = jnp.asarray(step, jnp.float32)
@@ -94,10 +96,11 @@ def _flattened(c: OptimConfig, lr: optax.Schedule) -> optax.GradientTransformati
                        optax.scale_by_learning_rate(lr))
 
 
-def make_optimizer(config: OptimConfig) -> optax.GradientTransformation:
-    """Clip by global norm, then the chosen optimizer with the warm-up/decay schedule
-    (`config.flatten`: the same over one vector of every gradient, `_flattened`)."""
-    lr = learning_rate_schedule(config)
+def make_optimizer(config: OptimConfig, total_steps: int) -> optax.GradientTransformation:
+    """Clip by global norm, then the chosen optimizer with the warm-up/decay schedule over
+    `total_steps` updates (`config.flatten`: the same over one vector of every gradient,
+    `_flattened`)."""
+    lr = learning_rate_schedule(config, total_steps)
     c = config
     if c.flatten:
         return _flattened(c, lr)

@@ -19,19 +19,26 @@ from bertjax.train.choices import OPTIMIZERS
 
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
-    """The optimizer and its schedule; in a run, the schedule's length is train.steps.
+    """The optimizer and its learning-rate schedule.
+
+    The schedule spans as many updates as the job makes (`total_steps`, given where it is built:
+    a pre-training run's `train.steps`, a fine-tuning run's epochs of batches).
 
     What `bertjax.train.optim.make_optimizer` (and, for AdamW, `bert_torch.train`) builds, and the
-    `[optim]` section of a pre-training run (`bertjax.runs.config`): each field's help is its
-    `--optim.FIELD` option's, and a run sets `total_steps` from `train.steps`.
+    `[optim]` section of both `bertjax pretrain` and `bertjax finetune`: each field's help is its
+    `--optim.FIELD` option's.
     """
 
     optimizer: str = option_field("adamw", "optimizer", OPTIMIZERS)
     learning_rate: float = option_field(1e-4, "peak learning rate (linear warm-up, then linear "
-                                        "decay)", check="positive")
-    warmup_steps: int = option_field(0, "linear warm-up steps", check="non_negative")
-    # the learning rate reaches 0 here: not an option (a run sets it from train.steps)
-    total_steps: int = 1000
+                                        "decay to 0 at the last update)", check="positive")
+    # the warm-up in updates or as a share of them: giving one turns the other off
+    warmup_steps: int | None = option_field(
+        None, "linear warm-up, in updates (not with warmup_fraction)", check="non_negative",
+        excludes="warmup_fraction")
+    warmup_fraction: float | None = option_field(
+        None, "linear warm-up, as a share of the updates (not with warmup_steps)",
+        check="probability", excludes="warmup_steps")
     weight_decay: float = option_field(0.01, "decoupled weight decay (not on biases and "
                                        "LayerNorm)", check="non_negative")
     b1: float = option_field(0.9, "Adam beta1", check="probability")
@@ -50,11 +57,27 @@ class OptimConfig:
         """Raise InputError naming the field and its range for a setting out of range (each
         option's as its metadata says: `bertjax.common.options.check`)."""
         check(self)
-        if self.total_steps <= 0:
-            raise InputError(f"total_steps must be positive, got {self.total_steps}")
+        if self.warmup_steps is not None and self.warmup_fraction is not None:
+            raise InputError(f"warmup_steps ({self.warmup_steps}) and warmup_fraction "
+                             f"({self.warmup_fraction}) both set the warm-up: give one of them")
         if self.flatten and self.optimizer == "lamb":
             raise InputError("flatten takes adam, adamw or sgd: LAMB's trust ratio is per layer; "
                              "leave flatten off with lamb")
+
+
+def warmup_of(config: OptimConfig, total_steps: int) -> int:
+    """The warm-up in updates of `config` over `total_steps` updates: `warmup_steps`, or
+    `warmup_fraction` of them (rounded), or none."""
+    if config.warmup_steps is not None:
+        return config.warmup_steps
+    return round((config.warmup_fraction or 0.0) * total_steps)
+
+
+def check_steps(total_steps: int) -> None:
+    """The number of updates a schedule spans must be positive."""
+    if not isinstance(total_steps, int) or isinstance(total_steps, bool) or total_steps <= 0:
+        raise InputError(f"the schedule's total_steps must be a positive integer, got "
+                         f"{total_steps!r}")
 
 
 def applies_weight_decay(shape: tuple[int, ...]) -> bool:

@@ -44,7 +44,7 @@ def run(model: Path, task: str, init: str, out: Path, extra: list[str]) -> dict:
     if not (out / "summary.json").is_file():
         started = time.perf_counter()
         cmd = [sys.executable, "-m", "bertjax.cli", "finetune", str(model), "--task", task,
-               "--init", init, "--output-dir", str(out), "--learning-rate", "1e-4",
+               "--init", init, "--output-dir", str(out), "--optim.learning-rate", "1e-4",
                "--max-length", str(TASKS[task][0]), "--no-progress", *extra]
         print("$", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True)

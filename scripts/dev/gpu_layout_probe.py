@@ -114,11 +114,11 @@ def run_variant(config: BertConfig, batch: dict, variant: dict[str, Any], steps:
     numerics._sum_of_copies = variant.get("sum", ORIGINAL_SUM)
     config = config.replace(**variant.get("config", {}))
     try:
-        oc = OptimConfig(total_steps=1_000_000, flatten=True)
-        tx = make_optimizer(oc)
+        oc = OptimConfig(flatten=True)
+        tx = make_optimizer(oc, 1_000_000)
         graphdef, state = create_train_state(BertForPreTraining(config, rngs=nnx.Rngs(0)), tx, 0,
                                              "rbg")
-        step = jax.jit(make_train_step(graphdef, tx, learning_rate_schedule(oc), prng_impl="rbg"),
+        step = jax.jit(make_train_step(graphdef, tx, learning_rate_schedule(oc, 1_000_000), prng_impl="rbg"),
                        donate_argnums=0,
                        compiler_options=compiler_options(jax.devices()[0].platform))
         start = time.perf_counter()

@@ -145,7 +145,7 @@ def profile(settings: BenchSettings, steps: int, warmup: int, out_dir: Path) -> 
     from bertjax.heads import BertForPreTraining
 
     training = assemble(BertForPreTraining(config, rngs=nnx.Rngs(0)),
-                        OptimConfig(total_steps=1_000_000, flatten=s.flat_optimizer), strategy, seed=0,
+                        OptimConfig(flatten=s.flat_optimizer), strategy, steps=1_000_000, seed=0,
                         prng_impl=s.prng_impl)
     state = strategy.place_state(training.state)
     for _ in range(warmup):

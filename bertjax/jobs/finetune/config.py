@@ -21,23 +21,26 @@ from bertjax.common.options import option_field as _f
 from bertjax.data.labelled import GENRE_TASK
 from bertjax.errors import InputError
 from bertjax.tasks.registry import BUNDLED, KINDS, kind_of
+from bertjax.train.schedule import OptimConfig
 
 DEFAULT_BATCH_SIZE = 32  # examples per step, unpacked
 DEFAULT_VALIDATION_FRACTION = 0.1
 DEFAULT_PER_GENRE = 600
 INITS = ("pretrained", "random")
+# BERT's fine-tuning optimizer: AdamW at a peak of 5e-5, warm-up over the first 10% of the
+# updates, then linear decay; weight decay 0.01 (not on biases and LayerNorm), clipping at 1.0
+FINETUNE_OPTIM = OptimConfig(learning_rate=5e-5, warmup_fraction=0.1)
 
 
 @dataclasses.dataclass(frozen=True)
 class FinetuneConfig:
-    """The fine-tuning recipe (BERT's: AdamW, linear warm-up then decay, clip 1.0)."""
+    """The fine-tuning recipe: epochs of batches, and the optimizer (`optim`, the section
+    `bertjax pretrain` takes too; BERT's fine-tuning settings by default: `FINETUNE_OPTIM`)."""
 
     epochs: int = _f(3, "passes over the training data", check="positive")
     batch_size: int | None = _f(None, "examples per step; not with max_tokens", check="positive",
                                 default_help=f"{DEFAULT_BATCH_SIZE} (none with max_tokens)")
-    learning_rate: float = _f(5e-5, "AdamW's peak learning rate", check="positive")
-    warmup_fraction: float = _f(0.1, "share of the steps spent warming up", check="probability")
-    weight_decay: float = _f(0.01, "AdamW's decoupled weight decay", check="fraction")
+    optim: OptimConfig = FINETUNE_OPTIM
     max_length: int = _f(128, "tokens per example, longer ones are cut (at most the model's "
                               "positions)", minimum=3)
     seed: int = _f(0, "shuffling, the validation split and dropout", check="non_negative")
@@ -54,6 +57,10 @@ class FinetuneConfig:
             raise InputError(f"batch_size does nothing with max_tokens (a step is "
                              f"{self.max_tokens} token slots, holding the examples that fit): "
                              "leave out one of them")
+        accum, batch = self.optim.grad_accum_steps, self.examples_per_step
+        if batch is not None and batch % accum:
+            raise InputError(f"optim.grad_accum_steps ({accum}) splits each step's batch into "
+                             f"micro-batches: it must divide batch_size ({batch})")
 
     @property
     def examples_per_step(self) -> int | None:

@@ -37,14 +37,13 @@ from bertjax.common.input_overlap import Inputs
 from bertjax.data.packing import RowLayout, pack_layout
 from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
-from bertjax.io.models import save_model
+from bertjax.io.weights import save_model
 from bertjax.jobs.finetune.config import FinetuneConfig
 from bertjax.tasks.classification import ClassificationTask
 from bertjax.tasks.task import Task, TaskScores
 from bertjax.train.assembly import assemble
 from bertjax.train.loop import PendingMetrics, TrainClock, flush_and_tick
 from bertjax.train.metrics import MetricsWriter
-from bertjax.train.optim import OptimConfig
 from bertjax.train.parallel import SingleDevice
 from bertjax.train.step import Batch, Metrics, TrainState
 from bertjax.use.encode import check_max_length
@@ -150,8 +149,8 @@ def _train(run: _Run, state: TrainState, validation: Sequence[Any], progress: bo
     config, out = run.config, run.out
     writer = MetricsWriter(out / "metrics.jsonl", tensorboard_dir=out / "tensorboard")
     pending = PendingMetrics(run.strategy.host_metrics, writer, advice=lambda: (
-        "lower the learning rate (--learning-rate) or raise the warm-up (--warmup-fraction) and "
-        "fine-tune again"))
+        "lower the learning rate (--optim.learning-rate) or raise the warm-up "
+        "(--optim.warmup-fraction) and fine-tune again"))
     clock = TrainClock(total=run.steps_per_epoch * config.epochs, start=0, tokens_per_step=None,
                        progress=progress, desc="finetune")
     rng = np.random.default_rng(config.seed)
@@ -227,6 +226,12 @@ class _Packed:
                              f"of {budget.row_len} tokens, fewer than a step's {budget.rows} "
                              f"(--max-tokens {config.max_tokens}); lower --max-tokens to "
                              f"{layout.num_rows * budget.row_len} or less")
+        accum = config.optim.grad_accum_steps
+        if budget.rows % accum:
+            raise InputError(f"optim.grad_accum_steps ({accum}) splits each step into micro-"
+                             f"batches of rows: --max-tokens {config.max_tokens} makes steps of "
+                             f"{budget.rows} rows of {budget.row_len} tokens, which it does not "
+                             f"divide; give --max-tokens a multiple of {accum * budget.row_len}")
         return cls(arrays, layout, budget.rows)
 
     def epoch(self, rng: np.random.Generator) -> list[tuple[np.ndarray, RowLayout]]:
@@ -265,11 +270,9 @@ def _set_up(task: Task, model: Any, tokenizer: Tokenizer, train: Sequence[Any],
     steps_per_epoch = (len(units) // config.examples_per_step if packed is None
                        else packed.layout.num_rows // packed.rows)
     total = steps_per_epoch * config.epochs
-    optim = OptimConfig(learning_rate=config.learning_rate, total_steps=total,
-                        warmup_steps=round(config.warmup_fraction * total),
-                        weight_decay=config.weight_decay)
     strategy = SingleDevice()
-    training = assemble(model, optim, strategy, seed=config.seed, objective=task.objective)
+    training = assemble(model, config.optim, strategy, steps=total, seed=config.seed,
+                        objective=task.objective)
     held_out = task.lengths(tokenizer, task.units(tokenizer, [*validation, *(test or [])],
                                                   config.max_length))
     cut = int(np.sum(lengths > config.max_length) + np.sum(held_out > config.max_length))

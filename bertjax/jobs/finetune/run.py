@@ -5,7 +5,9 @@ with the task's head and fine-tunes it (`bertjax.jobs.finetune.job.finetune`).
     from bertjax.jobs.finetune.config import FinetuneJob
     from bertjax.jobs.finetune.run import run_job
     result = run_job("runs/pretrain", FinetuneJob(task="shakespeare-genres",
-                                                  learning_rate=5e-4), "runs/genres")
+                                                  optim=OptimConfig(learning_rate=5e-4,
+                                                                    warmup_fraction=0.1)),
+                     "runs/genres")
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from typing import Any
 from flax import nnx
 
 from bertjax.errors import InputError
-from bertjax.io.hub import local_place
 from bertjax.io.report import FreshHeadsWarning
+from bertjax.io.source import local_place
 from bertjax.jobs.finetune.config import DEFAULT_PER_GENRE, DEFAULT_VALIDATION_FRACTION, FinetuneJob
 from bertjax.jobs.finetune.job import FinetuneResult, check_output_dir, finetune
 from bertjax.pretrained import from_pretrained
