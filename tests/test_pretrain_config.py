@@ -181,21 +181,25 @@ def test_curves_say_at_which_rate_each_mlm_accuracy_was_masked(tmp_path: Path, m
 
 
 def test_optim_section_is_the_optimizers_own_config() -> None:
-    """One definition per field: the run's [optim] is an OptimConfig whose schedule spans
-    train.steps; the saved keys, defaults and error messages are the run's as before."""
+    """One definition per field: the run's [optim] is an OptimConfig (its schedule spans
+    train.steps, passed where the optimizer is made); the saved keys, defaults and error messages
+    are the run's. A warm-up in steps or as a share: giving one turns the other off."""
     cfg = rc.load(None, {"train.steps": "40", "optim.learning_rate": "5e-4"})
     assert isinstance(cfg.optim, OptimConfig)
-    assert cfg.optim == OptimConfig(learning_rate=5e-4, warmup_steps=250, total_steps=40)
+    assert cfg.optim == OptimConfig(learning_rate=5e-4, warmup_steps=250)
     assert list(cfg.to_dict()["optim"]) == ["optimizer", "learning_rate", "warmup_steps",
-                                            "weight_decay", "b1", "b2", "eps", "clip_norm",
-                                            "grad_accum_steps", "flatten"]  # no total_steps
+                                            "warmup_fraction", "weight_decay", "b1", "b2", "eps",
+                                            "clip_norm", "grad_accum_steps", "flatten"]
     assert rc.RunConfig.from_dict(cfg.to_dict()) == cfg
     by_name = {o.name: o for o in options(rc.RunConfig)}
     assert "optim.total_steps" not in by_name
     assert (by_name["optim.learning_rate"].default, by_name["optim.warmup_steps"].default) == (1e-3, 250)
     for field in dataclasses.fields(OptimConfig):  # help text written once, on OptimConfig
-        if field.name != "total_steps":
-            assert by_name[f"optim.{field.name}"].help == field.metadata["help"]
+        assert by_name[f"optim.{field.name}"].help == field.metadata["help"]
+    share = rc.load(None, {"optim.warmup_fraction": "0.1"}).optim
+    assert (share.warmup_steps, share.warmup_fraction) == (None, 0.1)  # the default's 250 off
+    with pytest.raises(ValueError, match="warmup_steps .3. and warmup_fraction .0.1. both"):
+        rc.load(None, {"optim.warmup_fraction": "0.1", "optim.warmup_steps": "3"})
     for override, message in [
         ({"optim.optimizer": "adagrad"}, "optim.optimizer must be one of adamw, "),
         ({"optim.grad_accum_steps": "0"}, "optim.grad_accum_steps must be a positive integer, "

@@ -1,86 +1,40 @@
-"""argparse value types shared by the command line's parsers."""
+"""argparse value types of the commands' own options: each parses and checks its value as a
+setting's is (`bertjax.common.options.parse_value`: the same named ranges, words and messages),
+so every command and every config file speak one vocabulary of value checks."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import Any
+
+from bertjax.common.options import Option, expected, parse_value
+from bertjax.errors import InputError
 
 
-def _checked(text: str, convert: Callable[[str], float], accept: Callable[[float], bool],
-             expected: str) -> float:
-    """`convert(text)` if it parses and `accept`s, else argparse's error naming the value."""
-    try:
-        value = convert(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
-    if not accept(value):
-        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
-    return value
+def value_type(kind: type, check: str | None = None, *, minimum: float | None = None,
+               maximum: float | None = None) -> Callable[[str], Any]:
+    """argparse's `type` for a value of `kind` (int or float) in the named range `check`
+    (`bertjax.common.fields.CHECKS`) and/or [minimum, maximum]."""
+    option = Option("value", kind, None, "", None,
+                    {"check": check, "minimum": minimum, "maximum": maximum})
+
+    def parse(text: str) -> Any:
+        try:
+            return parse_value(option, text)
+        except InputError:
+            raise argparse.ArgumentTypeError(f"expected {expected(option)}, got {text!r}") from None
+
+    parse.__name__ = kind.__name__  # argparse's metavar and messages
+    return parse
 
 
-def positive_int(text: str) -> int:
-    """An integer of at least 1."""
-    return int(_checked(text, int, lambda v: v >= 1, "a positive integer"))
-
-
-def non_negative_int(text: str) -> int:
-    """An integer of at least 0."""
-    return int(_checked(text, int, lambda v: v >= 0, "an integer >= 0"))
-
-
-def probability(text: str) -> float:
-    """A float in [0, 1): a dropout rate."""
-    return _checked(text, float, lambda v: 0.0 <= v < 1.0, "a probability in [0, 1)")
-
-
-def fraction(text: str) -> float:
-    """A float in [0, 1]: a probability or a share of the data."""
-    return _checked(text, float, lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]")
-
-
-def finite_float(text: str) -> float:
-    """Any finite float (no nan, no inf): a threshold."""
-    return _checked(text, float, lambda v: abs(v) < float("inf"), "a finite number")
-
-
-def positive_float(text: str) -> float:
-    """A finite float above 0: a tolerance, a learning rate."""
-    return _checked(text, float, lambda v: 0.0 < v < float("inf"), "a number above 0")
+positive_int = value_type(int, "positive")  # an integer of at least 1
+non_negative_int = value_type(int, "non_negative")  # an integer of at least 0
+fraction = value_type(float, "fraction")  # a probability or a share of the data, in [0, 1]
+positive_float = value_type(float, "positive")  # a tolerance, a rate, minutes: finite, above 0
 
 
 def int_range(low: int, high: int | None = None) -> Callable[[str], int]:
     """A parser of integers in [low, high] (no upper bound when `high` is None)."""
-    expected = f"an integer from {low} to {high}" if high is not None else f"an integer >= {low}"
-
-    def parse(text: str) -> int:
-        return int(_checked(text, int, lambda v: v >= low and (high is None or v <= high),
-                            expected))
-
-    parse.__name__ = "int"  # argparse's metavar and messages
-    return parse
-
-
-def float_range(low: float, high: float) -> Callable[[str], float]:
-    """A parser of finite floats in [low, high]."""
-    expected = f"a number from {low:g} to {high:g}"
-
-    def parse(text: str) -> float:
-        return _checked(text, float, lambda v: low <= v <= high, expected)
-
-    parse.__name__ = "float"  # argparse's metavar and messages
-    return parse
-
-
-def subset_of(allowed: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
-    """A parser of comma-separated names from `allowed` ("a,b"), in the order given, deduplicated."""
-
-    def parse(text: str) -> tuple[str, ...]:
-        items = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
-        bad = [t for t in items if t not in allowed]
-        if bad or not items:
-            raise argparse.ArgumentTypeError(
-                f"{', '.join(map(repr, bad)) or 'nothing'} given; choose a comma-separated subset "
-                f"of {', '.join(allowed)}")
-        return items
-
-    return parse
+    return value_type(int, minimum=low, maximum=high)

@@ -11,7 +11,6 @@ import argparse
 from bertjax.cli.errors import CommandError
 from bertjax.cli.model_options import add_model_argument, run_command
 from bertjax.cli.options import add_settings_arguments, print_config, settings_from_args
-from bertjax.cli.options import explain_unknown as explain_unknown_option
 from bertjax.jobs.finetune.config import FinetuneJob
 
 EPILOG = """\
@@ -43,10 +42,6 @@ outputs (in --output-dir): model/ (the best epoch, a Hugging Face directory), me
   answering), choices_*.json (multiple choice)
 """
 
-JOB_OPTIONS = ("--output-dir", "--no-progress", "--step", "--revision", "--config",
-               "--print-config")
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
@@ -55,11 +50,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where results go: a new or empty directory (required)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_settings_arguments(parser, FinetuneJob)
-
-
-def explain_unknown(arguments: list[str]) -> str:
-    """The error for options `bertjax finetune` does not know: the closest valid names."""
-    return explain_unknown_option(arguments, FinetuneJob, JOB_OPTIONS)
 
 
 def _finetune(args: argparse.Namespace) -> int:

@@ -128,9 +128,10 @@ def _run(argv: list[str], name: str) -> int:
         args, unknown, parser = _parse(argv)
         module = importlib.import_module(COMMANDS[args.command][0])
         if unknown:
-            explain = getattr(module, "explain_unknown", None)
-            parser.error(explain(unknown) if explain
-                         else f"unrecognized arguments: {' '.join(unknown)}")
+            from bertjax.cli.options import explain_unknown
+
+            explain = getattr(module, "explain_unknown", None)  # a command's own (`bench`'s)
+            parser.error(explain(unknown) if explain else explain_unknown(unknown, parser))
         name = " ".join(filter(None, (args.command, getattr(args, "subcommand", None))))
         return int(module.run(args) or 0)
     except USER_ERRORS as err:

@@ -131,7 +131,7 @@ def settings_from_args(args: argparse.Namespace, klass: type, *, base: Any = Non
     settings = klass() if base is None else base
     path = getattr(args, CONFIG_DEST, None)
     if path is not None:
-        values = load_file(path)
+        values = load_file(path, klass)
         excluded = sorted(set(values) & set(exclude))
         if excluded:
             raise InputError(f"--config {path}: {', '.join(excluded)} is not a setting of this "
@@ -162,16 +162,20 @@ def print_config(settings: Any, exclude: tuple[str, ...] = ()) -> str:
                            if o.name not in exclude}))
 
 
-def explain_unknown(arguments: list[str], klass: type, extra: tuple[str, ...] = ()) -> str:
-    """The error for options a command does not know: the closest valid ones (`extra`: its
-    options that are not settings)."""
-    return explain_unknown_in(arguments, [klass], extra)
+def explain_unknown(arguments: list[str], parser: argparse.ArgumentParser) -> str:
+    """The error for options a command does not know: the closest of the ones its `parser`
+    takes."""
+    return _closest(arguments, sorted({s for a in parser._actions for s in a.option_strings}))
 
 
 def explain_unknown_in(arguments: list[str], classes: list[type],
                        extra: tuple[str, ...] = ()) -> str:
     """`explain_unknown` for a command whose sub-commands take the settings of `classes`."""
-    flags = sorted({flag_of(o) for klass in classes for o in options(klass)} | set(extra))
+    return _closest(arguments, sorted({flag_of(o) for klass in classes for o in options(klass)}
+                                      | set(extra)))
+
+
+def _closest(arguments: list[str], flags: list[str]) -> str:
     for argument in arguments:
         if not argument.startswith("--"):
             continue

@@ -17,7 +17,6 @@ from bertjax.cli.argtypes import non_negative_int, positive_float, positive_int
 from bertjax.cli.errors import CommandError
 from bertjax.cli.interrupts import EXIT_INTERRUPTED, ctrl_c_stops
 from bertjax.cli.options import add_settings_arguments, print_config, settings_from_args
-from bertjax.cli.options import explain_unknown as explain_unknown_option
 from bertjax.common.caches import user_cache_directory
 from bertjax.common.options import options
 from bertjax.jobs.stop import NOTHING_TO_SAVE, Interrupted, StopRequest
@@ -81,15 +80,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_settings_arguments(parser, rc.RunConfig)
 
 
-JOB_OPTIONS = ("--output-dir", "--resume", "--time-limit", "--no-progress", "--config",
-               "--print-config", "--coordinator-address", "--num-processes", "--process-id")
-
-
-def explain_unknown(arguments: list[str]) -> str:
-    """The error for options `bertjax pretrain` does not know: the closest valid names."""
-    return explain_unknown_option(arguments, rc.RunConfig, JOB_OPTIONS)
-
-
 def _env_int(name: str, option: str) -> int | None:
     """The integer in environment variable `name` (the default of `option`), if set."""
     value = os.environ.get(name, "")
@@ -105,34 +95,27 @@ def _env_int(name: str, option: str) -> int | None:
     return number
 
 
-def resolve_config(args: argparse.Namespace) -> rc.RunConfig:
-    """Defaults <- --config <- options; a bare --resume (no --config, no option) continues with
-    the run's saved configuration."""
+def requested_config(args: argparse.Namespace) -> rc.RunConfig | None:
+    """Defaults <- --config <- options; None for a bare --resume (no --config, no option), which
+    continues with the run's own configuration (the job reads it: `jobs.pretrain.start`)."""
     given = args.config is not None or any(hasattr(args, o.name) for o in options(rc.RunConfig))
-    if args.resume and not given:
-        saved = _saved_config(RunDir(args.output_dir))
-        if saved is not None:
-            return saved
-    return settings_from_args(args, rc.RunConfig)
+    return None if args.resume and not given else settings_from_args(args, rc.RunConfig)
 
 
-def _saved_config(run: RunDir) -> rc.RunConfig | None:
-    """run_config.json of `run`, or where it was deleted the newest checkpoint's copy."""
-    saved, source = run.saved_config(), str(run.config)
-    if saved is None and run.checkpoints.is_dir():
-        from bertjax.jobs.pretrain.start import checkpoint_config
-        from bertjax.train.saved import finished_steps
+def _printed_config(args: argparse.Namespace, config: rc.RunConfig | None) -> rc.RunConfig:
+    """What --print-config shows: the configuration asked for, a bare --resume's (the run's own,
+    where it has one) or the defaults."""
+    if config is not None:
+        return config
+    from bertjax.jobs.pretrain.start import resume_config
 
-        steps = finished_steps(run.checkpoints)
-        if steps:
-            saved, source = checkpoint_config(run, steps), f"{run.checkpoints} step {steps[-1]}"
-    return None if saved is None else rc.RunConfig.from_dict(saved, source=source)
+    return resume_config(RunDir(args.output_dir)) or rc.RunConfig()
 
 
 def run(args: argparse.Namespace) -> int:
-    config = resolve_config(args)  # a bad option or --config file: one line
+    config = requested_config(args)  # a bad option or --config file: one line
     if args.print_config:
-        print(print_config(config), end="")
+        print(print_config(_printed_config(args, config)), end="")
         return 0
     # Ctrl-C goes to the job's StopRequest from here on, before JAX is imported: until the job
     # starts nothing is written, so it ends the process at once
@@ -155,7 +138,7 @@ def _before_the_run(output_dir: str) -> str:
     return f"interrupted (Ctrl-C) before the run began; nothing was written; {again}"
 
 
-def _pretrain(args: argparse.Namespace, config: rc.RunConfig, stop: StopRequest) -> int:
+def _pretrain(args: argparse.Namespace, config: rc.RunConfig | None, stop: StopRequest) -> int:
     _start_processes(args)
     from bertjax.jobs.pretrain.job import NonFiniteLossError, pretrain
 
@@ -178,8 +161,7 @@ def _pretrain(args: argparse.Namespace, config: rc.RunConfig, stop: StopRequest)
         f"{ev.get('mlm_accuracy', float('nan')):.4f} = x{result.accuracy_ratio:.2f} the "
         f"most-frequent-token baseline {result.baseline_accuracy:.4f} "
         f"({result.baseline_token!r}); perplexity {ev.get('perplexity', float('nan')):.1f}; "
-        + (f"NSP accuracy {ev.get('nsp_accuracy', float('nan')):.4f}; " if config.next_sentence
-           else "")
+        + (f"NSP accuracy {ev['nsp_accuracy']:.4f}; " if "nsp_accuracy" in ev else "")
         + f"outputs in {result.run_dir}"
     )
     return 0

@@ -9,7 +9,8 @@ Fields without help (a sub-command's mode, a derived value) are not options.
     options(klass)                       an Option per option of a settings class, sections nested
     parse_value(option, value, source)   a string or a loaded value as the option's type, checked
     build(klass, values, source=)        `klass` from {"section.field": value} over its defaults
-    load_file(path)                      a TOML/YAML/JSON file as {"section.field": value}
+    load_file(path, klass)               a TOML/YAML/JSON file of `klass`'s settings as
+                                         {"section.field": value}, each value as written
     to_toml(values)                      nested {section: {field: value}} as TOML that
                                          `load_file` reads back
 
@@ -29,6 +30,7 @@ from pathlib import Path
 from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
+from bertjax.common.fields import CHECKS, option_field
 from bertjax.common.files import read_text
 from bertjax.errors import InputError
 
@@ -37,28 +39,6 @@ __all__ = ["CHECKS", "CONFIG_SUFFIXES", "Option", "as_values", "build", "check",
            "sections", "to_toml", "unknown_option"]
 
 CONFIG_SUFFIXES = {".toml": "TOML", ".json": "JSON", ".yaml": "YAML", ".yml": "YAML"}
-
-# check name -> (accepts a parsed number, what a value must be: an integer's words, a float's)
-CHECKS: dict[str, tuple[Callable[[float], bool], tuple[str, str]]] = {
-    "positive": (lambda v: v > 0, ("a positive integer", "a number above 0")),
-    "non_negative": (lambda v: v >= 0, ("an integer >= 0", "a number >= 0")),
-    "probability": (lambda v: 0.0 <= v < 1.0, ("", "a probability in [0, 1)")),
-    "fraction": (lambda v: 0.0 <= v <= 1.0, ("", "a number in [0, 1]")),
-    "open_fraction": (lambda v: 0.0 < v < 1.0, ("", "a number in (0, 1)")),
-}
-
-
-def option_field(default: Any, help: str, choices: tuple[str, ...] | None = None,  # noqa: A002
-                 *, check: str | None = None, minimum: float | None = None,
-                 maximum: float | None = None, **metadata: Any) -> Any:
-    """A dataclass field that is an option. `choices` (a str: one of them; a tuple of str: a
-    subset), `check` (a name in CHECKS) and `minimum`/`maximum` are enforced wherever a value comes
-    from; other metadata is for the command line (`flag`, `metavar`, `default_help`,
-    `device_default`, `repeatable`)."""
-    return dataclasses.field(default=default, metadata={
-        "help": help, "choices": choices, "check": check, "minimum": minimum, "maximum": maximum,
-        **metadata})
-
 
 @dataclasses.dataclass(frozen=True)
 class Option:
@@ -71,15 +51,11 @@ class Option:
     choices: tuple[str, ...] | None
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     item: type = str  # a tuple's items: str, int, float, or tuple (pairs, left as read)
+    optional: bool = False  # None is a value of it (its type is `X | None`)
 
     @property
     def flag(self) -> str:
         return flag_of(self)
-
-    @property
-    def optional(self) -> bool:
-        """Whether None is a value of this option (its default)."""
-        return self.default is None
 
 
 def flag_of(option: Option) -> str:
@@ -121,7 +97,7 @@ def options(klass: type, defaults: Any = None, prefix: str = "", *,
             kind, item = _plain_type(hints[f.name])
             found.append(Option(prefix + f.name, kind, getattr(defaults, f.name),
                                 f.metadata.get("help", ""), f.metadata.get("choices"), f.metadata,
-                                item))
+                                item, type(None) in get_args(hints[f.name])))
     return found
 
 
@@ -302,12 +278,22 @@ def build(klass: type, values: Mapping[str, Any], *, base: Any = None,
     for name, value in values.items():
         if name not in by_name:
             raise unknown_option(name, source, list(by_name))
-        *path, leaf = name.split(".")
-        node = fields
-        for part in path:
-            node = node[part]
-        node[leaf] = parse_value(by_name[name], value, source)
+        _set(fields, name, parse_value(by_name[name], value, source))
+    for name in values:  # a given option turns off the one it excludes, unless that is given
+        excluded = by_name[name].metadata.get("excludes")
+        sibling = f"{name.rpartition('.')[0]}.{excluded}".lstrip(".") if excluded else None
+        if sibling is not None and sibling not in values:
+            _set(fields, sibling, None)
     return _construct(klass, fields, source)
+
+
+def _set(fields: dict[str, Any], name: str, value: Any) -> None:
+    """`fields` (nested dicts) with the dotted `name` set to `value`."""
+    *path, leaf = name.split(".")
+    node = fields
+    for part in path:
+        node = node[part]
+    node[leaf] = value
 
 
 def as_values(settings: Any) -> dict[str, Any]:
@@ -333,9 +319,12 @@ def _construct(klass: type, fields: dict[str, Any], source: str | None, prefix: 
 # --- files ------------------------------------------------------------------------------------
 
 
-def load_file(path: str | Path, what: str = "--config") -> dict[str, Any]:
+def load_file(path: str | Path, klass: type | None = None, what: str = "--config") -> dict[str, Any]:
     """A TOML (.toml), JSON (.json) or YAML (.yaml/.yml) config file as {"section.field": value};
-    any problem is one InputError naming `what`, the file and the fix."""
+    any problem is one InputError naming `what`, the file and the fix. YAML's plain scalars are
+    read as the text written, so each value is read by its field's type (`parse_value`): YAML 1.1
+    would make `seed: 0123` the octal 83 and `corpus: no` False. Given `klass`, a table where a
+    value belongs, or a value where a section's table belongs, is an error naming the setting."""
     path = Path(path)
     text = read_text(path, what=what)  # missing, a directory, binary or not UTF-8: an error
     kind = CONFIG_SUFFIXES.get(path.suffix.lower())
@@ -353,7 +342,31 @@ def load_file(path: str | Path, what: str = "--config") -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InputError(f"{what} {path} must hold a table of options, not a "
                          f"{type(data).__name__}")
-    return flatten(data)
+    return flatten(data) if klass is None else _flatten_settings(klass, data, f"{what} {path}")
+
+
+def _flatten_settings(klass: type, data: Mapping[str, Any], where: str,
+                      prefix: str = "") -> dict[str, Any]:
+    """`flatten` along `klass`'s sections: a section must be a table, an option's value not (an
+    unknown name is left for `build` to name, with the closest valid ones)."""
+    nested_types = sections(klass)
+    own = {o.name: o for o in options(klass) if "." not in o.name}  # this level's options
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if key in nested_types:
+            if not isinstance(value, Mapping):
+                raise InputError(f"{where}: {name} is a section of options (a [{name}] table), "
+                                 f"not a value: got {value!r}; write its options under [{name}]")
+            out.update(_flatten_settings(nested_types[key], value, where, f"{name}."))
+        elif key in own and isinstance(value, Mapping):
+            raise InputError(f"{where}: {name} must be {expected(own[key])}, got a table "
+                             f"{dict(value)!r}")
+        elif isinstance(value, Mapping):
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
 
 
 def _file_parser(kind: str, where: str) -> tuple[Callable[[str], Any], tuple[type[Exception], ...]]:
@@ -367,7 +380,20 @@ def _file_parser(kind: str, where: str) -> tuple[Callable[[str], Any], tuple[typ
     except ImportError:
         raise InputError(f"{where}: reading YAML needs PyYAML (pip install pyyaml); or give a "
                          ".toml or .json file") from None
-    return yaml.safe_load, (yaml.YAMLError,)
+    return lambda text: yaml.load(text, Loader=_text_scalars(yaml)), (yaml.YAMLError,)
+
+
+def _text_scalars(yaml: Any) -> type:
+    """PyYAML's safe loader with plain scalars left as text (null aside): no YAML 1.1 octal,
+    sexagesimal or yes/no booleans; `parse_value` reads each by its field's type."""
+    null = "tag:yaml.org,2002:null"
+
+    class TextLoader(yaml.SafeLoader):  # type: ignore[name-defined,misc]
+        yaml_implicit_resolvers = {
+            first: [(tag, regexp) for tag, regexp in resolvers if tag == null]
+            for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+    return TextLoader
 
 
 def to_toml(values: Mapping[str, Any]) -> str:

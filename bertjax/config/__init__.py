@@ -5,7 +5,7 @@ follow Hugging Face's `BertConfig`, so `config.json` files read and write as-is;
 the family, whose differences from BERT are data (`bertjax.config.families`).
 
 Modules: `__init__` (BertConfig, presets, parameter paths), `families` (the BERT family table).
-Imports: `bertjax.errors` only.
+Imports: `bertjax.errors` and `bertjax.common.fields` (how a setting is declared) only.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from bertjax.common.fields import option_field as _f
 from bertjax.config.families import FAMILIES, Family
 from bertjax.errors import InputError
 
@@ -47,36 +48,53 @@ QA_OUTPUTS = ("start", "end")
 @dataclasses.dataclass(frozen=True)
 class BertConfig:
     """Shape and numerics of a BERT model (Hugging Face field names); `model_type` is its
-    family (`FAMILIES`)."""
+    family (`FAMILIES`). Each field's help is written here once: the options of a pre-training
+    run's [model] section (`bertjax.runs.config`) and `bertjax bench --set` read it."""
 
-    vocab_size: int = 30522
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    initializer_range: float = 0.02
-    layer_norm_eps: float = 1e-12
-    pad_token_id: int = 0
+    vocab_size: int = _f(30522, "rows of the word-embedding table: the tokenizer's vocabulary",
+                         check="positive")
+    hidden_size: int = _f(768, "width of the hidden states", check="positive")
+    num_hidden_layers: int = _f(12, "encoder layers", check="positive")
+    num_attention_heads: int = _f(12, "attention heads per layer (they divide hidden_size)",
+                                  check="positive")
+    intermediate_size: int = _f(3072, "width of the feed-forward layer", check="positive")
+    hidden_act: str = _f("gelu", "feed-forward activation: gelu (exact, erf), gelu_new or "
+                         "gelu_pytorch_tanh (the tanh approximation), relu", ACTIVATIONS)
+    hidden_dropout_prob: float = _f(0.1, "dropout on embeddings and residual branches",
+                                    check="probability")
+    attention_probs_dropout_prob: float = _f(0.1, "dropout on attention probabilities",
+                                             check="probability")
+    max_position_embeddings: int = _f(512, "rows of the position table (a RoBERTa's holds "
+                                      "pad_token_id + 1 rows before its first position)",
+                                      check="positive")
+    type_vocab_size: int = _f(2, "token types (segments A and B)", check="positive")
+    initializer_range: float = _f(0.02, "standard deviation of the initial weights",
+                                  check="positive")
+    layer_norm_eps: float = _f(1e-12, "LayerNorm epsilon", check="positive")
+    pad_token_id: int = _f(0, "the padding token's id", check="non_negative")
     # Sequence and token classification: the label names, in id order, and the dropout before
     # the classifier (None: hidden_dropout_prob; multiple choice uses it too), as in Hugging Face.
-    id2label: tuple[str, ...] = ("LABEL_0", "LABEL_1")
-    classifier_dropout: float | None = None
-    model_type: str = "bert"  # the family (FAMILIES): BERT, RoBERTa, XLM-RoBERTa, ...
+    id2label: tuple[str, ...] = _f(("LABEL_0", "LABEL_1"), "a classifier's labels, in id order")
+    classifier_dropout: float | None = _f(None, "dropout before a classifier",
+                                          check="probability", default_help="hidden_dropout_prob")
+    model_type: str = _f("bert", "the family (bertjax.config.families)", tuple(FAMILIES))
     # the embeddings' width where it is not hidden_size (ELECTRA's): then `embeddings_project`
     # takes them to hidden_size and the masked-LM head back; None: hidden_size
-    embedding_size: int | None = None
+    embedding_size: int | None = _f(None, "ELECTRA's embedding width, where it is not "
+                                    "hidden_size", check="positive", default_help="hidden_size")
     # Not Hugging Face fields (COMPUTE_FIELDS): how bertjax computes, never what.
     # The dtype of activations and matmuls; parameters, softmax, LayerNorm statistics and logits
     # stay float32 whatever this says.
-    dtype: str = "float32"
-    attn_implementation: str = "auto"  # ATTENTION_IMPLEMENTATIONS
-    scan_layers: bool = False  # run the layers with lax.scan: one layer traced, faster compiles
-    remat: bool = False  # recompute each layer's activations in the backward pass (less memory)
+    dtype: str = _f("float32", "compute dtype of activations and matmuls (parameters, softmax, "
+                    "LayerNorm statistics and logits stay float32)", COMPUTE_DTYPES)
+    attn_implementation: str = _f(
+        "auto", "attention: exact einsum + float32 softmax, fused jax.nn.dot_product_attention "
+        "(cuDNN on GPU in bfloat16; no attention-probability dropout), or auto (fused where "
+        "cuDNN applies and no such dropout is due)", ATTENTION_IMPLEMENTATIONS)
+    scan_layers: bool = _f(False, "run the layers under lax.scan (one layer traced: faster "
+                           "compilation)")
+    remat: bool = _f(False, "recompute each layer's activations in the backward pass (less "
+                     "memory)")
 
     def __post_init__(self) -> None:
         if self.model_type not in FAMILIES:

@@ -1,8 +1,8 @@
 """The pre-training run configuration: four sections, each a frozen settings dataclass.
 
 A run is `RunConfig(model, data, optim, train)`; its `optim` section is the optimizer's own
-`OptimConfig` (one definition of each field), with the run's recipe as defaults and
-`total_steps` set from `train.steps`. `bertjax pretrain` derives its options from these fields
+`OptimConfig` (one definition of each field, `bertjax finetune` takes the same), with the run's
+recipe as defaults; its schedule spans `train.steps`. `bertjax pretrain` derives its options from these fields
 (`bertjax.common.options`): defaults, then `--config FILE` (TOML, JSON or YAML, a table per
 section), then `--section.field` options. The resolved configuration is saved as run_config.json
 and with every checkpoint, so `--resume` can refuse a run that would silently differ.
@@ -25,61 +25,72 @@ import dataclasses
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, get_type_hints
 
 from bertjax.common.options import as_values, build, check, flatten, load_file
 from bertjax.common.options import option_field as _f
 from bertjax.config import (
-    ATTENTION_IMPLEMENTATIONS,
-    COMPUTE_DTYPES,
     MAX_VOCAB_SIZE,
     PRESETS,
     BertConfig,
 )
 from bertjax.config.families import FAMILIES, Family
+from bertjax.config.heads import pretraining_class
 from bertjax.data.pair_packing import PACKINGS
 from bertjax.data.pairs import NOT_NEXT_CHOICES
 from bertjax.errors import InputError
 from bertjax.train.choices import OBJECTIVES, PARALLEL_CHOICES, PRNG_IMPLS
 from bertjax.train.schedule import OptimConfig
 
+BERT_FIELDS = {f.name: f for f in dataclasses.fields(BertConfig)}
 # The families `bertjax pretrain` trains (`bertjax.config.families.FAMILIES`), each with a
 # WordPiece vocabulary of its special tokens (`Tokenizer.train`); DistilBERT's and
 # ELECTRA's architectures as masked LMs (not distillation, not replaced-token detection).
 PRETRAIN_FAMILIES = tuple(FAMILIES)
 
 
-@dataclasses.dataclass(frozen=True)
-class ModelSection:
-    """Which BERT: a preset size plus the few fields a pre-training run may change."""
+# BertConfig's fields a run decides itself rather than takes as options: the vocabulary and its
+# padding (the tokenizer the run trains), the token types (the family's), a classifier's labels
+# and dropout (fine-tuning's); `model_type` is the run's own option (the families it trains).
+RUN_DECIDES = ("vocab_size", "pad_token_id", "type_vocab_size", "id2label", "classifier_dropout",
+               "model_type")
+_BERT_HINTS = get_type_hints(BertConfig)
+# Every other BertConfig field is an option of the [model] section, as BertConfig defines it (its
+# help, type and range): None, its default, takes the preset's value (BertConfig's where the preset
+# has none; a RoBERTa's position table gets the rows before its first position too).
+PRESET_FIELDS = tuple(f.name for f in dataclasses.fields(BertConfig) if f.name not in RUN_DECIDES)
+_ModelFields = dataclasses.make_dataclass("_ModelFields", [
+    ("preset", str, _f("mini", "model size from bertjax.config.PRESETS; the fields below change "
+                       "it", tuple(sorted(PRESETS)))),
+    ("model_type", str, _f("bert", "the family (bertjax.config.families): bert; roberta or "
+                           "xlm-roberta (RoBERTa's architecture: positions from pad + 1, one "
+                           "token type, special tokens <s> </s> <pad> <unk> <mask> in a "
+                           "WordPiece vocabulary, not their byte-level BPE or SentencePiece), "
+                           "distilbert and electra (their architectures as masked LMs) have no "
+                           "next-sentence head and train with train.objective=mlm",
+                           PRETRAIN_FAMILIES)),
+    ("local_attention_layers", int | None, _f(
+        None, "initialise the heads of the first N layers (all, if the model has fewer) to "
+        "attend to the pieces 1 and 2 to either side (bertjax.train.local_init); 0: BERT's "
+        "random init", check="non_negative",
+        default_help="4 for the mini preset (the default recipe, tuned for it), 0 for the others")),
+    *((name, _BERT_HINTS[name] | None, dataclasses.field(default=None, metadata={
+        **BERT_FIELDS[name].metadata,
+        "default_help": BERT_FIELDS[name].metadata.get("default_help") or "the preset's"}))
+      for name in PRESET_FIELDS),
+], frozen=True)
 
-    preset: str = _f("mini", "model size from bertjax.config.PRESETS", tuple(sorted(PRESETS)))
-    model_type: str = _f("bert", "the family (bertjax.config.families): bert; roberta or "
-                         "xlm-roberta (RoBERTa's architecture: positions from pad + 1, one token "
-                         "type, special tokens <s> </s> <pad> <unk> <mask> in a WordPiece "
-                         "vocabulary, not their byte-level BPE or SentencePiece), distilbert and "
-                         "electra (their architectures as masked LMs) have no next-sentence head "
-                         "and train with train.objective=mlm", PRETRAIN_FAMILIES)
-    hidden_dropout_prob: float = _f(0.0, "dropout on embeddings and residual branches",
-                                    check="probability")
-    attention_probs_dropout_prob: float = _f(0.0, "dropout on attention probabilities",
-                                             check="probability")
-    max_position_embeddings: int = _f(0, "position table size; 0 keeps the preset's, plus the "
-                                      "rows before the first position for a family whose "
-                                      "positions start at pad + 1 (roberta: 128 + 1 for tiny)",
-                                      check="non_negative")
-    dtype: str = _f("float32", "compute dtype of activations and matmuls", COMPUTE_DTYPES)
-    attn_implementation: str = _f("auto", "attention: exact einsum + float32 softmax, fused "
-                                  "jax.nn.dot_product_attention (cuDNN on GPU in bfloat16; no "
-                                  "attention-probability dropout), or auto (fused where cuDNN "
-                                  "applies and no such dropout is due)", ATTENTION_IMPLEMENTATIONS)
-    local_attention_layers: int | None = _f(
-        None, "initialise the heads of the first N layers (all, if the model has fewer) to attend "
-        "to the pieces 1 and 2 to either side (bertjax.train.local_init); 0: BERT's random init",
-        check="non_negative",
-        default_help="4 for the mini preset (the default recipe, tuned for it), 0 for the others")
-    scan_layers: bool = _f(False, "run the layers under lax.scan (faster compilation)")
-    remat: bool = _f(False, "recompute layer activations in the backward pass (less memory)")
+
+class ModelSection(_ModelFields):  # type: ignore[misc,valid-type]  # made from BertConfig's fields
+    """Which BERT: a preset size, the family, and any BertConfig field that changes either
+    (`PRESET_FIELDS`, each None for the preset's value)."""
+
+    if TYPE_CHECKING:  # what the fields made above are, for the type checker
+        preset: str
+        model_type: str
+        local_attention_layers: int | None
+
+        def __init__(self, **fields: Any) -> None: ...
 
     @property
     def local_layers(self) -> int:
@@ -87,6 +98,11 @@ class ModelSection:
         if self.local_attention_layers is not None:
             return self.local_attention_layers
         return RECIPE_LOCAL_LAYERS.get(self.preset, 0)
+
+    def bert_fields(self) -> dict[str, Any]:
+        """The BertConfig fields this section sets (those not None)."""
+        return {name: value for name in PRESET_FIELDS
+                if (value := getattr(self, name)) is not None}
 
 
 # The local-attention initialisation is part of the default recipe, measured on `mini` only: any
@@ -176,7 +192,7 @@ SECTIONS: dict[str, type] = {
 # Each section's defaults: the run's recipe. The optimizer's differ from OptimConfig's own
 # (BERT's fine-tuning-sized 1e-4, no warm-up): a small model from scratch learns faster with these.
 DEFAULTS: dict[str, Any] = {
-    "model": ModelSection(),
+    "model": ModelSection(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
     "data": DataSection(),
     "optim": OptimConfig(learning_rate=1e-3, warmup_steps=250),
     "train": TrainSection(),
@@ -187,12 +203,16 @@ ADDED_LATER: dict[str, Any] = {"model.local_attention_layers": 0, "data.text_fie
                                "data.packing": "none", "optim.flatten": False,
                                "train.mlm_loss_weight": 1.0, "train.nsp_loss_weight": 1.0,
                                "data.not_next": "any", "model.model_type": "bert",
-                               "train.objective": "mlm+nsp"}
+                               "train.objective": "mlm+nsp", "optim.warmup_fraction": None}
 
 
 def complete_saved(saved: dict[str, Any]) -> dict[str, Any]:
-    """A saved `{section: {field: value}}` with every ADDED_LATER option it lacks filled in."""
+    """A saved `{section: {field: value}}` with every ADDED_LATER option it lacks filled in (and
+    a position table of 0, which runs saved before [model] took every BertConfig field meant the
+    preset's, as None)."""
     out = {section: dict(fields) for section, fields in saved.items()}
+    if isinstance(out.get("model"), dict) and out["model"].get("max_position_embeddings") == 0:
+        out["model"]["max_position_embeddings"] = None
     for name, value in ADDED_LATER.items():
         section, field = name.split(".")
         if isinstance(out.get(section), dict):
@@ -211,14 +231,13 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         validate(self)
-        # the schedule spans the run (optim.total_steps is not an option)
-        object.__setattr__(self, "optim", dataclasses.replace(self.optim, total_steps=self.train.steps))
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """`{section: {field: value}}` for every option (defaults that depend on another option
         resolved): what run_config.json, a checkpoint and --print-config hold."""
         sections = as_values(self)
-        del sections["optim"]["total_steps"]
+        bert = self.bert_config()
+        sections["model"] |= {name: getattr(bert, name) for name in PRESET_FIELDS}
         sections["model"]["local_attention_layers"] = self.model.local_layers
         sections["data"]["max_predictions"] = self.data.predictions
         return sections
@@ -254,30 +273,20 @@ class RunConfig:
     @property
     def model_class(self) -> str:
         """The name of the class the run trains and its checkpoints hold (`bertjax.heads`)."""
-        return "BertForPreTraining" if self.next_sentence else "BertForMaskedLM"
+        return pretraining_class(self.next_sentence)
 
     def bert_config(self, vocab_size: int | None = None, pad_token_id: int = 0) -> BertConfig:
-        """The model's BertConfig; `vocab_size` and `pad_token_id` are the trained tokenizer's
-        (its [PAD] or <pad> is id 0). A family whose positions start at pad + 1 gets that many
-        rows more than the preset's table (`model.max_position_embeddings`, when given, is the
-        whole table) and one token type per segment type it uses (RoBERTa: 1)."""
+        """The model's BertConfig: the preset, changed by the section's fields; `vocab_size` and
+        `pad_token_id` are the trained tokenizer's (its [PAD] or <pad> is id 0), the token types
+        one per segment type the family uses (RoBERTa: 1). A family whose positions start at
+        pad + 1 gets that many rows more than the preset's table, unless
+        `max_position_embeddings` (the whole table) is given."""
         family = self.family
-        overrides: dict[str, Any] = {
-            "model_type": family.model_type,
-            "type_vocab_size": family.second_segment_type + 1,
-            "pad_token_id": pad_token_id,
-            "vocab_size": vocab_size or self.data.vocab_size,
-            "hidden_dropout_prob": self.model.hidden_dropout_prob,
-            "attention_probs_dropout_prob": self.model.attention_probs_dropout_prob,
-            "dtype": self.model.dtype,
-            "attn_implementation": self.model.attn_implementation,
-            "scan_layers": self.model.scan_layers,
-            "remat": self.model.remat,
-        }
-        if self.model.max_position_embeddings:
-            overrides["max_position_embeddings"] = self.model.max_position_embeddings
-        config = BertConfig.from_preset(self.model.preset, **overrides)
-        if self.model.max_position_embeddings or not config.position_offset:
+        config = BertConfig.from_preset(
+            self.model.preset, model_type=family.model_type, pad_token_id=pad_token_id,
+            type_vocab_size=family.second_segment_type + 1,
+            vocab_size=vocab_size or self.data.vocab_size, **self.model.bert_fields())
+        if self.model.max_position_embeddings is not None or not config.position_offset:
             return config
         return config.replace(  # the preset's positions, after the rows before the first one
             max_position_embeddings=config.max_position_embeddings + config.position_offset)
@@ -287,12 +296,18 @@ def load(path: str | Path | None = None, overrides: dict[str, Any] | None = None
     """Defaults, then the file (if any), then `{"section.field": value}` overrides."""
     config = RunConfig()
     if path is not None:
-        config = build(RunConfig, load_file(path), base=config, source=f"--config {path}")
+        config = build(RunConfig, load_file(path, RunConfig), base=config, source=f"--config {path}")
     return build(RunConfig, overrides, base=config) if overrides else config
 
 
 def differences(saved: dict[str, Any], requested: RunConfig) -> list[str]:
-    """`"name: saved X, requested Y"` for every option that differs (saved is `to_dict()`)."""
+    """`"name: saved X, requested Y"` for every option that differs (saved is `to_dict()`, of
+    this or an earlier version: read as a RunConfig first where it can be, so an option it lacks
+    compares as the value it stands for)."""
+    try:
+        saved = RunConfig.from_dict(complete_saved(saved)).to_dict()
+    except InputError:
+        pass  # compared as saved: every name it holds that is not an option differs
     wanted, got = requested.flat(), flatten(saved)
     lines = []
     for name in sorted(set(wanted) | set(got)):

@@ -71,7 +71,7 @@ TRAIN_METRIC_KEYS = (
 
 
 def pretrain(
-    config: rc.RunConfig,
+    config: rc.RunConfig | None,
     run_dir: str | Path,
     *,
     resume: bool = False,
@@ -82,7 +82,9 @@ def pretrain(
     stop: StopRequest | None = None,
     data_cache: Path | None = None,
 ) -> PretrainResult:
-    """Pre-train (or continue) the run in `run_dir`; returns its summary.
+    """Pre-train (or continue) the run in `run_dir`; returns its summary. `config` None with
+    `resume` continues the run with its own configuration (what `bertjax pretrain --resume` alone
+    does).
 
     The directory is checked before anything is written (PretrainError, or InputError for a
     damaged run_config.json). `time_limit_s` stops cleanly (with a checkpoint) once that much
@@ -98,6 +100,7 @@ def pretrain(
     run, is_main = RunDir(run_dir), jax.process_index() == 0
     say = (log or to_stderr) if is_main else quiet
     start = check_run_dir(run, config, resume)
+    config = start.config
     if start.rebuild_data:
         check_corpus(config)
     barrier("bertjax_pretrain_run_dir_checked")  # every process checked before process 0 writes
@@ -193,8 +196,8 @@ def _set_up(config: rc.RunConfig, run: RunDir, start: RunStart, stop: StopReques
                                 keep_best=1, quarantine=run.corrupt_checkpoints)
     try:
         model = initialise_model(config, data.vocab_size, data.pad_id)
-        training = assemble(model, optim, strategy, seed=train.seed, prng_impl=train.prng_impl,
-                            objective=objective(config))
+        training = assemble(model, optim, strategy, steps=train.steps, seed=train.seed,
+                            prng_impl=train.prng_impl, objective=objective(config))
         del model
         stop.poll()
         n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(training.state.params))

@@ -34,8 +34,9 @@ def resume_command(run: RunDir) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class RunStart:
-    """How a job starts in its run directory (`check_run_dir`)."""
+    """How a job starts in its run directory (`check_run_dir`), and with which configuration."""
 
+    config: rc.RunConfig  # the one asked for, or a bare resume's: the run's own
     resume: bool  # continue from the newest checkpoint
     rebuild_data: bool  # make the vocabulary and shards anew (after discarding stale ones)
     restart: bool  # a run that never reached a checkpoint starts again: its logs are cut back
@@ -44,17 +45,24 @@ class RunStart:
     notes: tuple[str, ...] = ()
 
 
-def check_run_dir(run: RunDir, config: rc.RunConfig, resume: bool) -> RunStart:
+def check_run_dir(run: RunDir, config: rc.RunConfig | None, resume: bool) -> RunStart:
     """How the job starts in `run`, or a PretrainError (ValueError for a damaged
-    run_config.json) saying why it cannot; reads only, writes nothing. Never a directory that
-    is, lies in or holds the corpus (an InputError: `bertjax.common.input_overlap`)."""
-    check_not_an_input(run.root, "--output-dir", {"data.corpus": corpus_paths(config.data.corpus)})
+    run_config.json) saying why it cannot; reads only, writes nothing. `config` None resumes
+    with the run's own configuration (run_config.json, or where it was deleted the newest
+    checkpoint's copy). Never a directory that is, lies in or holds the corpus (an InputError:
+    `bertjax.common.input_overlap`)."""
     if run.root.exists() and not run.root.is_dir():
         raise PretrainError(f"--output-dir {run} is a file, not a directory; choose another "
                             "--output-dir")
     survey = run.survey(finished_steps(run.checkpoints))
     if survey.saved is None and survey.steps:  # run_config.json deleted: the checkpoint's copy
         survey = dataclasses.replace(survey, saved=checkpoint_config(run, survey.steps))
+    if config is None:
+        if not resume:
+            raise InputError("pretrain(None, ...) resumes a run with its own configuration: pass "
+                             "resume=True, or the RunConfig of a new run")
+        config = _saved_run_config(run, survey)
+    check_not_an_input(run.root, "--output-dir", {"data.corpus": corpus_paths(config.data.corpus)})
     if resume:
         return _check_resume(run, config, survey)
     if survey.started:
@@ -73,8 +81,8 @@ def check_run_dir(run: RunDir, config: rc.RunConfig, resume: bool) -> RunStart:
                 "it is no run this command made or can continue; remove them or choose another "
                 "--output-dir")
         check_creatable(run.root, "--output-dir")
-        return RunStart(resume=False, rebuild_data=True, restart=False, write_config=True,
-                        new_dir=not survey.exists)
+        return RunStart(config, resume=False, rebuild_data=True, restart=False,
+                        write_config=True, new_dir=not survey.exists)
     # a configuration but no checkpoint: set up, never trained (stopped or failed before its
     # first checkpoint); it starts again, with the options given now
     diffs = rc.differences(survey.saved, config)
@@ -83,18 +91,38 @@ def check_run_dir(run: RunDir, config: rc.RunConfig, resume: bool) -> RunStart:
             + (f" with the options given now ({len(diffs)} differ from its saved ones)"
                if diffs else "")
             + ("; its vocabulary and shards are made anew" if stale else ""))
-    return RunStart(resume=False, rebuild_data=stale, restart=True, write_config=True,
+    return RunStart(config, resume=False, rebuild_data=stale, restart=True, write_config=True,
                     notes=(note,))
+
+
+def _no_run_to_resume(run: RunDir, survey: Survey) -> PretrainError:
+    what = ("does not exist" if not survey.exists
+            else "holds no run (no run_config.json, no checkpoint)")
+    return PretrainError(
+        f"cannot resume: --output-dir {run} {what}, so there is no run to resume; to start "
+        f"one, leave out --resume: bertjax pretrain --output-dir {shlex.quote(str(run))} "
+        "[options]")
+
+
+def _saved_run_config(run: RunDir, survey: Survey) -> rc.RunConfig:
+    """The configuration a bare resume continues with: the one the run saved."""
+    if survey.saved is None:
+        raise _no_run_to_resume(run, survey)
+    source = str(run.config) if run.config.is_file() else f"{run.checkpoints} step {survey.steps[-1]}"
+    return rc.RunConfig.from_dict(survey.saved, source=source)
+
+
+def resume_config(run: RunDir) -> rc.RunConfig | None:
+    """The configuration a bare `--resume` of `run` continues with (None if it has none)."""
+    saved = run.saved_config()
+    if saved is None and run.checkpoints.is_dir() and (steps := finished_steps(run.checkpoints)):
+        saved = checkpoint_config(run, steps)
+    return None if saved is None else rc.RunConfig.from_dict(saved, source=str(run))
 
 
 def _check_resume(run: RunDir, config: rc.RunConfig, survey: Survey) -> RunStart:
     if survey.saved is None and not survey.steps:
-        what = ("does not exist" if not survey.exists
-                else "holds no run (no run_config.json, no checkpoint)")
-        raise PretrainError(
-            f"cannot resume: --output-dir {run} {what}, so there is no run to resume; to start "
-            f"one, leave out --resume: bertjax pretrain --output-dir {shlex.quote(str(run))} "
-            "[options]")
+        raise _no_run_to_resume(run, survey)
     diffs = rc.differences(survey.saved, config) if survey.saved is not None else []
     if diffs:
         fresh = (" (it has no checkpoint yet, so without --resume it starts afresh with these "
@@ -103,7 +131,7 @@ def _check_resume(run: RunDir, config: rc.RunConfig, survey: Survey) -> RunStart
             f"cannot resume {run}: the requested configuration differs from the saved one in "
             f"{len(diffs)} field(s): {'; '.join(diffs)}; resume with the same options (or only "
             f"--resume), or use another --output-dir{fresh}")
-    return RunStart(resume=True, rebuild_data=False, restart=False,
+    return RunStart(config, resume=True, rebuild_data=False, restart=False,
                     write_config=not run.config.exists())  # deleted: the checkpoint's copy
 
 
