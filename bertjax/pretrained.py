@@ -5,7 +5,7 @@ weights alone and `save_pretrained` writes a directory transformers loads.
 
 The public API, above the formats: `bertjax.io` takes the model class as an argument; the default
 class, `BertForPreTraining`, lives here. A MODEL is resolved once (`bertjax.io.source.locate`: a
-Hub id through `bertjax.io.hub`, config.json read once) and every loader here also takes the
+Hub id through `bertjax.io.source`, config.json read once) and every loader here also takes the
 `ModelSource` it gives; run directories are read by `bertjax.io.runs` (read-only; a damaged
 checkpoint is skipped with a warning naming it). Every loader can say what it loaded
 (`output_loading_info=True`: a `LoadReport`, made where the weights are built).
@@ -25,11 +25,10 @@ from bertjax.data.tokenizer import Tokenizer, fits_vocabulary
 from bertjax.errors import InputError
 from bertjax.heads import MODEL_CLASSES, BertForPreTraining
 from bertjax.io.hf import CONFIG
-from bertjax.io.models import load_model, save_model
 from bertjax.io.report import LoadReport
-from bertjax.io.runs import load_run_model, run_class_name
+from bertjax.io.runs import load_run_model
 from bertjax.io.source import RUN, ModelSource, locate
-from bertjax.io.weights import MISSING_HEADS
+from bertjax.io.weights import MISSING_HEADS, load_model, save_model
 
 __all__ = ["DEFAULT_MODEL_CLASS", "check_load_arguments", "checkpoint_class", "from_pretrained",
            "load_hf", "save_pretrained"]
@@ -48,15 +47,16 @@ def checkpoint_class(path: str | Path | ModelSource, *,
     names (`architectures`, v4 `FlaxBert*` names too), or `DEFAULT_MODEL_CLASS` if bertjax has no
     class of that name."""
     source = locate(path, revision=revision)
-    return MODEL_CLASSES.get(source.architecture or "", default_class(source))
+    return MODEL_CLASSES.get(source.architecture or "") or default_class(source)
 
 
 def default_class(source: ModelSource) -> type[nnx.Module]:
-    """The class a checkpoint that names none loads as: `DEFAULT_MODEL_CLASS`, or the masked LM
-    for a family pre-trained without a next-sentence head (RoBERTa); a run's, the class it
-    trains (`BertForMaskedLM` for `--train.objective mlm`)."""
-    if source.kind == RUN:
-        return MODEL_CLASSES[run_class_name(source.directory)]
+    """The class a checkpoint that names none loads as: the class a run trains
+    (`BertForMaskedLM` for `--train.objective mlm`); for a Hugging Face directory
+    `DEFAULT_MODEL_CLASS`, or the masked LM for a family pre-trained without a next-sentence head
+    (RoBERTa)."""
+    if source.run is not None:
+        return MODEL_CLASSES[source.run.model_class]
     model_type = str((source.config or {}).get("model_type", "bert"))
     return MODEL_CLASSES[FAMILIES.get(model_type, FAMILIES["bert"]).pretraining_class]
 
@@ -77,7 +77,7 @@ def from_pretrained(
 
     `path` is a Hugging Face BERT directory (`config.json`, `model.safetensors`,
     `pytorch_model.bin` or `flax_model.msgpack`, and `tokenizer.json` or `vocab.txt`), a Hub id
-    (`google-bert/bert-base-uncased`, at `revision`; see `bertjax.io.hub`), a `bertjax pretrain`
+    (`google-bert/bert-base-uncased`, at `revision`; see `bertjax.io.source`), a `bertjax pretrain`
     run directory, or the `ModelSource` of any of them (`bertjax.io.source.locate`). A run gives
     its best checkpoint by held-out MLM loss (the newest if none was evaluated; a damaged one is
     skipped, with a warning, for the newest readable one), or checkpoint `step` (damaged: an

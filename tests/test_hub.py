@@ -20,7 +20,7 @@ import pytest
 
 import bertjax
 from bertjax.errors import InputError
-from bertjax.io import hub
+from bertjax.io import source as hub
 from bertjax.use.encode import encode
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"

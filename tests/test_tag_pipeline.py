@@ -24,7 +24,7 @@ from bertjax import BertConfig
 from bertjax.cli.main import main
 from bertjax.data import Tokenizer
 from bertjax.heads import BertForPreTraining, BertForTokenClassification
-from bertjax.io.models import save_model
+from bertjax.io.weights import save_model
 from bertjax.use.encode import TruncationWarning
 from bertjax.use.tag import AGGREGATIONS, tag
 

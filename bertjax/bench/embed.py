@@ -41,8 +41,8 @@ from bertjax.common.console import say_unless
 from bertjax.data import corpus_documents
 from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
-from bertjax.io.models import save_model
 from bertjax.io.source import RUN, locate
+from bertjax.io.weights import save_model
 from bertjax.model import BertModel
 from bertjax.pretrained import from_pretrained
 from bertjax.use.embed import check_lines, embed, sentence_transformers_settings, sorted_batches

@@ -44,9 +44,9 @@ def check_output_path(path: str | os.PathLike, option: str, *, force: bool = Fal
 
 def model_input(model: str | None) -> Path | None:
     """Where a MODEL argument (a directory, a run or a Hub id) lies, found without the network
-    (`bertjax.io.hub.local_place`); None when not given."""
+    (`bertjax.io.source.local_place`); None when not given."""
     if model is None:
         return None
-    from bertjax.io.hub import local_place  # no framework import
+    from bertjax.io.source import local_place  # no framework import
 
     return local_place(model)

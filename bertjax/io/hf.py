@@ -30,7 +30,6 @@ from bertjax.config import BertConfig
 from bertjax.config.families import FAMILIES
 from bertjax.errors import InputError
 from bertjax.io.flax_msgpack import FLAX_WEIGHTS, FLAX_WEIGHTS_INDEX, read_flax_tensors
-from bertjax.io.hub import CONFIG
 from bertjax.io.names import (
     BASE_PREFIX,
     HF_DERIVED_KEYS,
@@ -42,6 +41,7 @@ from bertjax.io.names import (
     to_hf_name,
 )
 
+CONFIG = "config.json"
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 PYTORCH_BIN = "pytorch_model.bin"
@@ -149,7 +149,7 @@ def read_hf(path: str | Path, config_data: Mapping[str, Any] | None = None,
     Reads checkpoints of every BERT class of transformers (`bertjax.heads`) and bare BertModel
     ones (with or without the `bert.` prefix, TF-era gamma/beta names too), as safetensors,
     `pytorch_model.bin` or transformers-v4 Flax msgpack. A `classifier.*` head is the one of the
-    architecture config.json names (`bertjax.io.names.CLASSIFIER_OF`). Leaves out the tied
+    architecture config.json names (`bertjax.config.heads.classifier_of`). Leaves out the tied
     decoder and the position-id buffer.
     """
     path = Path(path)

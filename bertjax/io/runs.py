@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from bertjax.config.heads import MODELS
 from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
 from bertjax.io.report import LoadReport
@@ -32,26 +33,11 @@ from bertjax.train.saved import (
     read_params,
 )
 
-# the head modules a run's checkpoint holds: `bertjax pretrain` trains a BertForPreTraining, or
-# with train.objective=mlm a BertForMaskedLM (`RunConfig.model_class`)
-RUN_HEADS = ("pooler", "mlm_head", "nsp_head")
-MASKED_LM_RUN_HEADS = ("mlm_head",)
-
 
 def run_heads(config: RunConfig) -> tuple[str, ...]:
-    """The head modules the checkpoints of a run of `config` hold."""
-    return RUN_HEADS if config.next_sentence else MASKED_LM_RUN_HEADS
-
-
-def run_class_name(root: str | Path) -> str:
-    """The name of the class the run in `root` trains (`RunConfig.model_class`), from its
-    run_config.json (a damaged one is an InputError naming it)."""
-    run = RunDir(root)
-    saved = run.saved_config(reading=True)
-    if saved is None:
-        raise InputError(f"{run.config} is missing; pass a `bertjax pretrain` run directory or a "
-                         "Hugging Face model")
-    return RunConfig.from_dict(saved, source=str(run.config)).model_class
+    """The head modules the checkpoints of a run of `config` hold: those of the class it trains
+    (`RunConfig.model_class`), its encoder's pooler included."""
+    return MODELS[config.model_class].checkpoint_heads
 
 
 def _readable(directory: Path, step: int) -> bool:
@@ -154,7 +140,7 @@ def load_run_model(
     (`bertjax.io.weights.build_model`)."""
     source = root if isinstance(root, ModelSource) else ModelSource(str(root), Path(root), RUN)
     run = RunDir(source.directory)
-    config, tokenizer = run.finished_config()
+    config, tokenizer = run.finished_config(source.run)  # read once, by `locate`
     lacking = [h for h in model_cls.head_modules if h not in run_heads(config)]
     if lacking and missing_heads == "error":  # said before a step is read (or found damaged)
         raise missing_heads_error(str(run), lacking, model_cls)

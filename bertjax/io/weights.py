@@ -7,8 +7,11 @@ and the parity checks. Every direction checks the full key set and every shape, 
 Needs no PyTorch: tensors are accepted by duck type.
 
 Generic over model classes: each function takes the class, which declares what it is
-(`base_model_prefix`, `head_modules`); nothing here imports `bertjax.model`. `build_model` reads
-the layout checkpoints share (the encoder under `bert.`, heads beside it) into any class.
+(`base_model_prefix`, its row of `bertjax.config.heads`); nothing here imports `bertjax.model`.
+`build_model` reads the layout checkpoints share (the encoder under `bert.`, heads beside it) into
+any class; `load_model` and `save_model` take whole models of any class in and out of Hugging Face
+directories (`bertjax.io.hf`), for `bertjax.pretrained` (which adds the default class and run
+directories) and the jobs below the public API (fine-tuning saves through `save_model`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import logging
 import re
 import warnings
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax.numpy as jnp
@@ -26,15 +30,10 @@ from flax import nnx
 
 from bertjax.config import BertConfig, stacked_at
 from bertjax.errors import InputError
-from bertjax.io.names import (
-    HEAD_PREFIXES,
-    MADE_BY,
-    MADE_BY_DEFAULT,
-    POOLER,
-    checkpoint_name,
-    torch_name,
-)
+from bertjax.io.hf import CONFIG, read_hf, weights_format, write_hf
+from bertjax.io.names import HEAD_PREFIXES, POOLER, checkpoint_name, torch_name
 from bertjax.io.report import FreshHeadsWarning, LoadReport
+from bertjax.io.source import HUGGING_FACE, ModelSource
 
 log = logging.getLogger("bertjax.io")
 
@@ -328,10 +327,8 @@ MISSING_HEADS = ("init", "error")  # what a load does with heads the weights lac
 def missing_heads_error(source: str, heads: Iterable[str], model_cls: type) -> InputError:
     """The error for weights at `source` that lack `heads` of `model_cls`: it names the command
     that makes such a model."""
-    name = model_cls.__name__
-    fix = MADE_BY.get(name, MADE_BY_DEFAULT.format(cls=name))
-    return InputError(f"{source} has no weights for {', '.join(sorted(heads))}, which {name} "
-                      f"needs here: {fix}")
+    return InputError(f"{source} has no weights for {', '.join(sorted(heads))}, which "
+                      f"{model_cls.__name__} needs here: {model_cls.spec.fix_for_missing_heads()}")
 
 
 def _fresh_heads(
@@ -350,3 +347,33 @@ def _fresh_heads(
         stacklevel=4,  # the caller of load_hf / from_pretrained's reader
     )
     return {name: fresh[name] for name in names}
+
+
+# --- whole models in and out of Hugging Face directories (any class, an argument) ----------------
+
+
+def load_model(
+    path: str | Path | ModelSource, model_cls: type[nnx.Module], *,
+    source_cls: type[nnx.Module] | None = None, seed: int = 0, missing_heads: str = "init",
+    **config_overrides: Any,
+) -> tuple[Any, LoadReport]:
+    """A Hugging Face BERT directory (or its `ModelSource`) -> (a `model_cls`, the report of what
+    loaded; see `bertjax.pretrained.load_hf`). `source_cls` is the class its config.json names, if
+    bertjax has it: weights that hold another class's head instead of its own are refused
+    (`check_architecture`)."""
+    source = path if isinstance(path, ModelSource) else ModelSource(
+        str(path), Path(path), HUGGING_FACE)
+    config, arrays = read_hf(source.directory, source.config, **config_overrides)
+    if source_cls is not None:
+        check_architecture(arrays, config, source_cls, str(source.directory / CONFIG))
+    return build_model(arrays, config, model_cls, seed=seed,
+                       source=f"the checkpoint {source.directory}", missing_heads=missing_heads,
+                       origin={"path": source.given, "directory": str(source.directory),
+                               "format": weights_format(source.directory) or ""})
+
+
+def save_model(model: nnx.Module, path: str | Path, *, tokenizer: Any = None) -> Path:
+    """Write `model` as a directory that transformers loads as its class (`config.json` +
+    `model.safetensors`, plus a `Tokenizer`'s files if given): atomically, replacing
+    `path` only if it is empty or an earlier export (`bertjax.io.hf.write_hf`)."""
+    return write_hf(path, model_to_numpy(model), model.config, type(model), tokenizer=tokenizer)

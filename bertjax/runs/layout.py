@@ -105,17 +105,19 @@ class RunDir:
                              f"{self._config_fix(reading)}")
         return complete_saved(saved)
 
-    def finished_config(self) -> tuple[RunConfig, Tokenizer]:
-        """The configuration and tokenizer of a run that has started: what reading a trained run
-        (its model, its batches) needs. A ValueError if the directory holds no run."""
-        saved = self.saved_config(reading=True)  # damaged: an error naming how to restore it
-        if not isinstance(saved, dict):
-            raise InputError(f"{self.config} is missing or not a JSON object; pass a `bertjax "
-                             "pretrain` run directory or a Hugging Face model")
+    def finished_config(self, config: RunConfig | None = None) -> tuple[RunConfig, Tokenizer]:
+        """The configuration (`config`, when the caller has read it already) and tokenizer of a
+        run that has started: what reading a trained run (its model, its batches) needs. A
+        ValueError if the directory holds no run."""
+        if config is None:
+            saved = self.saved_config(reading=True)  # damaged: an error naming how to restore it
+            if not isinstance(saved, dict):
+                raise InputError(f"{self.config} is missing or not a JSON object; pass a "
+                                 "`bertjax pretrain` run directory or a Hugging Face model")
+            config = RunConfig.from_dict(saved, source=str(self.config))
         if not self.tokenizer.is_file():
             raise InputError(f"{self.root} is a run without its tokenizer: "
-                                    f"{self.tokenizer} is missing; {self._tokenizer_fix()}")
-        config = RunConfig.from_dict(saved, source=str(self.config))
+                             f"{self.tokenizer} is missing; {self._tokenizer_fix()}")
         return config, Tokenizer.load(self.tokenizer, family=config.family)
 
     def _tokenizer_fix(self) -> str:
