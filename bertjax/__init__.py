@@ -17,38 +17,43 @@ first use.
 
 from __future__ import annotations
 
-from bertjax.common.lazy import lazy_names
+from typing import TYPE_CHECKING
+
+from bertjax.common.lazy import lazy_imports
 from bertjax.config import PRESETS, BertConfig
+from bertjax.config.heads import HEAD_CLASSES  # every BertFor* class (bertjax.config.heads.MODELS)
 from bertjax.errors import InputError
 
-# The head classes: every `BertFor*` class of Hugging Face transformers and ELECTRA's discriminator
-# (the one list of their names; `bertjax.heads.MODEL_CLASSES` maps them, and BertModel, to the classes).
-HEAD_CLASSES = ("BertForPreTraining", "BertForMaskedLM", "BertForNextSentencePrediction",
-                "BertForSequenceClassification", "BertForTokenClassification",
-                "BertForQuestionAnswering", "BertForMultipleChoice",
-                "BertForReplacedTokenDetection")
-_NAMES = {
-    "BertModel": "bertjax.model", "BertOutput": "bertjax.model",
-    "MODEL_CLASSES": "bertjax.heads", **dict.fromkeys(HEAD_CLASSES, "bertjax.heads"),
-    **dict.fromkeys(("from_pretrained", "load_hf", "save_pretrained", "checkpoint_class"),
-                    "bertjax.pretrained"),
-    **dict.fromkeys(("locate", "ModelSource"), "bertjax.io.source"),
-    "LoadReport": "bertjax.io.report",
-    "Tokenizer": "bertjax.data.tokenizer",
-    "fill_mask": "bertjax.use.fill_mask", "Prediction": "bertjax.use.fill_mask",
-    "next_sentence_probability": "bertjax.use.next_sentence",
-    "embed": "bertjax.use.embed", "nearest": "bertjax.use.embed",
-    "attention_maps": "bertjax.use.attention", "tag": "bertjax.use.tag",
-    "answer": "bertjax.use.answer",
-    "finetune": "bertjax.jobs.finetune.job", "FinetuneResult": "bertjax.jobs.finetune.job",
-    "FinetuneConfig": "bertjax.jobs.finetune.config",
-    "ClassificationTask": "bertjax.tasks.classification",
-    "TokenClassificationTask": "bertjax.tasks.token_classification",
-    "QuestionAnsweringTask": "bertjax.tasks.question_answering",
-    "MultipleChoiceTask": "bertjax.tasks.multiple_choice",
-}
+if TYPE_CHECKING:  # the flat names, each imported on first use (`lazy_imports`)
+    from bertjax.data.tokenizer import Tokenizer
+    from bertjax.heads import (
+        MODEL_CLASSES,
+        BertForMaskedLM,
+        BertForMultipleChoice,
+        BertForNextSentencePrediction,
+        BertForPreTraining,
+        BertForQuestionAnswering,
+        BertForReplacedTokenDetection,
+        BertForSequenceClassification,
+        BertForTokenClassification,
+    )
+    from bertjax.io.report import LoadReport
+    from bertjax.io.source import ModelSource, locate
+    from bertjax.jobs.finetune.config import FinetuneConfig
+    from bertjax.jobs.finetune.job import FinetuneResult, finetune
+    from bertjax.model import BertModel, BertOutput
+    from bertjax.pretrained import checkpoint_class, from_pretrained, load_hf, save_pretrained
+    from bertjax.tasks.classification import ClassificationTask
+    from bertjax.tasks.multiple_choice import MultipleChoiceTask
+    from bertjax.tasks.question_answering import QuestionAnsweringTask
+    from bertjax.tasks.token_classification import TokenClassificationTask
+    from bertjax.use.answer import answer
+    from bertjax.use.attention import attention_maps
+    from bertjax.use.embed import embed, nearest
+    from bertjax.use.fill_mask import Prediction, fill_mask
+    from bertjax.use.next_sentence import next_sentence_probability
+    from bertjax.use.tag import tag
 
-__all__ = ["HEAD_CLASSES", "PRESETS", "BertConfig", "InputError", *sorted(_NAMES)]
+__getattr__, __dir__, _LAZY = lazy_imports(__name__, __file__)
+__all__ = ["HEAD_CLASSES", "PRESETS", "BertConfig", "InputError", *_LAZY]
 __version__ = "0.1.0"
-
-__getattr__, __dir__ = lazy_names(__name__, _NAMES)

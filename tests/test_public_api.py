@@ -43,6 +43,21 @@ def test_every_public_name_resolves_and_is_listed(package) -> None:
         _ = package.nope
 
 
+@pytest.mark.parametrize("package", [bertjax, bertjax.io, bertjax.tasks, bertjax.train],
+                         ids=lambda p: p.__name__)
+def test_the_lazy_names_are_the_imports_a_type_checker_reads(package) -> None:
+    """Each lazy package's flat names are exactly the `if TYPE_CHECKING:` imports of its
+    __init__.py (`bertjax.common.lazy.lazy_imports`), each the object of the module it names."""
+    import importlib
+
+    from bertjax.common.lazy import imported_under_type_checking
+
+    imports = imported_under_type_checking(package.__file__)
+    assert imports and set(imports) <= set(package.__all__)
+    for name, module in imports.items():
+        assert getattr(package, name) is getattr(importlib.import_module(module), name)
+
+
 def test_one_object_per_name_across_the_layers() -> None:
     """The flat names are the objects of their modules, not copies."""
     import bertjax.jobs.finetune.config
@@ -65,6 +80,6 @@ def test_a_custom_loop_needs_three_modules() -> None:
     for name in ("assemble", "OptimConfig", "make_strategy", "PRETRAINING", "Checkpointer",
                  "metrics_from_sums", "make_optimizer", "keep_freed_memory"):
         assert hasattr(bertjax.train, name), name
-    for name in ("corpus_documents", "write_shards", "pretraining_batches", "Tokenizer",
+    for name in ("corpus_documents", "write_shards", "PretrainingBatches", "Tokenizer",
                  "read_examples", "read_tagged", "read_squad", "read_choices"):
         assert hasattr(bertjax.data, name), name

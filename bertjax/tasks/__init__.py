@@ -15,19 +15,26 @@ runs a task is `bertjax.jobs.finetune`. The tasks may import the training librar
 
 from __future__ import annotations
 
-from bertjax.common.lazy import lazy_names
+from typing import TYPE_CHECKING
 
-_NAMES = {
-    **dict.fromkeys(("Task", "TaskScores"), "bertjax.tasks.task"),
-    **dict.fromkeys(("ClassificationTask", "predict", "score"), "bertjax.tasks.classification"),
-    **dict.fromkeys(("TokenClassificationTask", "predict_tags"),
-                    "bertjax.tasks.token_classification"),
-    **dict.fromkeys(("QuestionAnsweringTask", "Decoding"), "bertjax.tasks.question_answering"),
-    **dict.fromkeys(("MultipleChoiceTask", "predict_choices"), "bertjax.tasks.multiple_choice"),
-    **dict.fromkeys(("KINDS", "BUNDLED", "Fields", "TaskOptions", "make_task",
-                     "read_task_examples", "bundled_examples", "hold_out", "kind_of"),
-                    "bertjax.tasks.registry"),
-}
+from bertjax.common.lazy import lazy_imports
 
-__all__ = sorted(_NAMES)
-__getattr__, __dir__ = lazy_names(__name__, _NAMES)
+if TYPE_CHECKING:  # the flat names, each imported on first use (`lazy_imports`)
+    from bertjax.tasks.classification import ClassificationTask, predict, score
+    from bertjax.tasks.multiple_choice import MultipleChoiceTask, predict_choices
+    from bertjax.tasks.question_answering import Decoding, QuestionAnsweringTask
+    from bertjax.tasks.registry import (
+        BUNDLED,
+        KINDS,
+        Fields,
+        TaskOptions,
+        bundled_examples,
+        hold_out,
+        kind_of,
+        make_task,
+        read_task_examples,
+    )
+    from bertjax.tasks.task import Task, TaskScores
+    from bertjax.tasks.token_classification import TokenClassificationTask, predict_tags
+
+__getattr__, __dir__, __all__ = lazy_imports(__name__, __file__)

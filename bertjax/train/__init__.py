@@ -36,32 +36,38 @@ the command line. Importing this package imports nothing.
 
 from __future__ import annotations
 
-from bertjax.common.lazy import lazy_names
+from typing import TYPE_CHECKING
 
-_NAMES = {
-    **dict.fromkeys(("assemble", "Training", "needs_dropout_keys"), "bertjax.train.assembly"),
-    **dict.fromkeys(("make_optimizer", "learning_rate_schedule", "current_learning_rate"),
-                    "bertjax.train.optim"),
-    "OptimConfig": "bertjax.train.schedule",
-    **dict.fromkeys(("make_strategy", "SingleDevice", "Pmap", "MeshStrategy"),
-                    "bertjax.train.parallel"),
-    **dict.fromkeys(("Objective", "PRETRAINING", "MASKED_LM", "CLASSIFICATION",
-                     "TOKEN_CLASSIFICATION", "QUESTION_ANSWERING", "MULTIPLE_CHOICE"),
-                    "bertjax.train.objectives"),
-    **dict.fromkeys(("Checkpointer", "Restored", "abstract_like", "state_digest"),
-                    "bertjax.train.checkpoint"),
-    **dict.fromkeys(("finished_steps", "best_step", "read_state", "CheckpointCorruptWarning",
-                     "StepReadError"), "bertjax.train.saved"),
-    "metrics_from_sums": "bertjax.losses",
-    **dict.fromkeys(("TrainState", "create_train_state", "make_train_step", "make_eval_step"),
-                    "bertjax.train.step"),
-    **dict.fromkeys(("PendingMetrics", "TrainClock", "StepSchedule", "NonFiniteLossError"),
-                    "bertjax.train.loop"),
-    "MetricsWriter": "bertjax.train.metrics",
-    "Prefetch": "bertjax.train.prefetch",
-    "local_attention_init": "bertjax.train.local_init",
-    "keep_freed_memory": "bertjax.train.host_memory",
-}
+from bertjax.common.lazy import lazy_imports
 
-__all__ = sorted(_NAMES)
-__getattr__, __dir__ = lazy_names(__name__, _NAMES)
+if TYPE_CHECKING:  # the flat names, each imported on first use (`lazy_imports`)
+    from bertjax.losses import metrics_from_sums
+    from bertjax.train.assembly import Training, assemble, needs_dropout_keys
+    from bertjax.train.checkpoint import Checkpointer, Restored, abstract_like, state_digest
+    from bertjax.train.host_memory import keep_freed_memory
+    from bertjax.train.local_init import local_attention_init
+    from bertjax.train.loop import NonFiniteLossError, PendingMetrics, StepSchedule, TrainClock
+    from bertjax.train.metrics import MetricsWriter
+    from bertjax.train.objectives import (
+        CLASSIFICATION,
+        MASKED_LM,
+        MULTIPLE_CHOICE,
+        PRETRAINING,
+        QUESTION_ANSWERING,
+        TOKEN_CLASSIFICATION,
+        Objective,
+    )
+    from bertjax.train.optim import current_learning_rate, learning_rate_schedule, make_optimizer
+    from bertjax.train.parallel import MeshStrategy, Pmap, SingleDevice, make_strategy
+    from bertjax.train.prefetch import Prefetch
+    from bertjax.train.saved import (
+        CheckpointCorruptWarning,
+        StepReadError,
+        best_step,
+        finished_steps,
+        read_state,
+    )
+    from bertjax.train.schedule import OptimConfig
+    from bertjax.train.step import TrainState, create_train_state, make_eval_step, make_train_step
+
+__getattr__, __dir__, __all__ = lazy_imports(__name__, __file__)
