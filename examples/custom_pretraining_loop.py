@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         tok.save(tok_dir)
     tok = data.Tokenizer.load(tok_dir)
     batch_options = dict(seq_len=args.seq_len, global_batch_size=args.batch_size)
-    batches = data.pretraining_batches(shards["train"], seed=0, **batch_options)
-    held_out = data.pretraining_batches(shards["eval"], seed=1, shuffle=False, **batch_options)
+    batches = data.PretrainingBatches(shards["train"], seed=0, **batch_options)
+    held_out = data.PretrainingBatches(shards["eval"], seed=1, shuffle=False, **batch_options)
     eval_batches = [next(held_out) for _ in range(8)]
 
     # model and any Optax optimizer (inject_hyperparams: the learning rate is logged)

@@ -7,14 +7,11 @@ rows equal their tokens/s ratios.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bertjax.bench.options import Row
-from bertjax.common.files import write_text_atomic
 
 # The reference rows of the ratio columns: (implementation, field).
 RATIO_REFERENCES = (("hf-eager", "vs_hf_eager"), ("hf-compiled", "vs_hf_compiled"))
@@ -162,10 +159,3 @@ def format_table(report: dict[str, Any]) -> str:
     out += [f"FAILED {x['row']}: {x['error'].strip().splitlines()[-1] if x['error'].strip() else '?'}"
             for x in report["failed"]]
     return "\n".join(out)
-
-
-def write_json(report: dict[str, Any], path: str | Path) -> Path:
-    """Write the report (every number, every row) as indented JSON; returns the path."""
-    path = Path(path)
-    write_text_atomic(path, json.dumps(report, indent=2, sort_keys=True) + "\n")  # no half file
-    return path

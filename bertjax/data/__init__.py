@@ -39,7 +39,7 @@ import the model core's config (no framework), `bertjax.errors` and `bertjax.com
 
 from __future__ import annotations
 
-from bertjax.data.batches import PretrainingBatches, pretraining_batches
+from bertjax.data.batches import PretrainingBatches
 from bertjax.data.choices import ChoiceExample, read_choices
 from bertjax.data.corpus import (
     EVAL_PLAYS,
@@ -80,7 +80,7 @@ __all__ = [
     "Tokenizer", "arrow_documents", "character_tagging", "corpus_documents",
     "create_pairs", "dataset_documents", "genre_examples", "iterable_documents", "json_documents",
     "jsonl_documents", "label_list", "label_names", "load_or_create_pairs", "mask_tokens",
-    "next_line_choices", "pack_layout", "pack_sequences", "parquet_documents", "pretraining_batches",
+    "next_line_choices", "pack_layout", "pack_sequences", "parquet_documents",
     "read_choices", "read_examples", "read_squad", "read_tagged", "shakespeare_documents",
     "shakespeare_plays", "shakespeare_speech_documents", "speaker_questions", "split_examples",
     "split_sentences", "text_documents", "unpack_tokens", "write_shards",

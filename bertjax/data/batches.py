@@ -296,8 +296,3 @@ class PretrainingBatches:
                 + "; resume with the same shards and data settings"
             )
         self.epoch, self.step = int(state["epoch"]), int(state["step"])
-
-
-def pretraining_batches(shards: Shards | str | os.PathLike, **kwargs: Any) -> PretrainingBatches:
-    """`PretrainingBatches(shards, **kwargs)`: the pre-training batch iterator."""
-    return PretrainingBatches(shards, **kwargs)
