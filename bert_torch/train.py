@@ -8,7 +8,7 @@ the BERT recipe and what `parity.training` compares. The settings come from the 
 Matching `optax.adamw(mask=decay_mask)`: `torch.optim.AdamW` applies the same decoupled decay
 (`p -= lr * wd * p`, with the parameters before the update) and the same epsilon placement
 (`sqrt(v_hat) + eps`). Two known differences of `clip_grad_norm_`, both far below the parity
-tolerances (`tests/test_train_parity.py`): it scales by `clip / (norm + 1e-6)` where Optax scales
+tolerances (`tests/parity/test_train_parity.py`): it scales by `clip / (norm + 1e-6)` where Optax scales
 by `clip / norm`, and its float32 norm loses the word embeddings' many tiny decoder gradients
 (~1e-5 relative on the tiny preset's 1024x128 table, where XLA's is within 1e-7 of float64).
 """

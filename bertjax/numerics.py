@@ -1,6 +1,6 @@
 """The numerics contract: every choice frameworks disagree on, pinned in one place.
 
-`bert_torch/numerics.py` implements the same functions for PyTorch; `tests/test_numerics.py`
+`bert_torch/numerics.py` implements the same functions for PyTorch; `tests/model/test_numerics.py`
 checks the two against each other and against transformers.
 """
 

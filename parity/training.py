@@ -38,7 +38,7 @@ from parity.convert import flax_to_torch, to_torch_model
 from parity.noise import NOISE_FACTOR, bar
 
 Batch = dict[str, np.ndarray]
-LOSS_TOLERANCE = 1e-4  # max abs diff of the loss at every step (tests/test_train_parity.py)
+LOSS_TOLERANCE = 1e-4  # max abs diff of the loss at every step (tests/parity/test_train_parity.py)
 PARAM_TOLERANCE = 1e-5  # max abs diff of every parameter after the first and the last update
 
 

@@ -3,7 +3,7 @@
 `mean` pooling is sentence-transformers' (the attention-masked mean of the last hidden state),
 `cls` the last hidden state at [CLS]; `normalize` divides by the L2 norm (sentence-transformers'
 `Normalize` module). With all-MiniLM-L6-v2, `embed(..., pooling="mean", normalize=True)` gives
-`SentenceTransformer(...).encode(...)`'s vectors within 1e-5 (tests/test_embed.py).
+`SentenceTransformer(...).encode(...)`'s vectors within 1e-5 (tests/use/test_embed.py).
 
 Lines are sorted by token length and cut into batches, so a short line is padded only to the
 longest line of its own batch (rounded up to `encode.PAD_MULTIPLE`, which bounds the number of

@@ -8,7 +8,7 @@ float32 and float64), measured on this machine.
 Per family: the largest |difference| of any output of any class from transformers' float32
 outputs, transformers' own float32 distance from its float64 run on the same weights (the noise the
 parity rule allows three times of), and the largest difference of any parameter's gradient,
-relative to that gradient's largest magnitude (at least 1). tests/test_families.py asserts the same
+relative to that gradient's largest magnitude (at least 1). tests/model/test_families.py asserts the same
 numbers against the bar; this script only reports them.
 """
 

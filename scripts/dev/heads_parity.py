@@ -1,11 +1,12 @@
 """Print the README's per-head parity table: every class against transformers and bert_torch
 (outputs and gradients) and its transformers-v4 Flax fixture against FlaxBert's outputs.
 
-Uses the tests' own models, batches and outputs (tests/test_heads.py, tests/test_flax_v4.py), so
-the table measures the distances the tests judge (each within 1e-5, or 3 x the reference's own
-float32 noise where that is larger: `parity.noise`). Needs the test extra (torch, transformers).
+Uses the tests' own models, batches and outputs (tests/parity/test_heads.py,
+tests/io/test_flax_v4.py), so the table measures the distances the tests judge (each within 1e-5,
+or 3 x the reference's own float32 noise where that is larger: `parity.noise`). Needs the test
+extra (torch, transformers).
 
-    python scripts/heads_parity.py
+    python scripts/dev/heads_parity.py
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import tempfile
 import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+TESTS = Path(__file__).resolve().parents[2] / "tests"
+sys.path[:0] = [str(TESTS / "parity"), str(TESTS / "io"), str(TESTS)]  # the modules and their helpers
 
 import test_flax_v4 as flax_v4  # noqa: E402
 import test_heads as heads  # noqa: E402

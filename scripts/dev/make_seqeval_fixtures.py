@@ -1,5 +1,5 @@
 """Write tests/fixtures/seqeval/cases.json: seqeval's own outputs on tricky tag sequences, the
-reference `bertjax.tasks.entities` is tested against (tests/test_tagging.py).
+reference `bertjax.tasks.entities` is tested against (tests/tasks/test_tagging.py).
 
 seqeval is not a bertjax dependency: run this in a side environment,
 
