@@ -75,6 +75,7 @@ def _tiny_forward(seq: int, batch: int, predictions: int):
     return config, params, forward, loss
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("seq", "batch", "predictions"), [(16, 4, 2), (64, 2, 10), (16, 2, 15)])
 def test_flop_formula_counts_every_matmul_of_the_model(seq, batch, predictions) -> None:
     """The formula equals the matmul FLOPs in bertjax's own program (its jaxpr), forward and
@@ -283,6 +284,7 @@ def _check_report(report: dict, out: str, mode: str, names: list[str]) -> None:
     assert "thread(s) for XLA and torch alike" in out
 
 
+@pytest.mark.slow
 def test_bench_train_reports_every_row_and_a_failing_one(tmp_path, capsys) -> None:
     """Every row that ran has every field; hf-compiled, given a backend torch does not know,
     fails in its own process, is reported with its error, and the rows after it still run."""
@@ -303,6 +305,7 @@ def test_bench_train_reports_every_row_and_a_failing_one(tmp_path, capsys) -> No
     assert "[4/4] bert_torch fp32: " in err
 
 
+@pytest.mark.slow
 def test_bench_infer_reports_every_row(tmp_path, capsys) -> None:
     path = tmp_path / "infer.json"
     code, out, err = _run(["bench", "infer", *TINY, "--set", "num_hidden_layers=1",
@@ -317,6 +320,7 @@ def test_bench_infer_reports_every_row(tmp_path, capsys) -> None:
         assert r["vs_hf_compiled"] == pytest.approx(r["tokens_per_s"] / compiled["tokens_per_s"])
 
 
+@pytest.mark.slow
 def test_rows_needing_transformers_are_skipped_and_named(tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` fails
     path = tmp_path / "r.json"
@@ -369,6 +373,7 @@ def test_bad_options_are_refused_by_the_parser(capsys, argv, message) -> None:
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("argv", "message"), [
     (["--preset", "tiny", "--seq", "256"], "--seq 256 is longer than max_position_embeddings=128 "
                                            "of preset 'tiny'; use a shorter --seq or --set "

@@ -38,6 +38,7 @@ def test_each_child_reports_its_own_peak_memory():
     assert failed["returncode"] == 3 and failed["output"].strip() == "out"
 
 
+@pytest.mark.slow
 def test_a_small_run_end_to_end(tmp_path):
     vocab = tmp_path / "vocab"
     sentences = (s for d in corpus_documents("shakespeare", split="eval") for s in d)

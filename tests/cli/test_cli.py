@@ -12,6 +12,7 @@ import pytest
 from bertjax.cli.main import COMMANDS, main
 
 
+@pytest.mark.slow
 def test_parity_command_prints_a_passing_table(capsys):
     assert main(["parity", "--preset", "tiny", "--seq-len", "16"]) == 0
     out = capsys.readouterr().out
@@ -22,6 +23,7 @@ def test_parity_command_prints_a_passing_table(capsys):
     assert " 0 failed" in out and "FAIL" not in out
 
 
+@pytest.mark.slow
 def test_parity_command_fails_with_exit_code_1_when_a_weight_differs(capsys, monkeypatch):
     """A mirror given one weight moved by 1e-4 (a conversion that is wrong by that much): FAIL,
     exit status 1. (A tiny --tolerance no longer forces failures: the bar is at least the
@@ -70,6 +72,7 @@ NO_TORCH = ("import sys; sys.modules['torch'] = None; sys.modules['transformers'
             "from bertjax.cli.main import main; sys.exit(main(sys.argv[1:]))\n")
 
 
+@pytest.mark.slow
 def test_pretrain_needs_no_torch(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-c", NO_TORCH, "pretrain", "--model.preset=tiny", "--data.vocab-size=200",

@@ -15,6 +15,8 @@ from use_helpers import tiny_checkpoint
 
 from bertjax.cli.compile_cache import ENV, FLAG, cache_directory
 
+pytestmark = pytest.mark.slow  # trains or compiles at length: CI runs the file, the fast tier leaves it out
+
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = "to be or not to [MASK]"
 

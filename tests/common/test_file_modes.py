@@ -61,6 +61,7 @@ def test_save_pretrained_follows_the_umask(tmp_path, mask):
     assert _modes(out) == _expected(out, mask)
 
 
+@pytest.mark.slow
 def test_finetune_follows_the_umask(tmp_path, mask, capsys):
     rows = [{"text": f"{'the king' if i % 2 else 'a fool'} speaks {i}", "label": i % 2}
             for i in range(16)]

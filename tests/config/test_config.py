@@ -73,6 +73,7 @@ def test_hf_config_refuses_other_architectures(tmp_path):
         BertConfig.load_hf_json(tmp_path)
 
 
+@pytest.mark.slow
 def test_config_module_imports_no_framework():
     import subprocess
     import sys

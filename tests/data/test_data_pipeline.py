@@ -35,6 +35,7 @@ def _docs(n: int, sentences: int = 6) -> list[list[str]]:
 # --- shards --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_shards_hold_every_sentence_and_report_statistics():
     shards, tok = shakespeare_shards(), shakespeare_tokenizer()
     meta = shards.meta
@@ -114,6 +115,7 @@ def served():
     return it, cat, index
 
 
+@pytest.mark.slow
 def test_statistics_over_100k_sequences(served, record_property):
     it, b, _ = served
     n = len(b["input_ids"])

@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 from data_helpers import minilm_tokenizer, original_ids
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -36,6 +37,7 @@ SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(text=st.text(max_size=200))
 def test_split_sentences_loses_nothing_but_whitespace(text):
@@ -65,6 +67,7 @@ def test_text_format_round_trip(docs):
         assert list(text_documents(path)) == expected
 
 
+@pytest.mark.slow
 @settings(SETTINGS, max_examples=120)
 @given(docs=documents, seq_len=st.integers(5, 48), seed=st.integers(0, 2**32 - 1),
        wwm=st.booleans())

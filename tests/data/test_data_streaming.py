@@ -86,6 +86,7 @@ def _held_while_reading(documents: Callable[[], Iterator[list[str]]]) -> tuple[i
     return sentences, python_peak, pool.max_memory()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["one_row_group.parquet", "corpus.jsonl.gz", "corpus.jsonl.zst",
                                   "saved"])
 def test_a_corpus_larger_than_the_bound_streams_through_it(corpus, name):

@@ -166,6 +166,7 @@ def _norm(tree) -> float:
     return float(sum(jnp.sum(x ** 2) for x in jax.tree.leaves(tree)) ** 0.5)
 
 
+@pytest.mark.slow
 def test_loss_weights_scale_each_part_and_zero_leaves_it_out_of_the_gradient() -> None:
     batch = _batch()
     value, metrics, _ = _gradients(pretraining(2.0, 3.0), batch)
@@ -182,6 +183,7 @@ def test_loss_weights_scale_each_part_and_zero_leaves_it_out_of_the_gradient() -
     assert _norm(mlm_alone["mlm_head"]) > 0
 
 
+@pytest.mark.slow
 def test_the_pretraining_job_trains_on_the_weighted_loss_with_its_rule(tmp_path) -> None:
     """A short run with both options set: every logged step's loss is the weighted sum, and
     run_config.json holds the options (what --resume checks)."""

@@ -43,6 +43,7 @@ def test_the_reader_keeps_each_speech_speaker():
     assert list(play_scenes(PLAY)) == [[s for _, s in next(spoken_scenes(PLAY))]]
 
 
+@pytest.mark.slow
 def test_splits_are_whole_plays():
     plays = {split: set(split_plays(split)) for split in SPLITS}
     assert plays["validation"] == set(GENRE_HELD_OUT["validation"])

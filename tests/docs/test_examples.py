@@ -20,6 +20,8 @@ import transformers
 
 import bertjax
 
+pytestmark = pytest.mark.slow  # trains or compiles at length: CI runs the file, the fast tier leaves it out
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 QA_MODEL = ROOT / "tests" / "fixtures" / "qa_pipeline" / "model"
@@ -53,7 +55,6 @@ def _relative(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(a - b).max() / max(1.0, np.abs(b).max()))
 
 
-@pytest.mark.slow
 def test_the_custom_loop_trains_resumes_and_exports_for_transformers(tmp_path, capsys) -> None:
     loop = _load("custom_pretraining_loop")
     tiny = ["--out", str(tmp_path / "run"), "--preset", "tiny", "--vocab-size", "200",
@@ -90,7 +91,6 @@ def _labelled_csv(path: Path, n: int = 80) -> Path:
     return path
 
 
-@pytest.mark.slow
 def test_finetuning_your_csv_from_a_hugging_face_directory(tmp_path, capsys) -> None:
     example = _load("finetune_your_data")
     result = example.main([str(QA_MODEL), str(_labelled_csv(tmp_path / "train.csv")),

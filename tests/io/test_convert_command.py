@@ -104,6 +104,7 @@ def _tensor_count(path: Path) -> tuple[int, int]:
 # --- what a conversion writes ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_convert_writes_the_class_the_checkpoint_is_and_transformers_reproduces_it(
         qa, tokenizer, tmp_path, capsys):
     out = tmp_path / "out"
@@ -161,6 +162,7 @@ def test_convert_as_another_class_adds_a_seeded_head_and_leaves_the_other_out(
                                {"logits": "logits"}) < HF_TOL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["BertModel", "BertForPreTraining", "BertForMultipleChoice"])
 def test_convert_as_each_kind_of_output_is_checked_by_transformers(qa, tmp_path, capsys, name):
     """A bare encoder, two heads at once, and (B, C, S) inputs: the probe and the field table."""
@@ -172,6 +174,7 @@ def test_convert_as_each_kind_of_output_is_checked_by_transformers(qa, tmp_path,
     assert json.loads((out / "config.json").read_text())["architectures"] == [name]
 
 
+@pytest.mark.slow
 def test_convert_of_a_run_names_the_step_it_wrote(tmp_path, capsys):
     run = tiny_run(tmp_path / "run")
     capsys.readouterr()
@@ -221,6 +224,7 @@ def _snapshot(root: Path) -> dict[str, bytes | None]:
             for p in sorted(root.rglob("*"))}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("earlier", [False, True], ids=["new", "over an earlier export"])
 @pytest.mark.parametrize("failure", ["bertjax reload", "transformers", "Ctrl-C"])
 def test_a_failed_check_leaves_no_out_dir_and_no_temporary(qa, tokenizer, tmp_path, capsys,
@@ -295,6 +299,7 @@ def test_without_transformers_the_check_is_skipped_with_a_note(qa, tmp_path, cap
     assert "verified: bertjax reloads it with the same outputs" in summary
 
 
+@pytest.mark.slow
 def test_a_bfloat16_model_is_compared_with_transformers_in_float32(qa, tokenizer, tmp_path):
     """A run that trained in bfloat16: the copy check computes as the model does, the
     transformers check compares float32 with float32 (bfloat16 itself is further off)."""
@@ -367,6 +372,7 @@ def _probe_scale(path: Path, tokenizer) -> float:
                      .prediction_logits.abs().max())
 
 
+@pytest.mark.slow
 def test_a_model_with_large_outputs_converts_and_a_drift_is_still_refused(
         large_outputs, tokenizer, tmp_path, capsys, monkeypatch):
     command = "convert"

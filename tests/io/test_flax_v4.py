@@ -82,6 +82,7 @@ def _parity_failures(model, saved: dict[str, np.ndarray], tmp_path: Path) -> lis
     return failures(*ours_and_flax(model, saved), _outputs(saved, ref64), TOL)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CLASSES)
 def test_each_flax_checkpoint_reproduces_flaxbert(name, tmp_path):
     path, saved = _fixture(f"Flax{name}")
@@ -99,6 +100,7 @@ def test_sharded_flax_checkpoint_loads_like_the_whole_one(tmp_path):
     assert _parity_failures(model, saved, tmp_path) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CLASSES)
 def test_export_migrates_to_a_directory_transformers_5_loads(tmp_path, name):
     path, saved = _fixture(f"Flax{name}")

@@ -85,6 +85,7 @@ def _within(ours, hf, batch, field: str) -> None:
     assert judged.passed, judged
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(HF_CONFIGS))
 def test_load_hf_matches_transformers(tmp_path, name):
     hf = _hf_model(name)
@@ -112,6 +113,7 @@ def test_save_hf_reloads_in_transformers_with_identical_logits(tmp_path, name):
     assert torch.equal(a.seq_relationship_logits, b.seq_relationship_logits)
 
 
+@pytest.mark.slow
 def test_save_hf_from_a_fresh_bertjax_model(tmp_path):
     model = BertForPreTraining(BertConfig.from_preset("tiny", vocab_size=64), rngs=nnx.Rngs(5))
     save_pretrained(model, tmp_path / "ckpt")
@@ -127,6 +129,7 @@ def test_save_hf_from_a_fresh_bertjax_model(tmp_path):
     _within(out.nsp_logits, hf, batch, "seq_relationship_logits")
 
 
+@pytest.mark.slow
 def test_bare_bert_model_without_prefix_gets_fresh_heads_and_says_so(tmp_path):
     torch.manual_seed(0)
     config = transformers.BertConfig(**HF_CONFIGS["small"], attn_implementation="eager")
@@ -211,6 +214,7 @@ def test_missing_encoder_weight_is_an_error(tmp_path):
         load_hf(tmp_path)
 
 
+@pytest.mark.slow
 def test_safetensors_import_needs_no_torch(tmp_path):
     _hf_model("small").save_pretrained(tmp_path)
     code = (

@@ -67,6 +67,7 @@ def _outputs(model, tokenizer) -> np.ndarray:
     return np.asarray(out.sequence_output)
 
 
+@pytest.mark.slow
 def test_a_hub_id_loads_offline_with_the_same_outputs_as_the_directory(offline, minilm_dir):
     by_id, tokenizer, report = bertjax.from_pretrained(MINILM, model_cls=bertjax.BertModel,
                                                        output_loading_info=True)
@@ -128,6 +129,7 @@ def test_a_local_path_is_never_taken_for_a_hub_id(tmp_path, monkeypatch) -> None
         hub.resolve_model(tmp_path, revision="main")
 
 
+@pytest.mark.slow
 def test_every_command_takes_a_hub_id(cache, tmp_path) -> None:
     """`bertjax embed ID` offline from the cache, and an uncached id as one line, exit 2."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache)}
@@ -157,6 +159,7 @@ def test_without_huggingface_hub_an_id_says_what_to_install(monkeypatch) -> None
         hub.resolve_model("org/name")
 
 
+@pytest.mark.slow
 def test_parity_takes_a_hub_id(offline, capsys) -> None:
     """`bertjax parity --hf` resolves an id as every command's MODEL does (issue 29)."""
     from bertjax.cli.main import main
@@ -227,6 +230,7 @@ def test_a_missing_path_that_is_no_hub_id_fails_at_once(no_hub, tmp_path) -> Non
     assert _asked_for(seen, "nosuchdir") == [] and lines.read_bytes() == before
 
 
+@pytest.mark.slow
 def test_an_id_the_hub_cannot_be_asked_for_fails_after_one_attempt(no_hub, tmp_path) -> None:
     endpoint, seen = no_hub
     cache = tmp_path / "cache"
@@ -246,6 +250,7 @@ def test_an_id_the_hub_cannot_be_asked_for_fails_after_one_attempt(no_hub, tmp_p
     assert lines.read_bytes() == before
 
 
+@pytest.mark.slow
 def test_a_cached_id_loads_from_the_cache_when_the_hub_cannot_be_reached(no_hub, cache,
                                                                           tmp_path) -> None:
     """Every file the cache lacks (modules.json, ...) is not asked for again and again."""

@@ -20,6 +20,8 @@ from bertjax.jobs.pretrain.data_cache import entry_for
 from bertjax.runs import config as rc
 from bertjax.runs.layout import RunDir
 
+pytestmark = pytest.mark.slow  # trains or compiles at length: CI runs the file, the fast tier leaves it out
+
 FILES = ("vocab.txt", "tokenizer.json", "data/train/tokens.bin", "data/train/meta.json",
          "data/eval/tokens.bin", "data/eval/meta.json")
 

@@ -23,6 +23,8 @@ from bertjax.jobs.finetune.config import FinetuneConfig
 from bertjax.jobs.finetune.job import check_inputs
 from bertjax.tasks.classification import ClassificationTask, predict, score
 
+pytestmark = pytest.mark.slow  # trains or compiles at length: CI runs the file, the fast tier leaves it out
+
 
 def _write(path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))

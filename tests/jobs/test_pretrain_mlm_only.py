@@ -31,6 +31,8 @@ from bertjax.train.metrics import read_jsonl
 from bertjax.train.objectives import MASKED_LM, pretraining_means
 from bertjax.train.saved import read_params, read_state
 
+pytestmark = pytest.mark.slow  # trains or compiles at length: CI runs the file, the fast tier leaves it out
+
 SEQ_LEN = 32
 FLAGS = ["--model.preset=tiny", "--model.model-type=roberta", "--train.objective=mlm",
          "--model.hidden-dropout-prob=0.1", "--data.vocab-size=200", f"--data.seq-len={SEQ_LEN}",

@@ -21,6 +21,8 @@ from bertjax.jobs.pretrain.job import TRAIN_METRIC_KEYS
 from bertjax.train.metrics import read_jsonl
 from bertjax.train.saved import read_state
 
+pytestmark = pytest.mark.slow  # trains or compiles at length: CI runs the file, the fast tier leaves it out
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "pretrain.py"
 LAUNCH = [sys.executable, str(SCRIPT)]
@@ -191,7 +193,6 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path: Path) -> None:
     assert all(np.isfinite(r["loss"]) for r in records if r["step"] < bad_step)
 
 
-@pytest.mark.slow
 def test_nan_loss_before_any_checkpoint_says_to_run_again_not_to_resume(tmp_path: Path) -> None:
     """Issue 45: with no checkpoint there is nothing to resume; the advice is a command that
     works: the same one, with other options, in the same --output-dir."""
@@ -218,7 +219,6 @@ def test_batch_not_divisible_by_devices(tmp_path: Path) -> None:
             "batch size that is a multiple of 2") in proc.stderr
 
 
-@pytest.mark.slow
 def test_time_limit_stops_with_a_checkpoint_and_resumes(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     first = _cli([*TINY, "--train.steps=100000", "--time-limit=0.05", f"--output-dir={run_dir}"])

@@ -119,6 +119,7 @@ def test_a_parquet_corpus_without_a_text_column_is_named(tmp_path: Path, capsys)
     check_corpus(rc.load(None, {"data.corpus": str(path), "data.text_field": "body"}))
 
 
+@pytest.mark.slow
 def test_a_failed_set_up_does_not_block_the_retry(tmp_path: Path, corpus: Path, capsys) -> None:
     """A config left by a run that never reached a checkpoint (what bertjax used to leave after
     a bad corpus) no longer blocks a fresh start with other options, nor does a bad corpus."""
@@ -178,6 +179,7 @@ def test_a_damaged_run_config_is_one_line(tmp_path: Path, capsys, content: bytes
     assert _listing(run_dir) == before
 
 
+@pytest.mark.slow
 def test_a_deleted_run_config_comes_back_from_the_newest_checkpoint(tmp_path: Path, corpus: Path,
                                                                   capsys) -> None:
     """The fix the damaged-config error names: delete run_config.json and resume; the run's
@@ -215,6 +217,7 @@ def test_a_bad_config_file_is_one_line(tmp_path: Path, capsys, name: str, conten
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_resume_of_a_finished_run_keeps_its_summary(tmp_path: Path, corpus: Path, capsys) -> None:
     run_dir = tmp_path / "run"
     assert main(["pretrain", *_tiny(corpus), f"--output-dir={run_dir}"]) == 0

@@ -47,6 +47,7 @@ def _cli(*argv: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
+@pytest.mark.slow
 def test_a_damaged_step_without_its_manifest_is_one_warning_not_68_tracebacks(run):
     """With bertjax_files.json gone a step is read without its checksums: an array file missing
     made Orbax's event loop close with TensorStore reads in flight, each reporting "RuntimeError:
@@ -67,6 +68,7 @@ def test_a_damaged_step_without_its_manifest_is_one_warning_not_68_tracebacks(ru
     assert _snapshot(run) == before
 
 
+@pytest.mark.slow
 def test_a_broken_run_config_of_a_run_being_read_names_a_fix_for_a_reader(run, capsys):
     """fill-mask has no --output-dir to choose: the fix is the copy each checkpoint keeps, which
     a resume writes back (not Orbax's files, whose layout is Orbax's own)."""

@@ -81,6 +81,7 @@ def _one_line(err: str, command: str, kind: str = "error") -> str:
 # --- a damaged checkpoint in a run directory ------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["fill-mask", "embed", "convert"])
 def test_damaged_best_checkpoint_falls_back_with_one_warning(run_dir, tmp_path, capsys, command):
     run = _damaged_copy(run_dir, tmp_path, best_step(run_dir / "checkpoints"))
@@ -109,6 +110,7 @@ def test_from_pretrained_warns_with_the_class_resume_uses(run_dir, tmp_path):
         bertjax.from_pretrained(run)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["truncate", "garbage"])
 def test_console_shows_only_our_lines(run_dir, tmp_path, how):
     """In a fresh process, as a user runs it: Orbax, absl and TensorStore print nothing."""
@@ -207,6 +209,7 @@ def test_fill_mask_on_a_bare_encoder_says_where_the_heads_come_from(tmp_path, ca
 # --- bench embed --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_bench_embed_accepts_a_run_directory(run_dir, tmp_path, monkeypatch):
     pytest.importorskip("transformers")
     from bertjax.bench.embed import run_embed_benchmark
@@ -342,6 +345,7 @@ def test_export_refuses_what_is_not_an_earlier_export(tmp_path, capsys, monkeypa
     assert _snapshot(tmp_path) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("failure", ["disk full", "Ctrl-C"])
 @pytest.mark.parametrize("earlier", [False, True], ids=["new", "over an earlier export"])
 def test_export_failing_half_way_leaves_nothing_and_a_retry_works(tmp_path, capsys, monkeypatch,

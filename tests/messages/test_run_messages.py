@@ -65,6 +65,7 @@ def test_resume_of_a_copied_finished_run_names_where_it_is_now(run_dir, tmp_path
     assert _snapshot(moved) == before  # its summary.json (with the old path) is not rewritten
 
 
+@pytest.mark.slow
 def test_resume_states_a_damaged_step_once(run_dir, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(run_dir, run)
@@ -86,6 +87,7 @@ def test_resume_states_a_damaged_step_once(run_dir, tmp_path, capsys):
     assert finished_steps(run / "checkpoints") == [3, 6]  # step 6 trained again
 
 
+@pytest.mark.slow
 def test_a_run_stopped_before_any_evaluation_writes_strict_json(tmp_path, capsys):
     """No evaluation ran, so there is no accuracy yet: null in summary.json (a bare NaN is no
     JSON), NaN again once read back."""

@@ -188,6 +188,7 @@ def test_finetune_refuses_bad_labels_naming_file_and_line(rows, message, tmp_pat
     assert sorted(os.listdir(tmp_path)) == ["train.jsonl"]
 
 
+@pytest.mark.slow
 def test_finetune_interrupted_leaves_nothing_and_a_retry_works(tmp_path, capsys, monkeypatch):
     import bertjax.jobs.finetune.job as job
 
@@ -336,6 +337,7 @@ def test_fill_mask_nsp_and_classify_name_a_long_text(tmp_path, capsys):
         f"{file}:2 has ")
 
 
+@pytest.mark.slow
 def test_nsp_and_attention_take_a_file_and_name_its_lines(tmp_path, capsys):
     pairs = tmp_path / "pairs.txt"
     pairs.write_text(f"To be.\tThat is the question.\n\n{LONG}\tand then?\n")

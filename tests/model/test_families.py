@@ -37,6 +37,8 @@ from bertjax.use.encode import encode
 from parity.convert import to_torch_model
 from parity.noise import failures
 
+pytestmark = pytest.mark.slow  # trains or compiles at length: CI runs the file, the fast tier leaves it out
+
 TOL = 1e-5
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "families"
 FAMILIES = ("roberta", "xlm-roberta", "distilbert", "electra")

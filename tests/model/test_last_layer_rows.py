@@ -63,6 +63,7 @@ def _loss_and_grads(model, batch, masked: bool, dropout_rng=None):
     return float(value), state_to_numpy(grads)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cls", [BertForPreTraining, BertForMaskedLM])
 @pytest.mark.parametrize("remat", [False, True])
 def test_rows_path_gives_the_full_layers_rows_and_gradients(cls, remat):
@@ -81,6 +82,7 @@ def test_rows_path_gives_the_full_layers_rows_and_gradients(cls, remat):
     assert max(gradient_errors(ga, gb).values()) <= 1e-6
 
 
+@pytest.mark.slow
 def test_dropout_masks_are_the_whole_layers_at_those_rows():
     """With dropout the rows path draws the whole layer's masks and takes its rows (attention
     probabilities, attention output, MLP output): the same outputs and gradients as the full

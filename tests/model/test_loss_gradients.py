@@ -27,6 +27,7 @@ def _logits_and_labels(shape: tuple[int, ...], vocab: int) -> tuple[jax.Array, j
     return logits, jax.random.randint(k2, shape, 0, vocab)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("shape", "vocab"), [((4, 7), 301), ((5,), 2)])  # MLM-like, NSP-like
 def test_cross_entropy_equals_optax_value_and_gradient(shape: tuple[int, ...], vocab: int):
     logits, labels = _logits_and_labels(shape, vocab)

@@ -105,6 +105,7 @@ def test_scan_forward_and_backward_never_restack_the_parameters(remat):
     assert "scan" not in restacked and sum(restacked.values()) >= 6  # q, k, v, output, MLP in, out
 
 
+@pytest.mark.slow
 def test_conversion_round_trip_between_scan_and_loop_models():
     scan = BertForPreTraining(SCAN, rngs=nnx.Rngs(3))
     arrays = model_to_numpy(scan)  # per-layer names, the loop model's shapes
@@ -130,6 +131,7 @@ def _per_layer_scaled(arrays: dict[str, np.ndarray], power: float) -> dict[str, 
     return {k: (v * factor(k)).astype(np.float32) for k, v in arrays.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer", ["adamw", "lamb"])
 def test_an_optimizer_update_is_the_loops(optimizer):
     """The same parameters and gradients, held per layer or stacked, give the same update: weight

@@ -71,6 +71,7 @@ def _fused_body(hlo: str, name: str) -> str:
     return hlo[start:hlo.index("\n}", start)]
 
 
+@pytest.mark.slow
 def test_backward_pass_scatters_only_into_the_word_embeddings_and_never_the_logits():
     hlo = _backward_hlo(_batch())
     scattered = re.findall(r"= f32\[([\d,]+)\]\{[^}]*\} scatter\(", hlo)
@@ -157,6 +158,7 @@ def test_rows_dot_general_is_the_dense_contraction():
         numerics.rows_dot_general(x, kernel.T, (((1,), (1,)), ((), ())))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_fused_attention_equals_the_exact_path(dtype):
     config = CONFIG.replace(dtype=dtype)
@@ -176,6 +178,7 @@ def test_fused_attention_equals_the_exact_path(dtype):
         assert abs(la - lb) <= 1e-5 and max(gradient_errors(gb, ga).values()) <= 1e-5
 
 
+@pytest.mark.slow
 def test_fused_attention_rules():
     batch = _batch()
     fused = BertForPreTraining(CONFIG.replace(attn_implementation="fused",
@@ -196,6 +199,7 @@ def test_fused_attention_rules():
                                   np.asarray(exact(ids, None, left_padded).sequence_output))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("changes", [{"scan_layers": True}, {"remat": True},
                                      {"scan_layers": True, "remat": True}])
 def test_scan_and_remat_change_nothing_but_the_program(changes):
@@ -237,6 +241,7 @@ def test_scan_traces_one_layer():
     assert loop - scanned == 3 * per_layer  # four layers traced once instead of four times
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prng", ["threefry2x32", "rbg"])
 def test_dropout_prng_choice(prng):
     config = CONFIG.replace(hidden_dropout_prob=0.2)
@@ -425,6 +430,7 @@ def _numpy_attention(q, k, v, mask):
     return np.einsum("baqk,bkad->bqad", dropped, v), probs  # (B, S, A, D), (B, A, S, S)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunks", [1, 2, 3, 5, 7])
 def test_sliced_heads_major_attention_is_the_plain_one(chunks):
     """The CPU layout (heads-major, the batch in slices: uneven ones, more slices than sequences)
@@ -478,6 +484,7 @@ def test_cpu_attention_chunks(monkeypatch):
     assert numerics.cpu_attention_chunks(32, drops_probs=False) is None  # the compiler's layout
 
 
+@pytest.mark.slow
 def test_model_attention_takes_the_cpu_layout_on_a_cpu(monkeypatch):
     """BERT on a (2-core) CPU computes its attention in two uneven slices of its batch of three (a
     scores and a context product per slice and layer), with the numbers of the plain layout."""

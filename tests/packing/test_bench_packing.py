@@ -15,6 +15,8 @@ from bertjax.bench.finetune import run_finetune_benchmark
 from bertjax.bench.packing import format_table as pack_table
 from bertjax.bench.packing import run_packing_benchmark
 
+pytestmark = pytest.mark.slow  # trains or compiles at length: CI runs the file, the fast tier leaves it out
+
 
 def test_pack_bench_measures_real_tokens_per_row_and_step():
     # the recipe's 512-piece vocabulary: the shares docs/packing.md reports

@@ -34,6 +34,8 @@ from bertjax.tasks.multiple_choice import MultipleChoiceTask, predict_choices
 from bertjax.tasks.question_answering import QuestionAnsweringTask
 from bertjax.tasks.token_classification import TokenClassificationTask, predict_tags
 
+pytestmark = pytest.mark.slow  # trains or compiles at length: CI runs the file, the fast tier leaves it out
+
 TOL = 1e-5
 ROW = 128  # packed rows of several short examples each
 
@@ -92,7 +94,6 @@ TASKS = {"classification": (ClassificationTask, ("a", "b", "c")),
          "choice": (MultipleChoiceTask, ("a",)), "qa": (QuestionAnsweringTask, ("a", "b"))}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(TASKS))
 def test_a_packed_batch_has_the_loss_and_gradient_of_its_examples(tokenizer, kind):
     task_class, labels = TASKS[kind]

@@ -265,6 +265,7 @@ def test_bertjax_packed_equals_each_sequence_alone(alone, name, implementation):
     assert max(errors.values()) <= TOL, sorted(errors.items(), key=lambda kv: -kv[1])[:3]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CLASSES)
 def test_bert_torch_packed_equals_each_sequence_alone(alone, name):
     _, mirror, (ref, ref_grads) = alone[name]
@@ -274,6 +275,7 @@ def test_bert_torch_packed_equals_each_sequence_alone(alone, name):
     assert max(errors.values()) <= TOL, sorted(errors.items(), key=lambda kv: -kv[1])[:3]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CLASSES)
 def test_packed_equals_transformers_sequence_by_sequence(alone, name, tmp_path):
     model, _, _ = alone[name]
@@ -348,6 +350,7 @@ def _changed_sequence() -> tuple[np.ndarray, int, list[int]]:
     return ids, n, neighbours
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("framework", "implementation"),
                          [("jax", "exact"), ("jax", "fused"), ("torch", "exact")])
 def test_changing_one_sequence_leaves_the_others_bitwise(framework, implementation):
@@ -380,6 +383,7 @@ def _torch_padding_only(sequence_ids, attention_mask):
     return keys[:, None, :].expand(-1, keys.shape[1], -1), positions
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", ["jax", "torch"])
 def test_the_leak_check_fails_with_the_padding_mask(monkeypatch, framework):
     if framework == "jax":

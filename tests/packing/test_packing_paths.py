@@ -65,6 +65,7 @@ def test_packed_attention_mask_and_positions_in_both_frameworks():
     np.testing.assert_array_equal(tpositions.numpy(), positions)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("implementation", ["exact", "fused"])
 def test_one_sequence_per_row_is_the_unpacked_model(implementation):
     model = BertModel(CONFIG.replace(attn_implementation=implementation), rngs=nnx.Rngs(0))
@@ -78,6 +79,7 @@ def test_one_sequence_per_row_is_the_unpacked_model(implementation):
     np.testing.assert_array_equal(packed.pooled_output[:, 0], plain.pooled_output)
 
 
+@pytest.mark.slow
 def test_explicit_position_ids_are_used_and_computed_ones_restart():
     model = BertForPreTraining(CONFIG, rngs=nnx.Rngs(0))
     args, kwargs = _jax_args()
@@ -96,6 +98,7 @@ def _mlp_rows(model, args, kwargs) -> list[int]:
                                        jaxpr)]
 
 
+@pytest.mark.slow
 def test_the_last_layer_computes_only_the_cls_and_masked_rows_of_packed_rows():
     model = BertForPreTraining(CONFIG, rngs=nnx.Rngs(0))
     args, kwargs = _jax_args()
@@ -119,6 +122,7 @@ def test_the_last_layer_computes_only_the_cls_and_masked_rows_of_packed_rows():
         assert np.abs(np.asarray(getattr(fast, f)) - getattr(theirs, f).numpy()).max() <= TOLERANCE
 
 
+@pytest.mark.slow
 def test_scan_layers_and_dropout_take_packed_rows():
     loop = BertForPreTraining(CONFIG, rngs=nnx.Rngs(0))
     scan = BertForPreTraining(CONFIG.replace(scan_layers=True), rngs=nnx.Rngs(0))
@@ -136,6 +140,7 @@ def test_scan_layers_and_dropout_take_packed_rows():
     assert float(jnp.abs(fast.mlm_logits - a.mlm_logits).max()) > 1e-3  # dropout did something
 
 
+@pytest.mark.slow
 def test_empty_slots_and_padding_rows():
     model = BertForPreTraining(CONFIG, rngs=nnx.Rngs(0))
     ids = np.concatenate([PACKED.input_ids, np.zeros((1, 20), np.int32)])  # a row of padding
@@ -172,6 +177,7 @@ def test_packed_multiple_choice_gives_empty_slots_the_lowest_logit():
     assert np.abs(logits - theirs.logits.numpy()).max() <= TOLERANCE
 
 
+@pytest.mark.slow
 def test_auto_keeps_packed_rows_exact_and_fused_gives_the_mask_to_xla(monkeypatch):
     fuse = numerics.use_fused_attention
     assert fuse("auto", False, False, cudnn=True) and not fuse("auto", False, False, True, True)
@@ -249,6 +255,7 @@ def test_multiple_choice_refuses_packing_arguments_with_stacked_choices():
             call()
 
 
+@pytest.mark.slow
 def test_packed_rows_need_not_be_right_padding_for_fused_attention():
     """Fused attention reads an unpacked mask as lengths (right padding only); packed rows carry
     their mask whole, so a hole in a row is fine."""

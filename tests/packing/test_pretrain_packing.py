@@ -39,6 +39,8 @@ from bertjax.train.objectives import PRETRAINING
 from bertjax.train.saved import read_state
 from bertjax.train.step import make_eval_step
 
+pytestmark = pytest.mark.slow  # trains or compiles at length: CI runs the file, the fast tier leaves it out
+
 PLAYS = ("macbeth", "othello", "the-tempest", "king-lear")  # training plays, a quick corpus
 SUM_TOL = 1e-5  # held-out means packed vs unpacked: float32 sums in another order
 
@@ -190,7 +192,6 @@ def _config(corpus: str, **extra) -> rc.RunConfig:
         "train.log_every": 2, **extra})
 
 
-@pytest.mark.slow
 def test_an_interrupted_packed_run_resumes_bitwise(tmp_path):
     corpus = tmp_path / "speeches.txt"
     docs = _speech_documents()[:3000]

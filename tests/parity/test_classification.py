@@ -73,6 +73,7 @@ def test_config_carries_the_labels(three):
     assert ours.config.id2label == ("comedy", "history", "tragedy") and ours.config.num_labels == 3
 
 
+@pytest.mark.slow
 def test_logits_agree_three_ways(three):
     theirs, ours, mirror = three
     b = _batch()
@@ -87,6 +88,7 @@ def test_logits_agree_three_ways(three):
     assert float(np.abs(mine - ref).max()) <= TOL
 
 
+@pytest.mark.slow
 def test_every_gradient_agrees_three_ways(three):
     theirs, ours, mirror = three
     b = _batch(1)
@@ -145,6 +147,7 @@ def test_mirror_round_trip_and_structure():
     assert flax_modules == {n for n, _ in tmodel.named_modules() if n}
 
 
+@pytest.mark.slow
 def test_pretraining_checkpoint_gives_a_fresh_classifier_and_says_so(tmp_path):
     torch.manual_seed(0)
     config = transformers.BertConfig(**{k: v for k, v in HF.items() if v is not None})

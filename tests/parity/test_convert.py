@@ -25,6 +25,7 @@ def _flax_arrays(model):
             for p, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MODEL_CLASSES))
 def test_flax_torch_flax_round_trip_is_exact(name):
     config = family_config(name, CONFIG)
@@ -132,6 +133,7 @@ def test_config_that_does_not_match_names_every_tensor():
         torch_to_flax(sd, CONFIG.replace(vocab_size=98))
 
 
+@pytest.mark.slow
 def test_numpy_state_dict_is_accepted_and_converted_model_runs():
     sd = {k: v.numpy() for k, v in _sd().items()}
     model = torch_to_flax(sd, CONFIG)

@@ -131,6 +131,7 @@ def round_trips(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CLASSES)
 def test_transformers_to_bertjax_to_transformers_loses_nothing(round_trips, name):
     hf, ours, back, info = round_trips[name]
@@ -142,6 +143,7 @@ def test_transformers_to_bertjax_to_transformers_loses_nothing(round_trips, name
         np.testing.assert_array_equal(reloaded[key].numpy(), original[key].numpy(), err_msg=key)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CLASSES)
 def test_outputs_and_gradients_equal_transformers(round_trips, name):
     hf, ours, _, _ = round_trips[name]
@@ -151,6 +153,7 @@ def test_outputs_and_gradients_equal_transformers(round_trips, name):
     assert _against(_ours(ours, batch, name), hf, hf64, batch, name, MODELS[name].hf_outputs) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CLASSES)
 def test_outputs_and_gradients_equal_the_torch_mirror(round_trips, name):
     _, ours, _, _ = round_trips[name]
@@ -163,6 +166,7 @@ def test_outputs_and_gradients_equal_the_torch_mirror(round_trips, name):
                     rename=lambda k: hf_name(k, prefix)) == []
 
 
+@pytest.mark.slow
 def test_a_head_loaded_as_another_keeps_the_encoder_and_names_both_heads(round_trips, caplog,
                                                                          tmp_path):
     hf, qa, _, _ = round_trips["BertForQuestionAnswering"]

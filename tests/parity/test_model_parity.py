@@ -31,6 +31,7 @@ def tiny_pair():
     return model, to_torch_model(model), to_torch_model(model, float64=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("masked", [True, False])
 def test_tiny_whole_model_parity(tiny_pair, masked):
     model, *_ = tiny_pair
@@ -88,6 +89,7 @@ def test_embeddings_module_parity(tiny_pair):
            lambda m, f: m.bert.embeddings(t["input_ids"], t["token_type_ids"]))
 
 
+@pytest.mark.slow
 def test_attention_and_layer_module_parity(tiny_pair):
     model, *_ = tiny_pair
     _, j, t = _inputs(1)
@@ -167,6 +169,7 @@ def test_outputs_fields_and_shapes(tiny_pair):
     _close(plain.mlm_logits, tiny_pair, lambda m, f: m(t["input_ids"]).mlm_logits)
 
 
+@pytest.mark.slow
 def test_dropout_needs_a_key_and_changes_outputs(tiny_pair):
     model, *_ = tiny_pair
     _, j, _ = _inputs()
@@ -181,6 +184,7 @@ def test_dropout_needs_a_key_and_changes_outputs(tiny_pair):
     assert not np.allclose(np.asarray(a), np.asarray(d))
 
 
+@pytest.mark.slow
 def test_bfloat16_compute_keeps_float32_params_and_logits():
     config = TINY.replace(dtype="bfloat16")
     model16 = BertForPreTraining(config, rngs=nnx.Rngs(1))
@@ -201,6 +205,7 @@ def test_bfloat16_compute_keeps_float32_params_and_logits():
     assert 0 < diff <= 5e-2 * scale, (diff, scale)
 
 
+@pytest.mark.slow
 def test_bfloat16_mirror_computes_in_bfloat16_too():
     """bert_torch honours `config.dtype`: a bfloat16 bertjax model's mirror computes in bfloat16
     (float32 parameters, softmax, LayerNorm statistics and logits), so the two agree far more

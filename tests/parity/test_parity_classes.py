@@ -16,6 +16,8 @@ from bertjax.cli.main import main
 from bertjax.config.heads import MODELS
 from bertjax.heads import MODEL_CLASSES
 
+pytestmark = pytest.mark.slow  # trains or compiles at length: CI runs the file, the fast tier leaves it out
+
 
 def _saved(tmp_path: Path, name: str) -> Path:
     """A tiny random model of class `name` (two labels where it has labels) with a tokenizer."""

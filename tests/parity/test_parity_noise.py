@@ -31,6 +31,7 @@ def noisy():
             random_batch(NOISY, batch_size=16, seq_len=64, num_predictions=8, seed=0))
 
 
+@pytest.mark.slow
 def test_a_correct_model_passes_where_the_reference_noise_exceeds_the_tolerance(noisy):
     model, batch = noisy
     report = compare(model, batch)
@@ -41,6 +42,7 @@ def test_a_correct_model_passes_where_the_reference_noise_exceeds_the_tolerance(
     assert all(r.bar == max(r.tolerance, NOISE_FACTOR * r.noise) for r in report.rows)
 
 
+@pytest.mark.slow
 def test_one_weight_moved_by_1e_4_fails(noisy):
     right, batch = noisy
     wrong = nnx.clone(right)
@@ -70,6 +72,7 @@ def test_the_rule_on_its_own():
         "t: distance 7.000e-05 > bar 6.000e-05 (tolerance 1e-05, float32 noise 2.000e-05)"]
 
 
+@pytest.mark.slow
 def test_the_command_prints_both_distances_and_the_bar(capsys):
     assert main(["parity", "--preset", "tiny", "--seq-len", "16"]) == 0
     out = capsys.readouterr().out.splitlines()

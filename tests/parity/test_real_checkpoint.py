@@ -22,6 +22,8 @@ from tokenizers import Tokenizer
 from bertjax.pretrained import load_hf
 from parity.noise import judge
 
+pytestmark = pytest.mark.slow  # trains or compiles at length: CI runs the file, the fast tier leaves it out
+
 SENTENCES = [
     "If music be the food of love, play on; give me excess of it.",
     "The quick brown fox jumps over the lazy dog.",

@@ -49,6 +49,8 @@ from bertjax.train.optim import OptimConfig
 from bertjax.train.parallel import SingleDevice
 from parity.noise import failures
 
+pytestmark = pytest.mark.slow  # trains or compiles at length: CI runs the file, the fast tier leaves it out
+
 TOL = 1e-5
 NAME = "BertForTokenClassification"
 

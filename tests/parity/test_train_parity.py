@@ -81,6 +81,7 @@ def test_batches_cover_padding_empty_slots_and_both_labels(batches):
     assert set(labels.tolist()) == {0, 1}
 
 
+@pytest.mark.slow
 def test_one_adamw_step_gives_the_same_parameters(batches):
     # No warm-up, so the first update has the full rate. Adam turns a gradient g into
     # lr * g / (|g| + eps): where |g| is near eps (1e-6) it magnifies the float32 round-off of g by
@@ -97,6 +98,7 @@ def test_one_adamw_step_gives_the_same_parameters(batches):
     assert not _params_within(report.first_step_diff, report.first_step_noise, PARAM_TOL)
 
 
+@pytest.mark.slow
 def test_twenty_steps_with_warmup_decay_and_clipping_give_the_same_losses(batches):
     # 5 warm-up updates (the first at rate 0), linear decay towards 0 at step 20, every update
     # clipped (gradient norms ~2-3 against a clip of 0.5), weight decay 0.01.

@@ -19,6 +19,8 @@ from bertjax.data.choices import ChoiceExample, read_choices
 from bertjax.heads import BertForMultipleChoice
 from bertjax.tasks.multiple_choice import choice_inputs, overlap_choice, predict_choices
 
+pytestmark = pytest.mark.slow  # trains or compiles at length: CI runs the file, the fast tier leaves it out
+
 TOL = 1e-5  # exported logits, max abs difference (float32)
 
 

@@ -29,6 +29,8 @@ from bertjax.jobs.finetune.config import FinetuneJob
 from bertjax.jobs.finetune.run import task_and_labels
 from bertjax.tasks.question_answering import Decoding, QuestionAnsweringTask, decode
 
+pytestmark = pytest.mark.slow  # trains or compiles at length: CI runs the file, the fast tier leaves it out
+
 TOL = 1e-5  # exported logits, max abs difference per unit of the largest logit (float32)
 NAMES = ["Prospero", "Miranda", "Caliban", "Ariel", "Titania", "Oberon"]  # not in the lines
 

@@ -25,6 +25,8 @@ from bertjax.tasks.token_classification import (
     predict_tags,
 )
 
+pytestmark = pytest.mark.slow  # trains or compiles at length: CI runs the file, the fast tier leaves it out
+
 TOL = 1e-5  # exported logits, max abs difference (float32)
 PEOPLE = [["Hamlet"], ["Ophelia"], ["Sir", "Toby", "Belch"], ["Horatio"]]
 PLACES = [["Elsinore"], ["Denmark"], ["Illyria"]]

@@ -89,12 +89,14 @@ def assembled_pretraining():
     return _assembled(BertForPreTraining(_config(0.1, 0.1), rngs=nnx.Rngs(0)), make_batches(1)[0])
 
 
+@pytest.mark.slow
 def test_assembled_pretraining_step_equals_make_train_step(assembled_pretraining) -> None:
     model = BertForPreTraining(_config(0.1, 0.1), rngs=nnx.Rngs(0))
     expected = _by_hand(model, make_batches(1)[0], dropout=True)
     _assert_equal(assembled_pretraining, expected)
 
 
+@pytest.mark.slow
 def test_assembled_classifier_step_uses_classifier_only_dropout() -> None:
     """Fine-tuning with dropout only in the classifier: the assembled step draws dropout keys."""
     config = _config(0.0, 0.0, 0.5)
@@ -107,6 +109,7 @@ def test_assembled_classifier_step_uses_classifier_only_dropout() -> None:
     assert _max_diff(got[1]["loss"], deterministic[1]["loss"]) > 1e-4
 
 
+@pytest.mark.slow
 def test_assembled_step_under_the_mesh_strategy(assembled_pretraining) -> None:
     """Under the mesh strategy (the step's output shardings are the state's, from its shapes)
     the assembled step gives the single-device result."""
@@ -139,6 +142,7 @@ def _train(model: nnx.Module, optimizer, steps: int, **kwargs):
     return losses, metrics
 
 
+@pytest.mark.slow
 def test_adafactor_trains_through_assemble_and_logs_no_rate_it_cannot_read() -> None:
     """A plain Optax optimizer: it learns (the loss on a repeated batch falls), and its state
     holds no learning rate, so none is logged rather than a made-up one."""
@@ -151,6 +155,7 @@ def test_adafactor_trains_through_assemble_and_logs_no_rate_it_cannot_read() -> 
     assert "learning_rate" not in metrics and np.isfinite(float(metrics["grad_norm"]))
 
 
+@pytest.mark.slow
 def test_a_user_chain_logs_the_rate_its_injected_schedule_used() -> None:
     """A user's own chain with `inject_hyperparams`: the learning rate logged after each update
     is the schedule's value at that update (0-based), read from the optimizer's state."""
@@ -169,6 +174,7 @@ def test_a_user_chain_logs_the_rate_its_injected_schedule_used() -> None:
     assert float(metrics["learning_rate"]) == pytest.approx(5e-4)
 
 
+@pytest.mark.slow
 def test_an_optim_config_and_the_transformation_it_builds_give_the_same_update() -> None:
     """OptimConfig is the run file's schema: it builds an Optax transformation; passing either
     to `assemble` trains the same (only the logged rate needs the config's schedule)."""

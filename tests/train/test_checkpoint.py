@@ -178,6 +178,7 @@ def test_read_only_helpers_agree_with_the_manager_and_touch_nothing(tmp_path: Pa
     assert finished_steps(tmp_path / "none") == [] and not (tmp_path / "none").exists()
 
 
+@pytest.mark.slow
 def test_saving_and_reading_change_no_process_wide_state(tmp_path: Path) -> None:
     """The library installs no logging filter, hook or stream of its own: not at import, not while
     it saves or reads a step (damaged or not)."""

@@ -17,6 +17,8 @@ from bertjax import BertConfig, BertForPreTraining
 from bertjax.train.optim import OptimConfig, learning_rate_schedule, make_optimizer
 from bertjax.train.step import create_train_state, make_train_step
 
+pytestmark = pytest.mark.slow  # trains or compiles at length: CI runs the file, the fast tier leaves it out
+
 CONFIG = BertConfig.from_preset("tiny", vocab_size=128)
 
 

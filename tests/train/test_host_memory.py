@@ -52,6 +52,7 @@ def _probe(disable: bool) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @glibc_only
 def test_kept_memory_is_not_faulted_again_each_call():
     kept = _probe(disable=False)
@@ -61,6 +62,7 @@ def test_kept_memory_is_not_faulted_again_each_call():
     assert len(quiet) >= 10, kept
 
 
+@pytest.mark.slow
 @glibc_only
 def test_without_it_every_call_faults_its_temporaries_again():
     # the control: what the setting removes (a test that fails if the probe stops measuring it)

@@ -37,6 +37,7 @@ def _attention(model: BertForPreTraining, seq: int = 128) -> np.ndarray:
     return np.stack([np.asarray(p) for p in out.attentions])  # (L, B, A, S, S)
 
 
+@pytest.mark.slow
 def test_chosen_layers_attend_to_their_offsets_and_the_others_do_not() -> None:
     probs = _attention(_model(layers=2))
     i = np.arange(8, 120)  # queries whose every offset is inside the sequence
@@ -114,6 +115,7 @@ def _copy_task_accuracy(layers: int | None, steps: int = 150) -> float:
     return float(np.mean(accuracy[-20:]))
 
 
+@pytest.mark.slow
 def test_local_init_learns_to_read_a_neighbour_that_random_init_has_not_yet() -> None:
     local, random = _copy_task_accuracy(1), _copy_task_accuracy(None)
     assert local > 0.6, local  # measured 0.90 (0.016 with the heads looking at offset 0)

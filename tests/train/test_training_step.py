@@ -44,6 +44,7 @@ def test_decay_mask_spares_exactly_biases_and_layernorm() -> None:
     assert any("mlm_head']['bias" in p for p in spared)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer", ["adamw", "adam", "lamb", "sgd"])
 def test_every_optimizer_lowers_the_loss(optimizer: str) -> None:
     """Ten updates on one fixed batch: each optimizer must cut the training loss by >= 10%."""
@@ -98,6 +99,7 @@ def test_step_metrics_match_the_loss_and_schedule() -> None:
     assert float(m["nsp_accuracy"]) == pytest.approx(nsp_right.mean(), abs=1e-6)
 
 
+@pytest.mark.slow
 def test_dropout_keys_depend_on_step_and_seed_only() -> None:
     """Same state + batch -> same update; a different step -> different dropout masks."""
     _, state, step = _setup(dropout=0.3)
@@ -110,6 +112,7 @@ def test_dropout_keys_depend_on_step_and_seed_only() -> None:
     assert abs(float(mc["loss"]) - float(ma["loss"])) > 1e-4
 
 
+@pytest.mark.slow
 def test_bfloat16_compute_keeps_float32_params_and_tracks_float32_loss() -> None:
     batch = make_batches(1)[0]
     _, s32, step32 = _setup(dtype="float32")
@@ -120,6 +123,7 @@ def test_bfloat16_compute_keeps_float32_params_and_tracks_float32_loss() -> None
     assert abs(float(m16["loss"]) - float(m32["loss"])) < 2e-2 * float(m32["loss"])
 
 
+@pytest.mark.slow
 def test_eval_step_sums_add_up_over_batches() -> None:
     graphdef, state, _ = _setup()
     eval_step = jax.jit(make_eval_step(graphdef))

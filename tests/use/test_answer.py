@@ -35,6 +35,7 @@ def _same(ours: list[dict], theirs: list[dict]) -> None:
 
 # 512: packed. A question's windows fill rows of their own length (only the last is shorter),
 # so no two share a row here: the packed path removes padding, and there is no leak to catch
+@pytest.mark.slow
 @pytest.mark.parametrize("max_tokens", [None, 512])
 @pytest.mark.parametrize("case", CASES, ids=[f"{c['question']} {c['kwargs']}" for c in CASES])
 def test_answers_equal_the_transformers_pipeline(loaded, case, max_tokens, monkeypatch):

@@ -131,6 +131,7 @@ def near(image: np.ndarray, color: np.ndarray, tol: float = 0.02) -> int:
     return int((np.abs(image[..., :3] - color).max(-1) < tol).sum())
 
 
+@pytest.mark.slow
 def test_png_has_the_figure_size_and_real_content(pair_maps, tmp_path):
     path = plot_layer(pair_maps, 2, tmp_path / "l2.png")
     image = imread(path)  # (H, W, 4) floats in [0, 1]
@@ -144,6 +145,7 @@ def test_png_has_the_figure_size_and_real_content(pair_maps, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["l2.png"]  # no temporary file left behind
 
 
+@pytest.mark.slow
 def test_png_of_one_sentence_has_no_boundary_and_layers_differ(peaky, tmp_path):
     maps = attention_maps(*peaky, A)
     paths = plot_all(maps, tmp_path / "out")
@@ -200,6 +202,7 @@ def test_html_survives_tokens_that_look_like_markup(tmp_path):
 # --- the command ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_command_writes_what_it_prints(loaded, tmp_path, capsys):
     out = tmp_path / "pictures"
     assert main(["attention", str(tiny_checkpoint()), A, B, "--out", str(out)]) == 0
@@ -216,6 +219,7 @@ def test_command_writes_what_it_prints(loaded, tmp_path, capsys):
         maps.num_tokens, 2, max(len(t) for t in maps.tokens)).pixels
 
 
+@pytest.mark.slow
 def test_command_layers_and_truncation_warning(tmp_path, capsys):
     out = tmp_path / "one"
     with warnings.catch_warnings():

@@ -78,6 +78,7 @@ def test_lines_cover_several_lengths_and_need_sorting(minilm, lines):
     assert widths == {16, 48}, widths
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_tokens", [None, PACKED])
 def test_mean_normalized_matches_transformers_recipe(minilm, lines, hf_last_hidden, max_tokens):
     model, tokenizer = minilm
@@ -91,6 +92,7 @@ def test_mean_normalized_matches_transformers_recipe(minilm, lines, hf_last_hidd
     np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_mean_normalized_matches_sentence_transformers(minilm, lines):
     # HF_HUB_OFFLINE=1 (conftest): the model directory is local, so it loads without network;
     # should a future sentence-transformers need the hub for it, only this comparison is skipped.
@@ -107,6 +109,7 @@ def test_mean_normalized_matches_sentence_transformers(minilm, lines):
     assert diff <= TOL, diff
 
 
+@pytest.mark.slow
 def test_order_restored_and_padding_free(minilm, lines):
     """Each line alone (no padding, no sorting) gives the vector it gets in sorted padded batches."""
     model, tokenizer = minilm
@@ -118,6 +121,7 @@ def test_order_restored_and_padding_free(minilm, lines):
     assert np.abs(together[1:] - together[:-1]).max() > 0.1  # distinct rows, not one repeated
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_tokens", [None, PACKED])
 def test_cls_pooling_is_first_hidden_state(minilm, lines, hf_last_hidden, max_tokens):
     model, tokenizer = minilm
@@ -128,6 +132,7 @@ def test_cls_pooling_is_first_hidden_state(minilm, lines, hf_last_hidden, max_to
     assert np.abs(ours - hf_last_hidden[0][:, 0]).max() <= TOL
 
 
+@pytest.mark.slow
 def test_packed_lines_are_their_unpacked_vectors(minilm, lines):
     """Packed into shared rows (several lines a row, the last batch completed with empty rows),
     every line's vector is the one it gets alone; a budget below one row is refused by name."""
@@ -163,6 +168,7 @@ def test_nearest_finds_the_line_itself(minilm, lines):
     assert len(nearest(vectors, query, 100)) == len(lines)
 
 
+@pytest.mark.slow
 def test_edge_cases(minilm, lines):
     model, tokenizer = minilm
     empty = embed(model, tokenizer, [])
@@ -196,6 +202,7 @@ def _write(path, text):
     return str(path)
 
 
+@pytest.mark.slow
 def test_embed_command_writes_vectors_and_nearest(minilm, lines, tmp_path, capsys):
     model, tokenizer = minilm
     file = _write(tmp_path / "lines.txt", "\n".join(lines) + "\n")
@@ -216,6 +223,7 @@ def test_embed_command_writes_vectors_and_nearest(minilm, lines, tmp_path, capsy
     assert "--batch-size does nothing with --max-tokens" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_similarity_command_prints_nearest_lines(lines, tmp_path, capsys):
     file = _write(tmp_path / "lines.txt", "\n".join(lines))
     assert lines[0] == lines[15] == "Who's there?"  # the same text twice: lines 1 and 16
@@ -257,6 +265,7 @@ def test_bad_inputs_exit_2_with_a_message(command, tmp_path, capsys):
     assert not (tmp_path / "v.npy").exists()
 
 
+@pytest.mark.slow
 def test_benchmark_rows_agree(lines):
     # the test's 32 lines in batches of 8: the shapes bertjax compiled for the tests above
     result = run_embed_benchmark(lines, batch_size=BATCH, repeats=1, keep_vectors=True, quiet=True,

@@ -127,6 +127,7 @@ def assert_same(got: list[list[dict]], expected: list[list[dict]]) -> None:
                                    rtol=0, atol=SCORE_TOLERANCE, err_msg=text)
 
 
+@pytest.mark.slow
 def test_designed_entities_are_what_the_pipeline_finds(reference) -> None:
     """The fitted model tags what DESIGNED says (so the comparisons below cover groups of
     several pieces and words, adjacent entities, B- after B-, I- without B-, [UNK] words)."""
@@ -141,6 +142,7 @@ def test_designed_entities_are_what_the_pipeline_finds(reference) -> None:
     assert reference["none"][4] == [] and all(r[4] == [] for r in reference.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_tokens", [None, 256])  # 256: texts packed two rows a batch
 @pytest.mark.parametrize("aggregation", AGGREGATIONS)
 def test_tag_equals_pipeline(tagger, reference, aggregation, max_tokens, monkeypatch) -> None:

@@ -47,6 +47,7 @@ def run_dir(tmp_path_factory) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_export_of_a_run_loads_in_transformers_and_autotokenizer(run_dir, tmp_path, capsys):
     assert main(["convert", str(run_dir), str(tmp_path / "hf")]) == 0
     assert "wrote" in capsys.readouterr().out
@@ -108,6 +109,7 @@ def test_from_pretrained_errors_name_the_problem(tmp_path, peaked):
         bertjax.from_pretrained(other)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_tokens", [None, 128])  # 128: packed, a row a batch
 def test_fill_mask_equals_the_transformers_pipeline(peaked, max_tokens, monkeypatch):
     import bertjax.use.fill_mask as module
@@ -128,6 +130,7 @@ def test_fill_mask_equals_the_transformers_pipeline(peaked, max_tokens, monkeypa
             assert mine[0].probability > 0.05  # peaked: the order is not a coin toss
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_tokens", [None, 128])
 def test_next_sentence_equals_transformers(peaked, max_tokens, monkeypatch):
     import bertjax.use.next_sentence as module
@@ -147,6 +150,7 @@ def test_next_sentence_equals_transformers(peaked, max_tokens, monkeypatch):
     assert float(ours.max() - ours.min()) > 1e-3  # the pairs really differ
 
 
+@pytest.mark.slow
 def test_commands_print_predictions(peaked, capsys):
     assert main(["fill-mask", str(peaked), TEXTS[1], "--top-k", "3"]) == 0
     out = capsys.readouterr().out
@@ -175,6 +179,7 @@ def test_commands_refuse_bad_input(peaked, tmp_path, capsys):
     assert "--file" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_model_without_an_mlm_head_is_refused_for_fill_mask(tmp_path):
     from bertjax.data import Tokenizer
 
@@ -209,6 +214,7 @@ def test_rows_with_and_without_a_second_segment_are_each_built_alone(peaked):
     assert pair_batch.attention_mask[1].sum() == n and not pair_batch.token_type_ids[1].any()
 
 
+@pytest.mark.slow
 def test_a_loaded_run_scores_what_the_run_recorded(run_dir):
     """from_pretrained(run) is the trained model itself: on the run's held-out batches it scores
     exactly the evaluation the run logged at that checkpoint."""
