@@ -21,6 +21,7 @@ from flax import nnx
 
 from bertjax.config import SHAPE_FIELDS, BertConfig
 from bertjax.config.families import FAMILIES
+from bertjax.config.heads import Model
 from bertjax.data.tokenizer import Tokenizer, fits_vocabulary
 from bertjax.errors import InputError
 from bertjax.heads import MODEL_CLASSES, BertForPreTraining
@@ -40,7 +41,7 @@ DEFAULT_MODEL_CLASS: type[nnx.Module] = BertForPreTraining
 
 
 def checkpoint_class(path: str | Path | ModelSource, *,
-                     revision: str | None = None) -> type[nnx.Module]:
+                     revision: str | None = None) -> type[Model]:
     """The class the checkpoint at `path` (a directory, a Hub id or its `ModelSource`) says it
     is: the class a run directory's run trains (`BertForPreTraining`, or `BertForMaskedLM` for
     masked LM alone); the class a Hugging Face directory's config.json
@@ -50,7 +51,7 @@ def checkpoint_class(path: str | Path | ModelSource, *,
     return MODEL_CLASSES.get(source.architecture or "") or default_class(source)
 
 
-def default_class(source: ModelSource) -> type[nnx.Module]:
+def default_class(source: ModelSource) -> type[Model]:
     """The class a checkpoint that names none loads as: the class a run trains
     (`BertForMaskedLM` for `--train.objective mlm`); for a Hugging Face directory
     `DEFAULT_MODEL_CLASS`, or the masked LM for a family pre-trained without a next-sentence head
@@ -66,7 +67,7 @@ def from_pretrained(
     *,
     revision: str | None = None,
     step: int | None = None,
-    model_cls: type[nnx.Module] | None = None,
+    model_cls: type[Model] | None = None,
     seed: int = 0,
     missing_heads: str = "init",
     output_loading_info: bool = False,
@@ -144,7 +145,7 @@ def check_load_arguments(function: str, model_cls: Any, missing_heads: Any,
 
 def load_hf(
     path: str | Path | ModelSource, *, revision: str | None = None,
-    model_cls: type[nnx.Module] | None = None, seed: int = 0, missing_heads: str = "init",
+    model_cls: type[Model] | None = None, seed: int = 0, missing_heads: str = "init",
     output_loading_info: bool = False, **config_overrides: Any,
 ) -> Any:
     """A Hugging Face BERT directory, Hub id or its `ModelSource` -> a bertjax `model_cls` (None:
@@ -167,7 +168,7 @@ def load_hf(
     return (model, report) if output_loading_info else model
 
 
-def _load_hf(source: ModelSource, model_cls: type[nnx.Module] | None, seed: int,
+def _load_hf(source: ModelSource, model_cls: type[Model] | None, seed: int,
              missing_heads: str, config_overrides: dict[str, Any]) -> tuple[Any, LoadReport]:
     """A Hugging Face source as `model_cls` (None: the class config.json names)."""
     source_cls = MODEL_CLASSES.get(source.architecture or "")
@@ -176,7 +177,7 @@ def _load_hf(source: ModelSource, model_cls: type[nnx.Module] | None, seed: int,
                       **config_overrides)
 
 
-def save_pretrained(model: nnx.Module, directory: str | Path, tokenizer: Any = None) -> Path:
+def save_pretrained(model: Model, directory: str | Path, tokenizer: Any = None) -> Path:
     """The inverse of `from_pretrained`: `model` (+ its `Tokenizer`) as a Hugging Face
     directory (`config.json` + `model.safetensors` + tokenizer files) that transformers,
     `AutoTokenizer` and `from_pretrained` load; written atomically, replacing `directory` only if

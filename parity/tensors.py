@@ -173,7 +173,8 @@ def _loss(model: Any, out: Any, batch: dict[str, Any], xp: Any, pretraining: Cal
 
 
 def _flax_side(model: Any, batch: dict[str, np.ndarray], masked: bool) -> Any:
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    graphdef, params, *others = nnx.split(model, nnx.Param, ...)
+    rest = others[0]  # the model's other state (one State for `...`)
     jbatch = {k: jnp.asarray(v) for k, v in batch.items()}
     args = tuple(None if x is None else jnp.asarray(x) for x in model_inputs(model, batch, masked))
 
@@ -250,6 +251,7 @@ def compare(
                          f"{sorted(set(ours) ^ set(ref))}")
     rows = [judge(name, ours[name], ref[name], ref64[name], tolerance) for name in ours]
     if our_grads is not None:
+        assert ref_grads is not None and ref64_grads is not None  # the same `masked` as ours
         if set(our_grads) != set(ref_grads):
             raise ValueError(
                 f"gradient names differ: only bertjax {sorted(set(our_grads) - set(ref_grads))}, "

@@ -12,6 +12,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
+from typing import NoReturn
 
 from bertjax.errors import InputError
 
@@ -56,7 +57,7 @@ def show_traceback() -> bool:
 class OneLineParser(argparse.ArgumentParser):
     """argparse with its errors as one line naming `--help` (no usage block), exit status 2."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 

@@ -59,9 +59,10 @@ def batch_size_of(args: argparse.Namespace) -> int:
     return args.batch_size or args.batch_size_default
 
 
-def load_model(args: argparse.Namespace, **kwargs: Any) -> tuple[Any, Any]:
-    """(model, tokenizer) of `args.model` (resolved once: `model_source`); a missing, damaged or
-    unusable directory is a CommandError of one line."""
+def load_model(args: argparse.Namespace, **kwargs: Any) -> Any:
+    """(model, tokenizer) of `args.model` (resolved once: `model_source`), with the report too
+    when `output_loading_info=True`; a missing, damaged or unusable directory is a CommandError
+    of one line."""
     from bertjax.pretrained import from_pretrained
 
     source = model_source(args)

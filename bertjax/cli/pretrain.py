@@ -183,4 +183,5 @@ def _start_processes(args: argparse.Namespace) -> None:
                                "environment variables); pass all three, or none")
         from bertjax.train.distributed import initialize
 
+        assert processes is not None and process_id is not None  # none missing
         initialize(address, processes, process_id)

@@ -13,6 +13,10 @@ named by its `Family` (`bertjax.config.families`: `RobertaForMaskedLM`, ...). No
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+if TYPE_CHECKING:
+    from bertjax.config import BertConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,6 +129,21 @@ MODELS: dict[str, ModelClass] = {m.name: m for m in (
 )}
 # The classes with a task head (all but the bare encoder), in `MODELS` order.
 HEAD_CLASSES = tuple(name for name in MODELS if name != ENCODER)
+
+
+class Model(Protocol):
+    """What code that takes a model class as an argument (checkpoint formats, the run schema,
+    the jobs, `parity`) may rely on: the class's row, its heads, where its encoder is, and a
+    model's config. Every class of `bertjax.heads` and `bertjax.model` is one."""
+
+    base_model_prefix: ClassVar[str]
+    spec: ClassVar[ModelClass]
+    head_modules: ClassVar[tuple[str, ...]]
+    config: BertConfig
+
+    def __init__(self, config: BertConfig, *, rngs: Any) -> None: ...
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
 def pretraining_class(next_sentence: bool) -> str:

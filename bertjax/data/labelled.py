@@ -115,7 +115,7 @@ def _json_type(value: object) -> str:
         return f"{'an integer' if isinstance(value, int) else 'a float'} ({value!r})"
     if isinstance(value, str):
         return "a string"
-    return {list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+    return {list: "a list", dict: "an object"}.get(type(value), type(value).__name__)  # type: ignore[call-overload]
 
 
 class _LabelType:
@@ -174,7 +174,7 @@ def check_labels(examples: Sequence[Example], labels: Sequence[str], what: str) 
     """Every label of `examples` must be one of `labels` (the training labels)."""
     unseen = [e for e in examples if e.label is not None and e.label not in labels]
     if unseen:
-        names = sorted({e.label for e in unseen})
+        names = sorted({str(e.label) for e in unseen})
         raise InputError(f"{what} has labels the model was not trained on: {', '.join(names)} (e.g. "
                          f"{unseen[0].where}); known labels: {', '.join(labels)}")
 
@@ -216,7 +216,7 @@ def split_examples(examples: Sequence[T], fraction: float, seed: int,
 
 def majority_baseline(train: Sequence[Example], test: Sequence[Example]) -> tuple[str, float]:
     """The most frequent training label and the accuracy of always predicting it on `test`."""
-    label = Counter(e.label for e in train).most_common(1)[0][0]
+    label = str(Counter(e.label for e in train).most_common(1)[0][0])
     return label, sum(e.label == label for e in test) / len(test)
 
 

@@ -28,6 +28,7 @@ from bertjax.common.files import atomic_directory, check_output_directory, follo
 from bertjax.common.input_overlap import Inputs
 from bertjax.config import BertConfig
 from bertjax.config.families import FAMILIES
+from bertjax.config.heads import Model
 from bertjax.errors import InputError
 from bertjax.io.flax_msgpack import FLAX_WEIGHTS, FLAX_WEIGHTS_INDEX, read_flax_tensors
 from bertjax.io.names import (
@@ -233,7 +234,7 @@ def hf_name(name: str, base_model_prefix: str, model_type: str = "bert") -> str:
 
 
 def write_hf(
-    path: str | Path, arrays: Mapping[str, np.ndarray], config: BertConfig, model_cls: type, *,
+    path: str | Path, arrays: Mapping[str, np.ndarray], config: BertConfig, model_cls: type[Model], *,
     tokenizer: Any = None,
 ) -> Path:
     """Write a `model_cls`'s `arrays` (our PyTorch names) as a directory that transformers loads as

@@ -17,7 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from bertjax.config.heads import MODELS
+from bertjax.config.heads import MODELS, Model
 from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import InputError
 from bertjax.io.report import LoadReport
@@ -72,7 +72,7 @@ def read_run_checkpoint(run: RunDir, step: int | None = None) -> RunCheckpoint:
     if step is not None:
         return RunCheckpoint(step, _read_chosen_step(run, step, steps))
     best = best_step(run.checkpoints)
-    order = [best] * (best is not None) + [s for s in reversed(steps) if s != best]
+    order = ([best] if best is not None else []) + [s for s in reversed(steps) if s != best]
     damaged: list[StepReadError] = []
     for candidate in order:
         try:
@@ -132,7 +132,7 @@ def check_run_tokenizer(run: RunDir, tokenizer: Tokenizer, found: RunCheckpoint)
 
 
 def load_run_model(
-    root: str | Path | ModelSource, *, model_cls: type, step: int | None = None, seed: int = 0,
+    root: str | Path | ModelSource, *, model_cls: type[Model], step: int | None = None, seed: int = 0,
     missing_heads: str = "init", **config_overrides: Any,
 ) -> tuple[Any, Tokenizer, LoadReport]:
     """(model, tokenizer, report) of a `bertjax pretrain` run directory (or its `ModelSource`):

@@ -181,6 +181,7 @@ def _download(repo_id: str, revision: str | None, cache_dir: str | Path | None) 
             return None
 
     config = fetch(CONFIG, required=True)
+    assert config is not None  # required: fetched or raised
     for filename in (*TOKENIZER_FILES, *SENTENCE_TRANSFORMERS_FILES):
         fetch(filename)
     for single, index in WEIGHTS:

@@ -122,7 +122,7 @@ def score(probs: np.ndarray, labels: np.ndarray) -> Scores:
 
 def label_ids(examples: Sequence[Example], labels: Sequence[str]) -> np.ndarray:
     index = {name: i for i, name in enumerate(labels)}
-    return np.array([index[e.label] for e in examples], np.int32)
+    return np.array([index[str(e.label)] for e in examples], np.int32)
 
 
 class ClassificationTask:

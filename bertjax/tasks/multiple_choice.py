@@ -155,7 +155,7 @@ def predict_choices(model: Any, tokenizer: Tokenizer,
     check_max_length(max_length, model_max_length(model), option)
     most = max(len(e.choices) for e in examples)
     probs = np.zeros((len(examples), most), np.float32)
-    said = {"warn": warn, "option": option}
+    said: dict[str, Any] = {"warn": warn, "option": option}
     if max_tokens is not None:
         arrays = choice_inputs(tokenizer, examples, max_length, model.config, **said)
         for members, layout in packed_layouts(choice_lengths(arrays).sum(1),

@@ -78,7 +78,7 @@ PRETRAINING = pretraining()
 
 # The next-sentence sums a masked LM alone does not have, as nothing: the pre-training loss and
 # means (`bertjax.losses`) then read the masked-LM part alone.
-_NO_NEXT_SENTENCE = {"nsp_loss_sum": 0.0, "nsp_count": 0.0, "nsp_correct": 0.0}
+_NO_NEXT_SENTENCE: dict[str, Any] = {"nsp_loss_sum": 0.0, "nsp_count": 0.0, "nsp_correct": 0.0}
 
 
 def pretraining_means(sums: dict[str, Any]) -> dict[str, Any]:

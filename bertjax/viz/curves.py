@@ -48,7 +48,7 @@ def _panel(ax: Axes, title: str, lines: list[tuple[list[dict[str, Any]], str, st
         if key == "learning_rate":
             peak = max(values) or 1.0
             values = [v / peak for v in values]
-        kwargs = {"color": "gray"} if style in ("--", ":") else {}
+        kwargs: dict[str, Any] = {"color": "gray"} if style in ("--", ":") else {}
         if window > 1:
             label, kwargs["alpha"] = f"{label} (avg {window})", 0.8
         ax.plot(steps, _smooth(values, window), style, label=label, **kwargs)

@@ -244,11 +244,12 @@ def initialise_model(config: rc.RunConfig, vocab_size: int, pad_token_id: int = 
     alone): BERT's initialisation from `train.seed`, then the local-attention heads where the
     configuration (resolved for its preset) asks for them. `vocab_size` and `pad_token_id` are
     the run's tokenizer's."""
-    model = MODEL_CLASSES[config.model_class](config.bert_config(vocab_size, pad_token_id),
-                                              rngs=nnx.Rngs(config.train.seed))
+    bert_config = config.bert_config(vocab_size, pad_token_id)
+    model: BertForPreTraining | BertForMaskedLM = MODEL_CLASSES[config.model_class](
+        bert_config, rngs=nnx.Rngs(config.train.seed))  # type: ignore[assignment]
     if config.model.local_layers:
         local_attention_init(model, layers=min(config.model.local_layers,
-                                               model.bert.config.num_hidden_layers))
+                                               bert_config.num_hidden_layers))
     return model
 
 
