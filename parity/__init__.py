@@ -6,10 +6,11 @@
     report = parity.compare(model)                     # outputs, attentions, gradients
     print(report.format())  # each tensor judged against the mirror's own float32 noise
 
-Any Flax NNX module's weights from any PyTorch module's, by dotted name, strictly:
+Any Flax NNX module beside any PyTorch module (docs/parity-your-model.md):
 
-    parity.load_torch_weights(flax_module, torch_module)
-    state_dict = parity.to_torch_state_dict(flax_module)
+    parity.load_torch_weights(flax_module, torch_module)        # by dotted name, strict
+    report = parity.compare_modules(flax_module, torch_module, (x,))
+    print(report.format())  # every submodule's output judged; report.first_divergence names one
 
 Hugging Face checkpoints are a product feature: `bertjax.from_pretrained` / `bertjax.save_pretrained`.
 """
@@ -19,8 +20,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["ParityReport", "compare", "flax_to_torch", "load_torch_weights", "random_batch",
-           "to_torch_model", "to_torch_state_dict", "torch_to_flax", "train_parity"]
+__all__ = ["ModuleReport", "ParityReport", "assert_modules_match", "compare", "compare_modules",
+           "flax_to_torch", "load_torch_weights", "random_batch", "to_torch_model",
+           "to_torch_state_dict", "torch_to_flax", "train_parity"]
 
 _LAZY = {
     "flax_to_torch": "parity.convert", "torch_to_flax": "parity.convert",
@@ -28,6 +30,8 @@ _LAZY = {
     "random_batch": "parity.tensors", "ParityReport": "parity.tensors",
     "train_parity": "parity.training",
     "load_torch_weights": "parity.weights", "to_torch_state_dict": "parity.weights",
+    "compare_modules": "parity.modules", "assert_modules_match": "parity.modules",
+    "ModuleReport": "parity.module_report",
 }
 
 
