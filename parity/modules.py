@@ -51,8 +51,9 @@ def _pair(flax_calls: list[Call], torch_calls: list[Call], name_map: NameMap
         else:
             skipped.append(_named(call))
     paired = {key for _, key in pairs}
-    torch_only = [_named(c) for c in torch_calls if c.key not in paired and c.has_params]
-    skipped += [_named(c) for c in torch_calls if c.key not in paired and not c.has_params]
+    unpaired = [c for c in torch_calls if c.key not in paired and map_name(c.name, name_map) is not None]
+    torch_only = [_named(c) for c in unpaired if c.has_params]
+    skipped += [_named(c) for c in unpaired if not c.has_params]
     if flax_only or torch_only:
         raise InputError(f"submodules with parameters that do not pair up: Flax only "
                          f"{_some(flax_only)}; PyTorch only {_some(torch_only)}: {NAME_MAP_HINT}")
@@ -121,6 +122,7 @@ def _gradient_rows(flax_module: nnx.Module, ours: dict[tuple[Any, ...], np.ndarr
     """One row per parameter: its gradient judged relative to its scale, floored at GRAD_FLOOR of
     the largest gradient (`parity.tensors`), named by its Flax name."""
     slots = {n: s for n, s in flax_slots(flax_module, name_map).items() if s.path in ours}
+    ref32 = {n: g for n, g in ref32.items() if map_name(n, name_map) is not None}
     if set(slots) != set(ref32):
         raise InputError(f"parameters that do not pair up: Flax only "
                          f"{_some([slots[n].flax_name for n in sorted(set(slots) - set(ref32))])}; "

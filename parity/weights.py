@@ -17,7 +17,8 @@ bertjax's own table (`bertjax.io.names.LEAF_RENAMES`) is the first four rows. A 
 names that differ otherwise: a dict of dotted prefixes, Flax's (after the rules above) -> PyTorch's
 (`{"blocks": "layers"}` renames `blocks.0.fc.weight` to `layers.0.fc.weight`; the longest prefix
 wins; None: a name with no counterpart, left out), or a callable from a Flax name to a PyTorch name
-or None. The same map pairs module paths in `parity.compare_modules`.
+or None. The same map pairs module paths in `parity.compare_modules`, where a PyTorch name it
+sends to None is left out too (layers an `nnx.scan` runs have no row of their own).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 from flax import nnx
-from ports import inputs, pair
+from ports import DEEP_WIDTH, FlaxDeepBlock, inputs, pair, torch_model
 from torch import nn
 
 import parity
@@ -145,6 +145,43 @@ def test_names_that_differ_are_paired_by_name_map():
     assert report.passed, report.format()
     assert [r.name for r in report.rows if not r.is_gradient] == ["(root)", "dense", "proj",
                                                                   "proj (call 2)"]
+
+
+class FlaxScanStack(nnx.Module):
+    """The deep stack's layers stacked (L, ...) and run by `nnx.scan`: no layer is called on its
+    own, so none has a row; the PyTorch layers are left out by name_map."""
+
+    def __init__(self, *, rngs: nnx.Rngs) -> None:
+        @nnx.split_rngs(splits=8)
+        @nnx.vmap(in_axes=(0,), out_axes=0)
+        def layers(rngs: nnx.Rngs) -> FlaxDeepBlock:
+            return FlaxDeepBlock(DEEP_WIDTH, rngs=rngs)
+
+        self.layers = layers(rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        @nnx.scan(in_axes=(nnx.Carry, 0), out_axes=nnx.Carry)
+        def step(x: jax.Array, layer: FlaxDeepBlock) -> jax.Array:
+            return layer(x)
+
+        return step(x, self.layers)
+
+
+def test_layers_run_by_a_jax_transform_are_judged_by_what_they_return():
+    reference = torch_model("deep")
+    port = nnx.eval_shape(lambda: FlaxScanStack(rngs=nnx.Rngs(0)))
+    state = reference.state_dict()
+    for path in ("fc.kernel", "fc.bias", "norm.scale", "norm.bias"):
+        module, leaf = path.split(".")
+        torch_leaf = "weight" if leaf in ("kernel", "scale") else leaf
+        stacked = np.stack([state[f"layers.{i}.{module}.{torch_leaf}"].numpy() for i in range(8)])
+        getattr(getattr(port.layers, module), leaf).set_value(  # (L, out, in) -> (L, in, out)
+            jnp.asarray(stacked.transpose(0, 2, 1) if leaf == "kernel" else stacked))
+    with pytest.raises(InputError, match=r"Flax only none; PyTorch only layers\.0, layers\.0\.fc"):
+        parity.compare_modules(port, reference, inputs("deep"), gradients=False)
+    report = parity.compare_modules(port, reference, inputs("deep"), gradients=False,
+                                    name_map={"layers": None})
+    assert report.passed and [r.name for r in report.rows] == ["(root)"], report.format()
 
 
 # --- what a user gets wrong: one line each ----------------------------------------------------------
