@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 import jax
@@ -71,13 +71,14 @@ def input_leaves(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
 
 class FlaxCapture:
     """`with FlaxCapture(module) as calls:` records each call of `module` and its submodules (and
-    of copies merged from their variables) into `calls`, in the order the calls begin."""
+    of copies merged from their variables) into `calls`, in the order the calls begin; `only`:
+    of the submodules of those names alone."""
 
-    def __init__(self, module: nnx.Module) -> None:
+    def __init__(self, module: nnx.Module, only: Collection[str] | None = None) -> None:
         self.calls: list[Call] = []
         self._by_id: dict[int, tuple[str, bool]] = {}
         self._by_variables: dict[tuple[type, tuple[int, ...]], tuple[str, bool]] = {}
-        named = module_names(module).values()
+        named = [(n, m) for n, m in module_names(module).values() if only is None or n in only]
         for name, m in named:
             variables = _variable_ids(m)
             known = (name, any(isinstance(v, nnx.Param) for _, v in _variables(m)))
@@ -148,10 +149,12 @@ def _variable_ids(module: nnx.Module) -> tuple[int, ...]:
 class TorchCapture:
     """`with TorchCapture(module) as calls:` records each call of `module` and its submodules into
     `calls` through forward hooks (inputs copied as the call begins, outputs as it ends, so that
-    an in-place operation later cannot change them), removed when the block ends."""
+    an in-place operation later cannot change them), removed when the block ends; `only`: of the
+    submodules of those names alone."""
 
-    def __init__(self, module: Any) -> None:
+    def __init__(self, module: Any, only: Collection[str] | None = None) -> None:
         self.module = module
+        self.only = only
         self.calls: list[Call] = []
         self._handles: list[Any] = []
         self._open: dict[int, list[Call]] = {}
@@ -159,6 +162,8 @@ class TorchCapture:
 
     def __enter__(self) -> list[Call]:
         for name, m in self.module.named_modules():
+            if self.only is not None and name not in self.only:
+                continue
             has_params = any(True for _ in m.parameters())
             self._handles.append(m.register_forward_pre_hook(
                 functools.partial(self._begin, name, has_params), with_kwargs=True))

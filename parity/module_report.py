@@ -10,8 +10,11 @@ output, and of block 1 and the model around it, block 1 is the one that did.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
-from parity.noise import Judged
+import numpy as np
+
+from parity.noise import Judged, judge
 
 ROOT = "(root)"  # how the compared module itself is named in a report
 
@@ -36,6 +39,23 @@ class ModuleRow(Judged):
     @property
     def is_gradient(self) -> bool:
         return self.inputs_passed is None
+
+
+def aligned(ours: Any, ref: np.ndarray) -> np.ndarray:
+    """PyTorch's array as ours is laid out: its channels (axis 1) moved last where only that makes
+    the shapes agree (a convolution's activations: (N, C, ...) in PyTorch, channels last in NNX)."""
+    if np.shape(ours) == np.shape(ref) or np.ndim(ref) < 3:
+        return ref
+    moved = np.moveaxis(ref, 1, -1)
+    return moved if moved.shape == np.shape(ours) else ref
+
+
+def inputs_passed(ours: list[Any], ref32: list[Any], ref64: list[Any], tolerance: float) -> bool:
+    """Whether every input array of a call (ours, PyTorch's in float32 and float64: paired in
+    order, where shapes agree) passed."""
+    triples = [(a, aligned(a, b), aligned(a, c)) for a, b, c in zip(ours, ref32, ref64, strict=False)]
+    return all(judge("input", a, b, c, tolerance).passed for a, b, c in triples
+               if np.shape(a) == np.shape(b))
 
 
 def _inside(inner: str, outer: str) -> bool:

@@ -26,7 +26,7 @@ from flax import nnx
 
 from bertjax.errors import InputError
 from parity.capture import Call
-from parity.module_report import ROOT, ModuleReport, ModuleRow
+from parity.module_report import ROOT, ModuleReport, ModuleRow, aligned, inputs_passed
 from parity.module_runs import flax_run, float64_run, split_inputs, torch_run
 from parity.noise import judge, max_abs
 from parity.tensors import GRAD_FLOOR, TOLERANCE
@@ -71,27 +71,10 @@ def _some(names: list[str], most: int = 8) -> str:
     return shown + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
-def _aligned(ours: Any, ref: np.ndarray) -> np.ndarray:
-    """PyTorch's array as ours is laid out: its channels (axis 1) moved last where only that makes
-    the shapes agree (a convolution's activations: (N, C, ...) in PyTorch, channels last in NNX)."""
-    if np.shape(ours) == np.shape(ref) or np.ndim(ref) < 3:
-        return ref
-    moved = np.moveaxis(ref, 1, -1)
-    return moved if moved.shape == np.shape(ours) else ref
-
-
-def _judged_inputs(ours: Call, ref32: Call, ref64: Call, tolerance: float) -> bool:
-    """Whether every input array of a call (paired in order, where shapes agree) passed."""
-    aligned = [(a, _aligned(a, b), _aligned(a, c))
-               for a, b, c in zip(ours.inputs, ref32.inputs, ref64.inputs, strict=False)]
-    return all(judge("input", a, b, c, tolerance).passed for a, b, c in aligned
-               if np.shape(a) == np.shape(b))
-
-
 def _output_rows(ours: Call, ref32: Call, ref64: Call, tolerance: float) -> list[ModuleRow]:
     """One row per output array of a call, paired by where it is in the output (a lone array on
     each side pairs whatever its place); a shape that differs fails its row."""
-    inputs_passed = _judged_inputs(ours, ref32, ref64, tolerance)
+    passed = inputs_passed(ours.inputs, ref32.inputs, ref64.inputs, tolerance)
     if len(ours.outputs) == len(ref32.outputs) == 1:
         pairs = [(next(iter(ours.outputs)), next(iter(ref32.outputs)))]
     elif set(ours.outputs) == set(ref32.outputs):
@@ -103,16 +86,16 @@ def _output_rows(ours: Call, ref32: Call, ref64: Call, tolerance: float) -> list
     rows = []
     for mine, theirs in pairs:
         a = ours.outputs[mine]
-        b, c = _aligned(a, ref32.outputs[theirs]), _aligned(a, ref64.outputs[theirs])
+        b, c = aligned(a, ref32.outputs[theirs]), aligned(a, ref64.outputs[theirs])
         name = _named(ours) + mine
         if np.shape(a) == np.shape(b):
             j = judge(name, a, b, c, tolerance)
             rows.append(ModuleRow(j.name, j.max_abs, j.noise_abs, j.scale, tolerance, False,
-                                  ours.name, ours.occurrence, inputs_passed))
+                                  ours.name, ours.occurrence, passed))
         else:
             rows.append(ModuleRow(name, float("inf"), max_abs(np.asarray(b, np.float64) - c),
                                   max_abs(b), tolerance, False, ours.name, ours.occurrence,
-                                  inputs_passed, f"shape {np.shape(a)}, PyTorch's {np.shape(b)}"))
+                                  passed, f"shape {np.shape(a)}, PyTorch's {np.shape(b)}"))
     return rows
 
 
