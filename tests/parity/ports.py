@@ -310,6 +310,18 @@ class FlaxDeepStack(nnx.Module):
         return x
 
 
+# --- breaking a port ------------------------------------------------------------------------------
+
+def move_weight(module: nnx.Module, path: str, by: float) -> None:
+    """Move the first entry of the weight at dotted `path` of `module` by `by` (list indices as
+    numbers: `blocks.1.fc1.kernel`), in place."""
+    *modules, leaf = path.split(".")
+    for name in modules:
+        module = module[int(name)] if name.isdigit() else getattr(module, name)
+    weight = getattr(module, leaf)
+    weight[...] = weight[...].at[(0,) * weight.ndim].add(by)
+
+
 # --- building pairs ----------------------------------------------------------------------------------
 
 PORTS = {"mlp": (TorchMLPStack, FlaxMLPStack), "conv": (TorchConvNet, FlaxConvNet),

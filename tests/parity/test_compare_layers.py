@@ -7,8 +7,12 @@ returns anyway.
 
 from __future__ import annotations
 
+import torch
 from flax import nnx
+from ports import move_weight
 
+import bert_torch
+import parity
 import parity.tensors
 from bertjax import BertConfig, BertForPreTraining
 from bertjax.cli.main import main
@@ -18,20 +22,22 @@ from parity.tensors import compare, random_batch
 TINY = BertConfig.from_preset("tiny")
 
 
+def _model(config: BertConfig) -> BertForPreTraining:
+    """A random BertForPreTraining made by its PyTorch mirror and converted: no random numbers
+    drawn in JAX, whose initialisers compile op by op (seconds)."""
+    torch.manual_seed(0)
+    return parity.torch_to_flax(bert_torch.BertForPreTraining(config).state_dict(), config)
+
+
 def _moved(model: BertForPreTraining, path: str, by: float) -> BertForPreTraining:
     """A copy of `model` with the first entry of the weight at dotted `path` moved by `by`."""
     wrong = nnx.clone(model)
-    owner = wrong
-    *modules, leaf = path.split(".")
-    for name in modules:
-        owner = owner[int(name)] if name.isdigit() else getattr(owner, name)
-    weight = getattr(owner, leaf)
-    weight[...] = weight[...].at[(0,) * weight.ndim].add(by)
+    move_weight(wrong, path, by)
     return wrong
 
 
 def test_the_per_layer_rows_are_captured_and_name_the_first_layer_to_diverge(monkeypatch):
-    right = BertForPreTraining(TINY, rngs=nnx.Rngs(0))
+    right = _model(TINY)
     wrong = _moved(right, "bert.embeddings.layer_norm.scale", 1e-3)
     batch = random_batch(TINY, batch_size=2, seq_len=12, num_predictions=3, seed=0)
     report = compare(wrong, batch, masked=False, reference=right)  # the forward: no gradients
@@ -69,7 +75,7 @@ def test_the_command_names_the_first_layer_to_diverge(monkeypatch, capsys):
 def test_layers_run_inside_a_transform_keep_the_model_s_own_rows():
     """`scan_layers` (as `remat`'s jax.checkpoint) runs the layers in a trace of their own: not
     captured, the rows are the model's own hidden states, as before."""
-    model = BertForPreTraining(TINY.replace(scan_layers=True), rngs=nnx.Rngs(0))
+    model = _model(TINY.replace(scan_layers=True))
     batch = random_batch(TINY, batch_size=2, seq_len=12, num_predictions=3, seed=0)
     report = compare(model, batch, masked=False)  # no gradients: the forward alone
     assert report.passed and report.layers == () and report.first_divergence is None
