@@ -134,6 +134,9 @@ def run(args: argparse.Namespace) -> int:
           f"a tensor passes within max(--tolerance, {NOISE_FACTOR} x f32 noise), the noise the "
           "mirror's float32 distance from its own float64 run")
     print(report.format())
+    if not report.passed and report.first_divergence is not None:
+        print(f"first divergence: {report.first_divergence}, the first layer whose output is "
+              "outside its bar while its input was inside")
     if args.train_steps <= 0:
         return 0 if report.passed else 1
 
