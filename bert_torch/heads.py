@@ -132,7 +132,8 @@ class BertForPreTraining(_MaskedLM):
         self.nsp_head = float32_linear(config, config.hidden_size, 2)
 
     def _head(self, out: BertOutput) -> BertOutput:
-        return dataclasses.replace(out, nsp_logits=self.nsp_head(numerics.upcast(present(out.pooled_output, "pooled_output"))))
+        pooled = numerics.upcast(present(out.pooled_output, "pooled_output"))
+        return dataclasses.replace(out, nsp_logits=self.nsp_head(pooled))
 
 
 class BertForMaskedLM(_MaskedLM):
@@ -153,7 +154,8 @@ class BertForNextSentencePrediction(_WithEncoder):
         self.nsp_head = float32_linear(config, config.hidden_size, 2)
 
     def _head(self, out: BertOutput) -> BertOutput:
-        return dataclasses.replace(out, nsp_logits=self.nsp_head(numerics.upcast(present(out.pooled_output, "pooled_output"))))
+        pooled = numerics.upcast(present(out.pooled_output, "pooled_output"))
+        return dataclasses.replace(out, nsp_logits=self.nsp_head(pooled))
 
 
 class ClassificationHead(nn.Module):

@@ -123,7 +123,7 @@ class FlaxCapture:
         self._trace = jax.extend.core.get_opaque_trace_state(convention="nnx")
         for cls in self._classes:
             self._saved.append((cls, cls.__dict__.get("__call__", _INHERITED)))
-            cls.__call__ = self._wrap(cls.__call__)
+            setattr(cls, "__call__", self._wrap(cls.__call__))  # noqa: B010 - a method, replaced
         return self.calls
 
     def __exit__(self, *exc: Any) -> None:
@@ -132,7 +132,7 @@ class FlaxCapture:
             if original is _INHERITED:
                 del cls.__call__
             else:
-                cls.__call__ = original
+                setattr(cls, "__call__", original)  # noqa: B010
 
 
 _INHERITED = object()  # a class that had no `__call__` of its own

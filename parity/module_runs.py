@@ -28,6 +28,8 @@ PLAIN = (bool, int, float, str, type(None))  # passed to both modules as they ar
 def split_inputs(inputs: Any) -> Inputs:
     """(positional, keyword) arguments from `inputs`: a tuple (a dict last: its keywords), a dict
     or one array; every value a NumPy array or a plain Python value."""
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
     if isinstance(inputs, np.ndarray):
         args, kwargs = (inputs,), {}
     elif isinstance(inputs, Mapping):
@@ -114,7 +116,8 @@ def _flax_values(graphdef: nnx.GraphDef, args: tuple[Any, ...], kwargs: tuple[tu
 def flax_run(module: nnx.Module, inputs: Inputs, gradients: bool
               ) -> tuple[list[Call], dict[tuple[Any, ...], np.ndarray] | None]:
     """The Flax module's calls (arrays on the host) and its parameters' gradients by graph path."""
-    graphdef, params, rest = nnx.split(module, nnx.Param, ...)
+    graphdef, params, *others = nnx.split(module, nnx.Param, ...)
+    rest = others[0]  # the module's other state (one State for `...`)
     args, kwargs = _cast(inputs, np.float32, jnp.asarray)
     arrays = ({i: x for i, x in enumerate(args) if isinstance(x, jax.Array)},
               {k: x for k, x in kwargs.items() if isinstance(x, jax.Array)})

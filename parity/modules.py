@@ -162,6 +162,7 @@ def compare_modules(
     rows = [row for call, key in pairs
             for row in _output_rows(call, by_key32[key], by_key64[key], tolerance)]
     if gradients:
+        assert flax_grads is not None and grads32 is not None and grads64 is not None
         rows += _gradient_rows(flax_module, flax_grads, grads32, grads64, name_map, grad_tolerance)
     return ModuleReport(rows, skipped)
 

@@ -315,9 +315,11 @@ def compare(
     return ParityReport(rows, layers if per_layer else ())
 
 
-def _with_inputs(row: Judged, module: str, sides: tuple[dict[str, Any], ...]) -> ModuleRow:
+def _with_inputs(row: Judged, module: str,
+                 sides: tuple[dict[str, Any], dict[str, Any], dict[str, Any]]) -> ModuleRow:
     """A per-layer row with its module and whether every input that module was fed passed (what
     `first_divergence` reads), judged as the row is."""
-    passed = inputs_passed(*(captured[module][0] for captured in sides), row.tolerance)
+    ours, ref32, ref64 = (captured[module][0] for captured in sides)
+    passed = inputs_passed(ours, ref32, ref64, row.tolerance)
     return ModuleRow(row.name, row.max_abs, row.noise_abs, row.scale, row.tolerance, row.relative,
                      module, 0, passed)

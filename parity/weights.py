@@ -209,11 +209,11 @@ def load_torch_weights(flax_module: nnx.Module, weights: Any, name_map: NameMap 
             "(a mask, position ids): pass a state dict without it")
     for name, slot in slots.items():
         value = from_torch_layout(to_numpy(state_dict[name]), slot.layout)
-        value = jnp.asarray(value, dtype=slot.variable.dtype)
+        array = jnp.asarray(value, dtype=slot.variable.dtype)
         if isinstance(slot.variable.get_value(), jax.ShapeDtypeStruct):
-            slot.variable.set_value(value)  # an abstract module (nnx.eval_shape): filled in
+            slot.variable.set_value(array)  # an abstract module (nnx.eval_shape): filled in
         else:
-            slot.variable[...] = value  # where and how the variable is placed, kept
+            slot.variable[...] = array  # where and how the variable is placed, kept
     return flax_module
 
 
