@@ -23,6 +23,22 @@ def positive_int(text: str) -> int:
     return int(_checked(text, int, lambda v: v >= 1, "a positive integer"))
 
 
+def token_slots(text: str) -> int:
+    """A positive integer no larger than the token slots a batch can hold in the memory this
+    process may use (`bertjax.common.memory`): --max-tokens."""
+    from bertjax.common.memory import TOKEN_BYTES_FLOOR, gib, largest_max_tokens, memory_limit
+
+    value = positive_int(text)
+    largest = largest_max_tokens()
+    if value > largest:
+        raise argparse.ArgumentTypeError(
+            f"{value} is more token slots than a batch can hold in the memory this process may "
+            f"use ({gib(memory_limit())}, at least {TOKEN_BYTES_FLOOR} bytes a slot); pass {largest} "
+            "or less (a batch holds no more than its inputs fill, so a larger value gains "
+            "nothing)")
+    return value
+
+
 def non_negative_int(text: str) -> int:
     """An integer of at least 0."""
     return int(_checked(text, int, lambda v: v >= 0, "an integer >= 0"))

@@ -105,7 +105,8 @@ def _logits(model: Any, windows: QAWindows, max_tokens: int | None, pad_id: int
         return np.asarray(out.start_logits, np.float32), np.asarray(out.end_logits, np.float32)
     start, end = (np.zeros(windows.input_ids.shape, np.float32) for _ in range(2))
     for batch in packed_batches(_inputs(windows), max_tokens=max_tokens,
-                                limit=model_max_length(model), pad_id=pad_id):
+                                limit=model_max_length(model), pad_id=pad_id,
+                                config=model.config):
         out = forward(batch.arrays)
         for target, logits in ((start, out.start_logits), (end, out.end_logits)):
             for n, values in zip(batch.members, batch.layout.split(np.asarray(logits)),
