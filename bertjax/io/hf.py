@@ -29,6 +29,7 @@ from bertjax.common.input_overlap import Inputs
 from bertjax.config import BertConfig
 from bertjax.config.families import FAMILIES
 from bertjax.errors import InputError
+from bertjax.io.family_check import check_family
 from bertjax.io.flax_msgpack import FLAX_WEIGHTS, FLAX_WEIGHTS_INDEX, read_flax_tensors
 from bertjax.io.hub import CONFIG
 from bertjax.io.names import (
@@ -163,8 +164,10 @@ def read_hf(path: str | Path, config_data: Mapping[str, Any] | None = None,
         raise InputError(f"{path / CONFIG}: {_one_line(err)}; fix it, or pass a directory whose "
                          "config.json describes a BERT") from err
     architecture = architecture_in(data)
+    raw = read_hf_tensors(path)
+    check_family(raw, config.model_type, str(path / CONFIG))
     tensors = {normalise_hf_key(from_family_name(k, config.model_type)): v
-               for k, v in read_hf_tensors(path).items()}
+               for k, v in raw.items()}
     _check_tied(tensors)
     arrays = {from_hf_name(k, architecture=architecture): v for k, v in tensors.items()
               if k not in HF_DERIVED_KEYS}
