@@ -176,9 +176,11 @@ def _load_hf(source: ModelSource, model_cls: type[nnx.Module] | None, seed: int,
                       **config_overrides)
 
 
-def save_pretrained(model: nnx.Module, directory: str | Path, tokenizer: Any = None) -> Path:
+def save_pretrained(model: nnx.Module, directory: str | Path, tokenizer: Any = None, *,
+                    overwrite: bool = False) -> Path:
     """The inverse of `from_pretrained`: `model` (+ its `Tokenizer`) as a Hugging Face
     directory (`config.json` + `model.safetensors` + tokenizer files) that transformers,
-    `AutoTokenizer` and `from_pretrained` load; written atomically, replacing `directory` only if
-    it is empty or an earlier export. Returns its path."""
-    return save_model(model, directory, tokenizer=tokenizer)
+    `AutoTokenizer` and `from_pretrained` load; written atomically into a new or empty
+    `directory`. A directory that holds a model (anyone's) is replaced only with
+    `overwrite=True`; one that holds other files never is. Returns its path."""
+    return save_model(model, directory, tokenizer=tokenizer, overwrite=overwrite)

@@ -2,12 +2,13 @@
 `pytorch_model.bin` or transformers-v4 Flax msgpack, or a `bertjax pretrain` run) as a Hugging
 Face directory of any BERT class (`--as`), which transformers and AutoTokenizer load.
 
-OUT_DIR is checked before the model is loaded: it must be new, empty or an earlier export (which
-is replaced); anything else is refused, naming what is there. The directory is written aside and
-checked there (`bertjax.io.verify`) before it is renamed into place: bertjax reloads it and must
-reproduce the model's outputs, and transformers (if installed) loads it with no missing or
-unexpected weight and the same outputs. A failed check, an error or Ctrl-C leaves no OUT_DIR (an
-earlier export stays as it was) and nothing beside it.
+OUT_DIR is checked before the model is loaded: it must be new or empty, or hold a model - anyone's,
+bertjax's own included - and `--force` be given (it is then replaced); anything else is refused,
+naming what is there, and so is any OUT_DIR that is, holds or lies in MODEL. The directory is
+written aside and checked there (`bertjax.io.verify`) before it is renamed into place: bertjax
+reloads it and must reproduce the model's outputs, and transformers (if installed) loads it with
+no missing or unexpected weight and the same outputs. A failed check, an error or Ctrl-C leaves
+no OUT_DIR (a model there stays as it was) and nothing beside it.
 """
 
 from __future__ import annotations
@@ -31,8 +32,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
     parser.add_argument("out", metavar="OUT_DIR",
                         help="directory to write (config.json, model.safetensors, tokenizer.json, "
-                             "vocab.txt, tokenizer_config.json): new, empty, or an earlier export "
-                             "(replaced)")
+                             "vocab.txt, tokenizer_config.json): new or empty, or one that holds "
+                             "a model, with --force")
+    parser.add_argument("--force", action="store_true",
+                        help="replace OUT_DIR if it holds a model (anyone's; never MODEL itself, "
+                             "nor a directory of other files)")
     parser.add_argument("--as", dest="as_class", choices=CLASS_NAMES, default=None,
                         metavar="CLASS",
                         help="the class to write (default: the class the checkpoint is; a run: "
@@ -64,7 +68,7 @@ def _convert(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     inputs = {"MODEL": model_input(args.model)}
-    check_export_directory(out, what="OUT_DIR", made_by="`bertjax convert`",
+    check_export_directory(out, what="OUT_DIR", overwrite=args.force, force="--force",
                            inputs=inputs)  # before the (slow) load
     model_cls = MODEL_CLASSES[args.as_class] if args.as_class else None
     model, tokenizer, report = load_model(args, model_cls=model_cls, seed=args.seed,
@@ -77,11 +81,10 @@ def _convert(args: argparse.Namespace) -> int:
             copied, loaded = verify_export(model, tokenizer, written)
         except ExportCheckError as err:
             raise CommandError(f"the directory written for {out} failed its check: {err}; {out} "
-                               "was not written (an earlier export there stays as it was)"
-                               ) from None
+                               "was not written (a model there stays as it was)") from None
         tensors, parameters = tensors_written(written)
-        check_export_directory(out, what="OUT_DIR", made_by="`bertjax convert`",
-                               inputs=inputs)  # still ours to replace
+        check_export_directory(out, what="OUT_DIR", overwrite=args.force, force="--force",
+                               inputs=inputs)  # still new, or a model --force replaces
     config, name = model.config, type(model).__name__
     print(f"wrote {out}: {name}, {config.num_hidden_layers} layers, hidden {config.hidden_size}, "
           f"vocabulary {tokenizer.vocab_size}")

@@ -35,8 +35,10 @@ def load_model(
                                "format": weights_format(source.directory) or ""})
 
 
-def save_model(model: nnx.Module, path: str | Path, *, tokenizer: Any = None) -> Path:
+def save_model(model: nnx.Module, path: str | Path, *, tokenizer: Any = None,
+               overwrite: bool = False) -> Path:
     """Write `model` as a directory that transformers loads as its class (`config.json` +
-    `model.safetensors`, plus a `Tokenizer`'s files if given): atomically, replacing
-    `path` only if it is empty or an earlier export (`bertjax.io.hf.write_hf`)."""
-    return write_hf(path, model_to_numpy(model), model.config, type(model), tokenizer=tokenizer)
+    `model.safetensors`, plus a `Tokenizer`'s files if given): atomically, into a new or empty
+    `path`, or replacing a model there with `overwrite` (`bertjax.io.hf.write_hf`)."""
+    return write_hf(path, model_to_numpy(model), model.config, type(model), tokenizer=tokenizer,
+                    overwrite=overwrite)
