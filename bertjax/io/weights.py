@@ -25,6 +25,7 @@ import numpy as np
 from flax import nnx
 
 from bertjax.config import BertConfig, stacked_at
+from bertjax.config.families import FAMILIES
 from bertjax.errors import InputError
 from bertjax.io.names import (
     HEAD_PREFIXES,
@@ -325,11 +326,33 @@ def _heads_named(names: Iterable[str], heads: tuple[str, ...]) -> list[str]:
 MISSING_HEADS = ("init", "error")  # what a load does with heads the weights lack
 
 
-def missing_heads_error(source: str, heads: Iterable[str], model_cls: type) -> InputError:
-    """The error for weights at `source` that lack `heads` of `model_cls`: it names the command
-    that makes such a model."""
+_PRETRAINING_CLASSES = ("BertModel", "BertForPreTraining", "BertForMaskedLM",
+                        "BertForNextSentencePrediction")
+
+
+def _family_fix(name: str, model_type: str) -> str | None:
+    """The fix for another family's checkpoint than BERT's that lacks a pre-training head of
+    class `name`: that family's own class, or why no checkpoint of it has one; None for BERT
+    (`MADE_BY`) and the fine-tuned classes."""
+    family = FAMILIES.get(model_type)
+    if family is None or model_type == "bert" or name not in _PRETRAINING_CLASSES:
+        return None
+    if "NextSentence" in name or (name == "BertForPreTraining" and not family.next_sentence):
+        return (f"{model_type} models are pre-trained without a next-sentence head, so none has "
+                "one: pass a BERT checkpoint (BertForPreTraining or BertForNextSentencePrediction)")
+    if model_type == "electra" and name == "BertForMaskedLM":
+        return ("an ELECTRA discriminator (ElectraForPreTraining) has no masked-LM head; ELECTRA's "
+                "generator has it: pass an ElectraForMaskedLM checkpoint (such as "
+                "google/electra-small-generator)")
+    return f"pass a Hugging Face {family.class_name(name)} checkpoint"
+
+
+def missing_heads_error(source: str, heads: Iterable[str], model_cls: type,
+                        model_type: str = "bert") -> InputError:
+    """The error for weights at `source` (of the `model_type` family) that lack `heads` of
+    `model_cls`: it names the command that makes such a model, or the checkpoint that has it."""
     name = model_cls.__name__
-    fix = MADE_BY.get(name, MADE_BY_DEFAULT.format(cls=name))
+    fix = _family_fix(name, model_type) or MADE_BY.get(name, MADE_BY_DEFAULT.format(cls=name))
     return InputError(f"{source} has no weights for {', '.join(sorted(heads))}, which {name} "
                       f"needs here: {fix}")
 
@@ -342,7 +365,7 @@ def _fresh_heads(
     warning; with `missing_heads="error"` a ValueError instead."""
     lacking = ", ".join(sorted(fresh))
     if missing_heads == "error":
-        raise missing_heads_error(source, fresh, model_cls)
+        raise missing_heads_error(source, fresh, model_cls, config.model_type)
     fresh = model_to_numpy(model_cls(config, rngs=nnx.Rngs(seed)))
     warnings.warn(
         f"{source} has no weights for {lacking}: freshly initialised (seed {seed}). "
