@@ -59,8 +59,12 @@ def locate(model: str | Path | ModelSource, *, revision: str | None = None) -> M
             "`bertjax pretrain` run directory")
     if not directory.is_dir():
         raise InputError(f"model {model} is a file; pass the directory that holds it")
-    if RunDir(directory).config.is_file():
+    run = RunDir(directory)
+    if run.config.is_file():
         return ModelSource(str(model), directory, RUN)
+    if not (directory / CONFIG).is_file() and run.checkpoints.is_dir():
+        raise InputError(f"{model} holds a `bertjax pretrain` run's checkpoints but not its "
+                         f"{run.config.name}; {run.config_fix(reading=True, missing=True)}")
     if not (directory / CONFIG).is_file():
         raise InputError(
             f"{model} holds neither config.json (a Hugging Face model) nor run_config.json (a "
