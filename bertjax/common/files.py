@@ -187,6 +187,21 @@ def listing(names: list[str], limit: int = 5) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
+def directory_entries(path: str | os.PathLike, what: str, inputs: Inputs | None) -> list[str]:
+    """The names in the output directory `path` (sorted; none: it is new or empty, free to write),
+    once the checks every output directory takes have passed: not one of `inputs`, nor inside or
+    holding one (`check_not_an_input`), creatable, not a file."""
+    check_not_an_input(path, what, inputs)
+    path = Path(path)
+    check_creatable(path, what)
+    if not path.exists() and not path.is_symlink():
+        return []
+    if not path.is_dir():
+        raise FileExistsError(f"{what} {path} is a file, not a directory; choose another {what} "
+                              "(a new or empty directory)")
+    return sorted(p.name for p in path.iterdir())
+
+
 def check_output_directory(
     path: str | os.PathLike,
     *,
@@ -204,15 +219,8 @@ def check_output_directory(
     mistyped path cannot lose a user's files; and never one that is, lies in or holds one of
     `inputs` (option -> the path(s) it reads; `check_not_an_input`). `foreign(path)`: the names
     `made_by` did not write, for the message (default: every name). Call it before any work."""
-    check_not_an_input(path, what, inputs)
+    names = directory_entries(path, what, inputs)
     path = Path(path)
-    check_creatable(path, what)
-    if not path.exists() and not path.is_symlink():
-        return
-    if not path.is_dir():
-        raise FileExistsError(f"{what} {path} is a file, not a directory; choose another {what} "
-                              "(a new or empty directory)")
-    names = sorted(p.name for p in path.iterdir())
     if not names:
         return
     if not is_ours(path):

@@ -24,8 +24,8 @@ import numpy as np
 import safetensors.numpy  # called through the module: tests replace save_file to crash a write
 from safetensors import SafetensorError
 
-from bertjax.common.files import atomic_directory, check_creatable, follow_umask, listing
-from bertjax.common.input_overlap import Inputs, check_not_an_input
+from bertjax.common.files import atomic_directory, directory_entries, follow_umask, listing
+from bertjax.common.input_overlap import Inputs
 from bertjax.config import BertConfig
 from bertjax.config.families import FAMILIES
 from bertjax.errors import InputError
@@ -316,15 +316,8 @@ def check_export_directory(path: str | Path, what: str = "output directory", *,
     model, whoever wrote it, and nothing a model directory does not hold; never one of `inputs`,
     nor inside or holding one (`bertjax.common.input_overlap`). A refusal names what the
     directory holds. Call it before any work."""
-    check_not_an_input(path, what, inputs)
+    names = directory_entries(path, what, inputs)
     path = Path(path)
-    check_creatable(path, what)
-    if not path.exists() and not path.is_symlink():
-        return
-    if not path.is_dir():
-        raise FileExistsError(f"{what} {path} is a file, not a directory; choose another {what} "
-                              "(a new or empty directory)")
-    names = sorted(p.name for p in path.iterdir())
     if not names:
         return
     model = held_model(path)
