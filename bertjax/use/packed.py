@@ -50,6 +50,10 @@ BULK_QUANTILE = 0.98
 # batches whose memory is live at once: the next one computes while the last one's results are
 # read back (`embed`, `answer`)
 IN_FLIGHT = 2
+# the share of the memory free now that batches may take: compiling their program, the inputs'
+# own arrays and the results take the rest. embed of 200,000 lines under a 4 GiB RLIMIT_DATA ran
+# out with budgets sized to the whole; at half (50,816 slots) it finished, 2.66 GB at its peak
+MEMORY_SHARE = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,17 +142,18 @@ def forward_token_bytes(config: BertConfig, row_len: int) -> int:
 def _check_fits(rows: int, row_len: int, config: BertConfig, max_tokens: int,
                 option: str) -> None:
     """An InputError naming `option` and the largest value that fits if `IN_FLIGHT` batches of
-    `rows` rows of `row_len` tokens of a `config` model need more memory than the process can
-    still use."""
+    `rows` rows of `row_len` tokens of a `config` model need more than `MEMORY_SHARE` of the
+    memory the process can still use."""
     per_slot = IN_FLIGHT * forward_token_bytes(config, row_len)
     need, free = rows * row_len * per_slot, available_memory()
-    if need <= free:
+    usable = int(free * MEMORY_SHARE)
+    if need <= usable:
         return
-    largest = free // per_slot // row_len * row_len
+    largest = usable // per_slot // row_len * row_len
     fix = (f"pass {option} {largest} or less" if largest >= row_len
            else "free some memory, or give fewer or shorter inputs")
     raise InputError(f"{option} {max_tokens}: batches of these inputs ({rows} rows of {row_len} "
-                     f"tokens) need about {gib(need)} with this model, more than the "
+                     f"tokens) need about {gib(need)} with this model, more than half the "
                      f"{gib(free)} this process can still use; {fix}")
 
 

@@ -122,7 +122,7 @@ def test_a_batch_of_these_inputs_that_cannot_fit_beside_what_is_in_use_is_refuse
         bertjax.embed(model, tokenizer, lines, max_tokens=10**6)
     message = str(refused.value)
     assert message.startswith("max_tokens (--max-tokens) 1000000: batches of these inputs (")
-    assert "more than the 0.1 GiB this process can still use; pass max_tokens (--max-tokens) " \
+    assert "more than half the 0.1 GiB this process can still use; pass max_tokens (--max-tokens) " \
         in message
     fits = int(message.rsplit("(--max-tokens) ", 1)[1].split()[0])
     assert fits % 64 == 0 and 64 <= fits < 10**6
