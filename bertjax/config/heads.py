@@ -67,6 +67,7 @@ class ModelClass:
     next_sentence: bool = False  # a head only families pre-trained with NSP have
     families: tuple[str, ...] = ()  # the only families that have this class, if any
     choices: bool = False  # inputs (B, C, S): one row per choice
+    pretrained: bool = False  # its heads come from pre-training (not from fine-tuning)
 
     @property
     def masked_lm(self) -> bool:
@@ -104,17 +105,18 @@ MODELS: dict[str, ModelClass] = {m.name: m for m in (
     ModelClass(ENCODER, ("pooler",), (("sequence_output", "last_hidden_state"),
                                       ("pooled_output", "pooler_output")),
                "pass a `bertjax pretrain` run directory or a Hugging Face BertModel / "
-               "BertForPreTraining checkpoint that has them"),
+               "BertForPreTraining checkpoint that has them", pretrained=True),
     ModelClass(PRETRAINING, ("mlm_head", "nsp_head"),
                (("mlm_logits", "prediction_logits"), ("nsp_logits", "seq_relationship_logits")),
                "pre-train one with `bertjax pretrain` (pass its run directory) or pass a Hugging "
-               "Face BertForPreTraining checkpoint", next_sentence=True),
+               "Face BertForPreTraining checkpoint", next_sentence=True, pretrained=True),
     ModelClass(MASKED_LM, ("mlm_head",), (("mlm_logits", "logits"),),
                "pass a `bertjax pretrain` run directory or a Hugging Face BertForMaskedLM / "
-               "BertForPreTraining checkpoint", pooled=False),
+               "BertForPreTraining checkpoint", pooled=False, pretrained=True),
     ModelClass("BertForNextSentencePrediction", ("nsp_head",), (("nsp_logits", "logits"),),
                "pass a `bertjax pretrain` run directory or a Hugging Face "
-               "BertForNextSentencePrediction / BertForPreTraining checkpoint", next_sentence=True),
+               "BertForNextSentencePrediction / BertForPreTraining checkpoint", next_sentence=True,
+               pretrained=True),
     ModelClass("BertForSequenceClassification", ("classifier",), _LOGITS,
                _fine_tune("", "BertForSequenceClassification")),
     ModelClass("BertForTokenClassification", ("token_classifier",), _LOGITS,

@@ -32,6 +32,7 @@ from bertjax.common.console import quiet, to_stderr
 from bertjax.common.files import write_json_atomic
 from bertjax.heads import MODEL_CLASSES, BertForMaskedLM, BertForPreTraining
 from bertjax.jobs.pretrain.data import PretrainData, accuracy_ratio, check_corpus, open_data
+from bertjax.jobs.pretrain.data_cache import unusable
 from bertjax.jobs.pretrain.start import (
     PretrainError,
     RunStart,
@@ -262,6 +263,10 @@ def _prepare_data(config: rc.RunConfig, run: RunDir, start: RunStart, stop: Stop
     if start.rebuild_data:
         say(f"preparing the data: a {config.data.vocab_size}-piece vocabulary and shards of "
             f"{config.data.corpus!r} in {run}")
+        problem = unusable(cache) if cache is not None and main else None
+        if problem is not None:
+            say(f"warning: {problem}")
+            cache = None
         if main and start.restart:
             with stop.entering(SAVING):  # the stale configuration first: it describes the old data
                 discard_unstarted(run)
