@@ -130,15 +130,13 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _check_as_family(args: argparse.Namespace, as_class: str | None, as_family: str | None,
-                  model_type: str) -> None:
+                     model_type: str) -> None:
     """--as given as transformers' name of another family's class than MODEL's: refused, naming
     the class of MODEL's family (convert changes the class, never the family)."""
     if as_class is None or as_family is None or as_family == model_type:
         return
-    from bertjax.heads import MODEL_CLASSES
-
     family = FAMILIES.get(model_type, FAMILIES["bert"])
-    only = getattr(MODEL_CLASSES[as_class], "families", ())
+    only = MODELS[as_class].families
     if only and model_type not in only:
         fix = f"a {model_type} model has no such class: choose another --as"
     else:
