@@ -167,6 +167,9 @@ def _pretrain(args: argparse.Namespace, config: rc.RunConfig | None, stop: StopR
         f"most-frequent-token baseline {result.baseline_accuracy:.4f} "
         f"({result.baseline_token!r}); perplexity {ev.get('perplexity', float('nan')):.1f}; "
         + (f"NSP accuracy {ev['nsp_accuracy']:.4f}; " if "nsp_accuracy" in ev else "")
+        + (f"replaced-token accuracy {ev['rtd_accuracy']:.4f} (precision "
+           f"{ev['rtd_precision']:.4f}, recall {ev['rtd_recall']:.4f}); " if "rtd_accuracy" in ev
+           else "")
         + f"outputs in {result.run_dir}"
     )
     return 0

@@ -43,6 +43,9 @@ HEADS: dict[str, Head] = {h.attribute: h for h in (
     Head("qa_outputs"),
     Head("choice_classifier", (("choice_classifier.", "classifier."),)),
     Head("discriminator_predictions"),  # ELECTRA's replaced-token detection
+    # the masked LM an ELECTRA pre-training run trains beside its discriminator (sharing its
+    # embeddings): in a run's checkpoints, where a load of the discriminator leaves it out
+    Head("generator"),
 )}
 
 
@@ -99,6 +102,7 @@ class ModelClass:
 ENCODER = "BertModel"
 PRETRAINING = "BertForPreTraining"
 MASKED_LM = "BertForMaskedLM"
+DISCRIMINATOR = "BertForReplacedTokenDetection"
 _LOGITS = (("logits", "logits"),)
 
 MODELS: dict[str, ModelClass] = {m.name: m for m in (
@@ -126,7 +130,9 @@ MODELS: dict[str, ModelClass] = {m.name: m for m in (
                _fine_tune("question-answering", "BertForQuestionAnswering"), pooled=False),
     ModelClass("BertForMultipleChoice", ("choice_classifier",), _LOGITS,
                _fine_tune("multiple-choice", "BertForMultipleChoice"), choices=True),
-    ModelClass("BertForReplacedTokenDetection", ("discriminator_predictions",), _LOGITS,
+    ModelClass(DISCRIMINATOR, ("discriminator_predictions",), _LOGITS,
+               "pre-train one with `bertjax pretrain --train.objective electra` (pass its run "
+               "directory) or pass a Hugging Face ElectraForPreTraining checkpoint",
                pooled=False, families=("electra",)),
 )}
 # The classes with a task head (all but the bare encoder), in `MODELS` order.
