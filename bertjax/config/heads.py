@@ -133,7 +133,7 @@ MODELS: dict[str, ModelClass] = {m.name: m for m in (
     ModelClass(DISCRIMINATOR, ("discriminator_predictions",), _LOGITS,
                "pre-train one with `bertjax pretrain --train.objective electra` (pass its run "
                "directory) or pass a Hugging Face ElectraForPreTraining checkpoint",
-               pooled=False, families=("electra",)),
+               pooled=False, families=("electra",), pretrained=True),
 )}
 # The classes with a task head (all but the bare encoder), in `MODELS` order.
 HEAD_CLASSES = tuple(name for name in MODELS if name != ENCODER)
