@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bert_torch import inputs, numerics
-from bert_torch.model import BertModel, BertOutput, LayerNorm, Linear, linear, take_rows
+from bert_torch.model import BertModel, BertOutput, LayerNorm, Linear, linear, present, take_rows
 from bertjax.config import QA_OUTPUTS, BertConfig
 from bertjax.config.checks import check_family
 from bertjax.config.heads import MODELS, ModelClass
@@ -100,6 +100,8 @@ class _MaskedLM(_WithEncoder):
     """The masked-LM classes: `mlm_logits` (and `sequence_output`) at `masked_positions`, the
     last layer computed at those rows, or at every position."""
 
+    mlm_head: BertMLMHead
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -130,7 +132,8 @@ class BertForPreTraining(_MaskedLM):
         self.nsp_head = float32_linear(config, config.hidden_size, 2)
 
     def _head(self, out: BertOutput) -> BertOutput:
-        return dataclasses.replace(out, nsp_logits=self.nsp_head(numerics.upcast(out.pooled_output)))
+        pooled = numerics.upcast(present(out.pooled_output, "pooled_output"))
+        return dataclasses.replace(out, nsp_logits=self.nsp_head(pooled))
 
 
 class BertForMaskedLM(_MaskedLM):
@@ -151,7 +154,8 @@ class BertForNextSentencePrediction(_WithEncoder):
         self.nsp_head = float32_linear(config, config.hidden_size, 2)
 
     def _head(self, out: BertOutput) -> BertOutput:
-        return dataclasses.replace(out, nsp_logits=self.nsp_head(numerics.upcast(out.pooled_output)))
+        pooled = numerics.upcast(present(out.pooled_output, "pooled_output"))
+        return dataclasses.replace(out, nsp_logits=self.nsp_head(pooled))
 
 
 class ClassificationHead(nn.Module):
@@ -201,7 +205,7 @@ class BertForSequenceClassification(_WithEncoder):
         return dataclasses.replace(out, logits=logits)  # (B, [K,] num_labels)
 
     def _head(self, out: BertOutput) -> BertOutput:
-        pooled = self.dropout(numerics.upcast(out.pooled_output))
+        pooled = self.dropout(numerics.upcast(present(out.pooled_output, "pooled_output")))
         return dataclasses.replace(out, logits=self.classifier(pooled))  # (B, [K,] num_labels)
 
 
@@ -263,17 +267,18 @@ class BertForMultipleChoice(_WithEncoder):
     ) -> BertOutput:
         if inputs.packed_choices(input_ids, options):
             out = super().forward(input_ids, token_type_ids, attention_mask, **options)
-            logits = out.logits[..., 0]  # (B, C, 1) -> (B, C)
+            logits = present(out.logits, "logits")[..., 0]  # (B, C, 1) -> (B, C)
             lowest = torch.full_like(logits, torch.finfo(torch.float32).min)
             return dataclasses.replace(out, logits=torch.where(options["cls_positions"] >= 0,
                                                                logits, lowest))
         flat, (B, C) = inputs.flatten_choices(input_ids, token_type_ids, attention_mask)
         out = super().forward(*flat, **options)
-        return dataclasses.replace(out, logits=out.logits.reshape(B, C))  # (B * C, 1) -> (B, C)
+        logits = present(out.logits, "logits").reshape(B, C)  # (B * C, 1) -> (B, C)
+        return dataclasses.replace(out, logits=logits)
 
     def _head(self, out: BertOutput) -> BertOutput:
         # (B * C, H) stacked, (B, C, H) packed -> (B * C, 1) or (B, C, 1)
-        pooled = self.dropout(numerics.upcast(out.pooled_output))
+        pooled = self.dropout(numerics.upcast(present(out.pooled_output, "pooled_output")))
         return dataclasses.replace(out, logits=self.choice_classifier(pooled))
 
 

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, overload
 
 import torch
 
@@ -13,6 +13,10 @@ from bertjax.config import checks as shared
 from bertjax.config.checks import PACKING_ARGS, Seen
 
 
+@overload
+def seen(t: None) -> None: ...
+@overload
+def seen(t: torch.Tensor) -> Seen: ...
 def seen(t: torch.Tensor | None) -> Seen | None:
     """What the shared checks read of a tensor (its values on the host when they ask)."""
     if t is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +21,15 @@ from bert_torch import inputs, numerics
 from bertjax.config import BertConfig
 from bertjax.config.checks import check_pooler_inputs
 from bertjax.config.heads import ENCODER, MODELS, ModelClass
+
+T = TypeVar("T")
+
+
+def present(value: T | None, what: str) -> T:
+    """`value`, an output field (`what`) a head reads and its encoder computes; None is a bug."""
+    if value is None:
+        raise ValueError(f"{what} was not computed for a head that reads it")
+    return value
 
 
 @dataclasses.dataclass

@@ -35,7 +35,8 @@ __all__ = ["OptimConfig", "decay_parameter_names", "make_optimizer", "train_step
 def decay_parameter_names(model: nn.Module) -> tuple[list[str], list[str]]:
     """(decayed, not decayed) parameter names by `schedule.applies_weight_decay`, the rule
     `bertjax.train.optim.decay_mask` applies too: no decay for biases and LayerNorm parameters."""
-    decay, no_decay = [], []
+    decay: list[str] = []
+    no_decay: list[str] = []
     for name, param in model.named_parameters():
         (decay if applies_weight_decay(tuple(param.shape)) else no_decay).append(name)
     return decay, no_decay
@@ -98,4 +99,5 @@ def train_step(
     optimizer.step()
     scheduler.step()
     metrics: dict[str, Any] = {"loss": loss, **parts, "grad_norm": grad_norm}
-    return {k: float(v.detach()) for k, v in metrics.items()} | {"learning_rate": learning_rate}
+    return ({k: float(v.detach()) for k, v in metrics.items()}
+            | {"learning_rate": float(learning_rate)})

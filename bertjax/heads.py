@@ -35,8 +35,8 @@ from bertjax import inputs, numerics
 from bertjax.attention import take_rows
 from bertjax.config import QA_OUTPUTS, BertConfig
 from bertjax.config.checks import check_family
-from bertjax.config.heads import MODELS, ModelClass
-from bertjax.model import BertModel, BertOutput, LayerNorm, linear
+from bertjax.config.heads import MODELS, Model, ModelClass
+from bertjax.model import BertModel, BertOutput, LayerNorm, linear, present
 
 
 def float32_linear(config: BertConfig, n_in: int, n_out: int, rngs: nnx.Rngs) -> nnx.Linear:
@@ -71,6 +71,7 @@ class _WithEncoder(nnx.Module):
     base_model_prefix: ClassVar[str] = "bert"
     spec: ClassVar[ModelClass]
     head_modules: ClassVar[tuple[str, ...]] = ()
+    dropout: nnx.Dropout  # the head's dropout, where its class has one
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -128,6 +129,8 @@ class _MaskedLM(_WithEncoder):
     (B, P, H) too, the last layer computed at those rows (`BertModel`'s `output_positions`). The
     other options are `BertModel`'s."""
 
+    mlm_head: BertMLMHead
+
     def __call__(
         self,
         input_ids: jax.Array,
@@ -163,7 +166,8 @@ class BertForPreTraining(_MaskedLM):
 
     def _head(self, out: BertOutput, deterministic: bool,
               dropout_rng: jax.Array | None) -> BertOutput:
-        return out.replace(nsp_logits=self.nsp_head(out.pooled_output.astype(jnp.float32)))
+        pooled = present(out.pooled_output, "pooled_output")
+        return out.replace(nsp_logits=self.nsp_head(pooled.astype(jnp.float32)))
 
 
 class BertForMaskedLM(_MaskedLM):
@@ -188,7 +192,8 @@ class BertForNextSentencePrediction(_WithEncoder):
 
     def _head(self, out: BertOutput, deterministic: bool,
               dropout_rng: jax.Array | None) -> BertOutput:
-        return out.replace(nsp_logits=self.nsp_head(out.pooled_output.astype(jnp.float32)))
+        pooled = present(out.pooled_output, "pooled_output")
+        return out.replace(nsp_logits=self.nsp_head(pooled.astype(jnp.float32)))
 
 
 class ClassificationHead(nnx.Module):
@@ -251,7 +256,9 @@ class BertForSequenceClassification(_WithEncoder):
 
     def _head(self, out: BertOutput, deterministic: bool,
               dropout_rng: jax.Array | None) -> BertOutput:
-        pooled = self._head_dropout(out.pooled_output, deterministic, dropout_rng)
+        pooled = self._head_dropout(present(out.pooled_output, "pooled_output"), deterministic,
+                                    dropout_rng)
+        assert isinstance(self.classifier, nnx.Linear)  # a ClassificationHead reads no pooler
         return out.replace(logits=self.classifier(pooled))  # (B, [K,] num_labels)
 
 
@@ -326,17 +333,18 @@ class BertForMultipleChoice(_WithEncoder):
     ) -> BertOutput:
         if inputs.packed_choices(input_ids, options):
             out = super().__call__(input_ids, token_type_ids, attention_mask, **options)
-            logits = jnp.where(options["cls_positions"] >= 0, out.logits[..., 0],
+            logits = jnp.where(options["cls_positions"] >= 0, present(out.logits, "logits")[..., 0],
                                jnp.finfo(jnp.float32).min)  # (B, C, 1) -> (B, C)
             return out.replace(logits=logits)
         flat, (B, C) = inputs.flatten_choices(input_ids, token_type_ids, attention_mask)
         out = super().__call__(*flat, **options)
-        return out.replace(logits=out.logits.reshape(B, C))  # (B * C, 1) -> (B, C)
+        return out.replace(logits=present(out.logits, "logits").reshape(B, C))  # (B*C, 1) -> (B, C)
 
     def _head(self, out: BertOutput, deterministic: bool,
               dropout_rng: jax.Array | None) -> BertOutput:
         # (B * C, H) stacked, (B, C, H) packed -> (B * C, 1) or (B, C, 1)
-        pooled = self._head_dropout(out.pooled_output, deterministic, dropout_rng)
+        pooled = self._head_dropout(present(out.pooled_output, "pooled_output"), deterministic,
+                                    dropout_rng)
         return out.replace(logits=self.choice_classifier(pooled))
 
 
@@ -369,7 +377,7 @@ class BertForReplacedTokenDetection(_WithEncoder):
 
 
 # Every model class by its name in `MODELS` (config.json's `architectures`, `bertjax convert --as`).
-MODEL_CLASSES: dict[str, type[nnx.Module]] = {cls.spec.name: cls for cls in (
+MODEL_CLASSES: dict[str, type[Model]] = {cls.spec.name: cls for cls in (
     BertModel, BertForPreTraining, BertForMaskedLM, BertForNextSentencePrediction,
     BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering,
     BertForMultipleChoice, BertForReplacedTokenDetection)}

@@ -13,7 +13,7 @@ that read [CLS] read it at `cls_positions` (B, K) (-1: a row with fewer than K s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, overload
 
 import jax
 import jax.numpy as jnp
@@ -31,6 +31,10 @@ def packing_options(batch: Any) -> dict[str, Any]:
     return {k: batch[k] for k in PACKING_ARGS if k in batch}
 
 
+@overload
+def seen(x: None) -> None: ...
+@overload
+def seen(x: jax.Array | np.ndarray) -> Seen: ...
 def seen(x: jax.Array | np.ndarray | None) -> Seen | None:
     """What the shared checks (`bertjax.config.checks`) read of an array: its values only where
     it is concrete (not traced under `jit`)."""
@@ -53,13 +57,19 @@ def check_inputs(
     (zeros) and mask (ones). `packed` rows (`sequence_ids` given) need not be right padding:
     their mask is not read as lengths. Inside `jit` values go unchecked (out-of-range ids would
     silently clamp): call `check_batch` on the host first."""
-    shared.check_inputs(config, seen(input_ids), seen(token_type_ids), seen(attention_mask),
-                        packed=packed, right_padding=not packed and may_fuse_attention(config))
+    _check_inputs(config, input_ids, token_type_ids, attention_mask, packed)
     if token_type_ids is None:
         token_type_ids = jnp.zeros_like(input_ids)
     if attention_mask is None:
         attention_mask = jnp.ones_like(input_ids)
     return token_type_ids, attention_mask
+
+
+def _check_inputs(config: BertConfig, input_ids: jax.Array | np.ndarray,
+                  token_type_ids: jax.Array | np.ndarray | None,
+                  attention_mask: jax.Array | np.ndarray | None, packed: bool) -> None:
+    shared.check_inputs(config, seen(input_ids), seen(token_type_ids), seen(attention_mask),
+                        packed=packed, right_padding=not packed and may_fuse_attention(config))
 
 
 def may_fuse_attention(config: BertConfig) -> bool:
@@ -108,10 +118,10 @@ def offset_positions(input_ids: jax.Array, pad_token_id: int) -> jax.Array:
 
 def check_packing(
     config: BertConfig,
-    input_ids: jax.Array,
-    sequence_ids: jax.Array | None,
-    position_ids: jax.Array | None,
-    cls_positions: jax.Array | None,
+    input_ids: jax.Array | np.ndarray,
+    sequence_ids: jax.Array | np.ndarray | None,
+    position_ids: jax.Array | np.ndarray | None,
+    cls_positions: jax.Array | np.ndarray | None,
 ) -> None:
     """`bertjax.config.checks.check_packing` of JAX arrays."""
     shared.check_packing(config, seen(input_ids), seen(sequence_ids), seen(position_ids),
@@ -141,7 +151,8 @@ def sequence_mask(sequence_ids: jax.Array, slots: int) -> jax.Array:
     return sequence_ids[:, None, :] == ids[None, :, None]
 
 
-def check_masked_positions(input_ids: jax.Array, masked_positions: jax.Array,
+def check_masked_positions(input_ids: jax.Array | np.ndarray,
+                           masked_positions: jax.Array | np.ndarray,
                            name: str = "masked_positions") -> None:
     """Positions (B, P) into input_ids (B, S): the shape always, the range where concrete."""
     shared.check_masked_positions(seen(input_ids), seen(masked_positions), name)
@@ -151,9 +162,8 @@ def check_batch(config: BertConfig, batch: dict[str, np.ndarray]) -> None:
     """Host-side check of a batch before it enters a jitted step."""
     ids = batch["input_ids"]
     packed = batch.get("sequence_ids") is not None
-    check_inputs(config, ids, batch.get("token_type_ids"), batch.get("attention_mask"),
-                 packed=packed)
-    check_packing(config, ids, *(batch.get(k) for k in PACKING_ARGS))
+    _check_inputs(config, ids, batch.get("token_type_ids"), batch.get("attention_mask"), packed)
+    shared.check_packing(config, seen(ids), *(seen(batch.get(k)) for k in PACKING_ARGS))
     if "masked_positions" in batch:
         check_masked_positions(ids, batch["masked_positions"])
 

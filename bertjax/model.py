@@ -11,7 +11,7 @@ V vocabulary, I intermediate, K packed sequences per row (`bertjax.inputs` on pa
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +22,8 @@ from bertjax.attention import dropout_rows, exact_attention, fused_attention, ta
 from bertjax.config import BertConfig
 from bertjax.config.checks import check_pooler_inputs
 from bertjax.config.heads import ENCODER, MODELS, ModelClass
+
+T = TypeVar("T")
 
 
 @struct.dataclass
@@ -41,6 +43,16 @@ class BertOutput:
     end_logits: jax.Array | None = None  # (B, S), float32
     attentions: tuple[jax.Array, ...] | None = None  # per layer (B, A, S, S), float32
     hidden_states: tuple[jax.Array, ...] | None = None  # embeddings + per layer (B, S, H)
+
+    if TYPE_CHECKING:  # made by flax.struct.dataclass
+        def replace(self, **updates: Any) -> BertOutput: ...
+
+
+def present(value: T | None, what: str) -> T:
+    """`value`, an output field (`what`) a head reads and its encoder computes; None is a bug."""
+    if value is None:
+        raise ValueError(f"{what} was not computed for a head that reads it")
+    return value
 
 
 def linear(config: BertConfig, n_in: int, n_out: int, rngs: nnx.Rngs) -> nnx.Linear:
@@ -94,7 +106,8 @@ class LayerNorm(nnx.LayerNorm):
         )
         self.out_dtype = numerics.compute_dtype(config)
 
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array) -> jax.Array:  # type: ignore[override]  # no mask: BERT's
+        assert self.scale is not None and self.bias is not None  # use_scale, use_bias: Flax's
         return numerics.layer_norm(x, self.scale[...], self.bias[...],
                                    self.epsilon).astype(self.out_dtype)
 
@@ -365,7 +378,7 @@ class BertModel(nnx.Module):
         return BertOutput(
             sequence_output=x,
             pooled_output=pooled,
-            attentions=tuple(probs) if output_attentions else None,
+            attentions=tuple(present(p, "attentions") for p in probs) if output_attentions else None,
             hidden_states=tuple(hidden) if output_hidden_states else None,
         )
 
@@ -393,6 +406,11 @@ class BertModel(nnx.Module):
             cls_positions = jnp.where(cls_positions >= 0, slots, -1)  # (B, K)
         return self.pooler(x, cls_positions)  # row 0 is [CLS] either way without packing
 
+    def _loop_layers(self) -> nnx.List[BertLayer]:
+        """The layers of a loop model (`scan_layers` off), one module each."""
+        assert isinstance(self.layers, nnx.List), "a scan model's layers are one stacked module"
+        return self.layers
+
     def _layers(
         self, x: jax.Array, attention_mask: jax.Array, keys: jax.Array | None,
         deterministic: bool, output_probs: bool, output_hidden: bool, rows: jax.Array | None,
@@ -403,7 +421,7 @@ class BertModel(nnx.Module):
         (B, Q) only, when given. Returns the output, the hidden states (embeddings first) and each
         layer's attention probabilities."""
         scan = self.config.scan_layers
-        graphdef = nnx.graphdef(self.layers if scan else self.layers[0])  # one graph for all
+        graphdef = nnx.graphdef(self.layers if scan else self._loop_layers()[0])  # one for all
 
         def layer(state: nnx.State, x: jax.Array, key: jax.Array | None,
                   positions: jax.Array | None = None) -> tuple[jax.Array, Any]:
@@ -416,7 +434,7 @@ class BertModel(nnx.Module):
             layer = jax.checkpoint(layer)
         if scan:
             return self._scan(layer, x, keys, output_probs, output_hidden)
-        states = [nnx.state(m) for m in self.layers]
+        states = [nnx.state(m) for m in self._loop_layers()]
         layer_keys = [None if keys is None else keys[i + 1] for i in range(len(states))]
         hidden, probs = [x], []
         for i, (state, key) in enumerate(zip(states, layer_keys, strict=True)):

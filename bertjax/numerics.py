@@ -208,7 +208,7 @@ def dropout_rngs(deterministic: bool, dropout_rng: jax.Array | None) -> nnx.Rngs
 
 def dropout_keys(deterministic: bool, dropout_rng: jax.Array | None, n: int) -> jax.Array | None:
     """`n` independent dropout keys (one per part of the model) from one key; None without dropout."""
-    if dropout_rngs(deterministic, dropout_rng) is None:
+    if dropout_rngs(deterministic, dropout_rng) is None or dropout_rng is None:
         return None
     return jax.vmap(lambda i: jax.random.fold_in(dropout_rng, i))(jnp.arange(n))  # (n,) keys
 

@@ -6,26 +6,27 @@
     report = parity.compare(model)                     # outputs, attentions, gradients
     print(report.format())  # each tensor judged against the mirror's own float32 noise
 
+Any Flax NNX module beside any PyTorch module (docs/parity-your-model.md):
+
+    parity.load_torch_weights(flax_module, torch_module)        # by dotted name, strict
+    report = parity.compare_modules(flax_module, torch_module, (x,))
+    print(report.format())  # every submodule's output judged; report.first_divergence names one
+
 Hugging Face checkpoints are a product feature: `bertjax.from_pretrained` / `bertjax.save_pretrained`.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import TYPE_CHECKING
 
-__all__ = ["ParityReport", "compare", "flax_to_torch", "random_batch", "to_torch_model",
-           "torch_to_flax", "train_parity"]
+from bertjax.common.lazy import lazy_imports
 
-_LAZY = {
-    "flax_to_torch": "parity.convert", "torch_to_flax": "parity.convert",
-    "to_torch_model": "parity.convert", "compare": "parity.tensors",
-    "random_batch": "parity.tensors", "ParityReport": "parity.tensors",
-    "train_parity": "parity.training",
-}
+if TYPE_CHECKING:  # the flat names, each imported on first use (`lazy_imports`)
+    from parity.convert import flax_to_torch, to_torch_model, torch_to_flax
+    from parity.module_report import ModuleReport
+    from parity.modules import assert_modules_match, compare_modules
+    from parity.tensors import ParityReport, compare, random_batch
+    from parity.training import train_parity
+    from parity.weights import load_torch_weights, to_torch_state_dict
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'parity' has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_imports(__name__, __file__)

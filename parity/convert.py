@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bertjax.config import BertConfig
+from bertjax.config.heads import Model
 from bertjax.heads import BertForPreTraining
 from bertjax.io.weights import model_from_numpy, model_to_numpy
 
@@ -26,7 +27,7 @@ def flax_to_torch(model: Any) -> dict[str, Any]:
 
 
 def torch_to_flax(
-    state_dict: Mapping[str, Any], config: BertConfig, model_cls: type = BertForPreTraining
+    state_dict: Mapping[str, Any], config: BertConfig, model_cls: type[Model] = BertForPreTraining
 ) -> Any:
     """A `bert_torch` state dict (tensors or numpy arrays) -> a bertjax `model_cls` (strict)."""
     return model_from_numpy(state_dict, config, model_cls)

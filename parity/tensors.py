@@ -32,7 +32,9 @@ from flax import nnx
 from bertjax.config import BertConfig
 from bertjax.io.weights import state_to_numpy
 from bertjax.losses import pretraining_loss
+from parity.capture import FlaxCapture, TorchCapture
 from parity.convert import flax_to_torch, to_torch_model
+from parity.module_report import ModuleReport, ModuleRow, inputs_passed
 from parity.noise import Judged, judge, max_abs
 
 TOLERANCE = 1e-5  # the Hugging Face PT/Flax equivalence-test tolerance
@@ -43,10 +45,20 @@ Row = Judged  # a row of the report: one tensor, judged by `parity.noise`
 @dataclasses.dataclass
 class ParityReport:
     rows: list[Row]
+    layers: tuple[str, ...] = ()  # the modules the per-layer rows are the outputs of, in call order
 
     @property
     def passed(self) -> bool:
         return all(r.passed for r in self.rows)
+
+    @property
+    def first_divergence(self) -> str | None:
+        """The first layer (`bert.embeddings`, `bert.layers.3`) whose output fails while its input
+        passed, as `parity.compare_modules` names it; None when none does, or when the layers ran
+        inside a transform of their own (`scan_layers`, `remat`) and were not captured."""
+        per_layer = [r for r in self.rows if isinstance(r, ModuleRow)]
+        return ModuleReport(sorted(per_layer, key=lambda r: self.layers.index(r.module))
+                            ).first_divergence
 
     def row(self, name: str) -> Row:
         return next(r for r in self.rows if r.name == name)
@@ -172,25 +184,40 @@ def _loss(model: Any, out: Any, batch: dict[str, Any], xp: Any, pretraining: Cal
     return total
 
 
+def layer_modules(model: Any) -> tuple[str, ...]:
+    """The modules whose outputs the per-layer rows are, in call order, named as
+    `parity.capture` names them: the embeddings (ELECTRA's narrower ones: their projection to
+    hidden_size), whose output is hidden_states.0, then each layer (hidden_states.{i+1},
+    attentions.{i})."""
+    prefix = type(model).base_model_prefix
+    encoder, at = (getattr(model, prefix), f"{prefix}.") if prefix else (model, "")
+    first = "embeddings" if encoder.embeddings_project is None else "embeddings_project"
+    return (at + first, *(f"{at}layers.{i}" for i in range(model.config.num_hidden_layers)))
+
+
 def _flax_side(model: Any, batch: dict[str, np.ndarray], masked: bool) -> Any:
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    graphdef, params, *others = nnx.split(model, nnx.Param, ...)
+    rest = others[0]  # the model's other state (one State for `...`)
     jbatch = {k: jnp.asarray(v) for k, v in batch.items()}
     args = tuple(None if x is None else jnp.asarray(x) for x in model_inputs(model, batch, masked))
+    layers = layer_modules(model)
 
-    def forward(params: nnx.State) -> Any:
+    def forward(params: nnx.State) -> tuple[Any, dict[str, Any]]:
         m = nnx.merge(graphdef, params, rest)
-        return m(*args, output_attentions=True, output_hidden_states=True)
+        with FlaxCapture(m, only=layers) as calls:  # values the outputs hold anyway: same program
+            out = m(*args, output_attentions=True, output_hidden_states=True)
+        return out, {c.name: (c.inputs, c.outputs) for c in calls}
 
     def loss(params: nnx.State) -> tuple[jax.Array, Any]:
-        out = forward(params)
-        return _loss(model, out, jbatch, jnp.asarray, pretraining_loss), out
+        out, calls = forward(params)
+        return _loss(model, out, jbatch, jnp.asarray, pretraining_loss), (out, calls)
 
     # jitted: run op by op, every primitive compiles apart, which on a GPU took minutes for base
     with jax.default_matmul_precision("highest"):
         if masked or not masked_lm(model):
-            (_, out), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
-            return out, state_to_numpy(grads)
-        return jax.jit(forward)(params), None
+            (_, (out, calls)), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+            return out, calls, state_to_numpy(grads)
+        return *jax.jit(forward)(params), None
 
 
 def _tensors(out: Any, to_numpy: Callable[[Any], np.ndarray]) -> dict[str, np.ndarray]:
@@ -202,10 +229,28 @@ def _tensors(out: Any, to_numpy: Callable[[Any], np.ndarray]) -> dict[str, np.nd
     return found
 
 
+def _per_layer(layers: tuple[str, ...], *sides: dict[str, Any]) -> dict[str, str] | None:
+    """Row name -> the module of `layers` whose captured output it is (`layer_modules`); None
+    where a layer was not captured on every side (it ran inside `lax.scan` or `jax.checkpoint`)."""
+    first, *rest = layers
+    if not all(n in calls and (n == first or "[1]" in calls[n][1]) for calls in sides for n in layers):
+        return None
+    return {**{f"attentions.{i}": n for i, n in enumerate(rest)}, "hidden_states.0": first,
+            **{f"hidden_states.{i + 1}": n for i, n in enumerate(rest)}}
+
+
+def _layer_tensor(name: str, module: str, calls: dict[str, Any]) -> np.ndarray:
+    """A per-layer row's array from its module's captured (inputs, outputs): the embeddings'
+    output, a layer's output (`[0]`) or its attention probabilities (`[1]`)."""
+    outputs = calls[module][1]
+    key = "" if name == "hidden_states.0" else "[1]" if name.startswith("attentions.") else "[0]"
+    return np.asarray(outputs[key])
+
+
 def _torch_side(model: Any, torch_model: Any, batch: dict[str, np.ndarray], masked: bool
-                ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray] | None]:
-    """(tensors, gradients or None) of `torch_model`, `model`'s PyTorch mirror (float32 or
-    float64)."""
+                ) -> tuple[dict[str, np.ndarray], dict[str, Any], dict[str, np.ndarray] | None]:
+    """(tensors, the layers' captured (inputs, outputs), gradients or None) of `torch_model`,
+    `model`'s PyTorch mirror (float32 or float64)."""
     import torch
 
     from bert_torch.losses import pretraining_loss as torch_loss
@@ -213,12 +258,14 @@ def _torch_side(model: Any, torch_model: Any, batch: dict[str, np.ndarray], mask
     tbatch = {k: torch.from_numpy(v) for k, v in batch.items()}
     args = tuple(None if x is None else torch.from_numpy(np.ascontiguousarray(x))
                  for x in model_inputs(model, batch, masked))
-    out = torch_model(*args, output_attentions=True, output_hidden_states=True)
+    with TorchCapture(torch_model, only=layer_modules(model)) as calls:
+        out = torch_model(*args, output_attentions=True, output_hidden_states=True)
     tensors = _tensors(out, lambda t: t.detach().numpy())
+    captured = {c.name: (c.inputs, c.outputs) for c in calls}
     if not masked and masked_lm(model):
-        return tensors, None
+        return tensors, captured, None
     _loss(model, out, tbatch, torch.from_numpy, torch_loss).backward()
-    return tensors, {n: p.grad.numpy() for n, p in torch_model.named_parameters()}
+    return tensors, captured, {n: p.grad.numpy() for n, p in torch_model.named_parameters()}
 
 
 def compare(
@@ -238,18 +285,24 @@ def compare(
     `model`'s weights, or those of `reference` (a model of the same class) if given: how a model
     whose weights differ from the right ones shows."""
     batch = random_batch(model.config) if batch is None else batch
-    out, our_grads = _flax_side(model, batch, masked)
+    out, calls, our_grads = _flax_side(model, batch, masked)
     ours = _tensors(out, np.asarray)
     mirrored = model if reference is None else reference
     weights = flax_to_torch(mirrored)  # one conversion for both mirrors
-    (ref, ref_grads), (ref64, ref64_grads) = (
+    (ref, calls32, ref_grads), (ref64, calls64, ref64_grads) = (
         _torch_side(mirrored, to_torch_model(mirrored, float64=float64, state_dict=weights), batch,
                     masked) for float64 in (False, True))
     if set(ours) != set(ref):
         raise ValueError(f"outputs computed by only one of bertjax and PyTorch: "
                          f"{sorted(set(ours) ^ set(ref))}")
+    layers, sides = layer_modules(model), (calls, calls32, calls64)
+    per_layer = _per_layer(layers, *sides) or {}
+    for tensors, captured in zip((ours, ref, ref64), sides, strict=True):  # the same arrays
+        tensors |= {name: _layer_tensor(name, m, captured) for name, m in per_layer.items()}
     rows = [judge(name, ours[name], ref[name], ref64[name], tolerance) for name in ours]
+    rows = [_with_inputs(r, per_layer[r.name], sides) if r.name in per_layer else r for r in rows]
     if our_grads is not None:
+        assert ref_grads is not None and ref64_grads is not None  # the same `masked` as ours
         if set(our_grads) != set(ref_grads):
             raise ValueError(
                 f"gradient names differ: only bertjax {sorted(set(our_grads) - set(ref_grads))}, "
@@ -259,4 +312,14 @@ def compare(
         rows += [judge(f"grad.{n}", our_grads[n], ref_grads[n], ref64_grads[n], grad_tolerance,
                        relative=True, floor=floor)
                  for n in sorted(our_grads)]
-    return ParityReport(rows)
+    return ParityReport(rows, layers if per_layer else ())
+
+
+def _with_inputs(row: Judged, module: str,
+                 sides: tuple[dict[str, Any], dict[str, Any], dict[str, Any]]) -> ModuleRow:
+    """A per-layer row with its module and whether every input that module was fed passed (what
+    `first_divergence` reads), judged as the row is."""
+    ours, ref32, ref64 = (captured[module][0] for captured in sides)
+    passed = inputs_passed(ours, ref32, ref64, row.tolerance)
+    return ModuleRow(row.name, row.max_abs, row.noise_abs, row.scale, row.tolerance, row.relative,
+                     module, 0, passed)

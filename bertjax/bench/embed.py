@@ -220,7 +220,8 @@ def _rates(lines: int, vectors: dict[str, np.ndarray], first_s: dict[str, float]
         rows.append({"row": name, "sentences_per_s": lines / median, "median_s": median,
                      "min_s": min(times), "max_s": max(times), "times_s": times,
                      "first_s": first_s[name]})
-    *ours, theirs = rows
+    rows_by: list[dict[str, Any]] = rows
+    *ours, theirs = rows_by
     for row in ours:
         row["ratio"] = row["sentences_per_s"] / theirs["sentences_per_s"]
         row["max_abs_diff"] = float(np.abs(vectors[row["row"]] - vectors[theirs["row"]]).max())

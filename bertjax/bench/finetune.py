@@ -35,7 +35,7 @@ from bertjax.jobs.finetune.config import FINETUNE_OPTIM, FinetuneConfig
 from bertjax.jobs.finetune.job import finetune
 from bertjax.pretrained import from_pretrained
 from bertjax.tasks.registry import BUNDLED, bundled_examples, make_task
-from bertjax.use.packed import row_limit, token_budget
+from bertjax.use.packed import row_length, row_limit, token_budget
 
 SCORES = {"classification": "accuracy", "token-classification": "f1",
           "question-answering": "f1", "multiple-choice": "accuracy"}  # the rank's first metric
@@ -43,14 +43,14 @@ SCORES = {"classification": "accuracy", "token-classification": "f1",
 
 def matching_max_tokens(task: Any, tokenizer: Any, train: Sequence[Any], config: FinetuneConfig,
                         model_config: Any) -> int:
-    """A token budget whose steps hold about `config.examples_per_step` training units: that many of
-    their mean packed length, rounded to whole rows (at least one)."""
+    """A token budget whose steps hold about `config.unpacked_batch_size` training units: that
+    many of their mean packed length, rounded to whole rows (at least one)."""
     units = task.units(tokenizer, train, config.max_length)
     arrays = task.batch(tokenizer, units, config.max_length, model_config)
     lengths = task.pack_lengths(arrays)
-    row = token_budget(10**9, int(lengths.max()),
-                       row_limit(arrays["input_ids"], model_config.max_sequence_length)).row_len
-    return row * max(1, round(config.examples_per_step * float(lengths.mean()) / row))
+    row = row_length(int(lengths.max()),
+                     row_limit(arrays["input_ids"], model_config.max_sequence_length))
+    return row * max(1, round(config.unpacked_batch_size * float(lengths.mean()) / row))
 
 
 def _run(name: str, source: ModelSource, config: FinetuneConfig, data: tuple[list, list],
@@ -59,7 +59,7 @@ def _run(name: str, source: ModelSource, config: FinetuneConfig, data: tuple[lis
     matching budget) or not: its steps, times and validation scores."""
     train, validation = data
     task, labels = make_task(name, train)
-    named = {} if labels is None else {"id2label": labels}
+    named: dict[str, Any] = {} if labels is None else {"id2label": labels}
     with warnings.catch_warnings():  # the task's head is fresh: that is the point
         warnings.simplefilter("ignore", FreshHeadsWarning)
         model, tokenizer = from_pretrained(source, model_cls=task.model_class, **named)

@@ -86,7 +86,7 @@ def _peak_memory(device: Any) -> tuple[int, str]:
 Batch = dict[str, jax.Array]
 
 
-def _training_step(spec: RowSpec, model: nnx.Module, strategy: SingleDevice,
+def _training_step(spec: RowSpec, model: Any, strategy: SingleDevice,
                    batch: Batch) -> Callable[[], Any]:
     """One optimizer update per call on `batch`, the state carried over; returns the metrics."""
     objective = PRETRAINING if spec.config.family.next_sentence else MASKED_LM
@@ -101,7 +101,7 @@ def _training_step(spec: RowSpec, model: nnx.Module, strategy: SingleDevice,
     return step
 
 
-def _inference_step(spec: RowSpec, model: nnx.Module, strategy: SingleDevice,
+def _inference_step(spec: RowSpec, model: Any, strategy: SingleDevice,
                     batch: Batch) -> Callable[[], Any]:
     """The jitted forward at the masked positions, dropout off; returns (MLM, NSP) logits (NSP:
     None for a family without the head)."""
@@ -148,7 +148,8 @@ def bertjax_row(spec: RowSpec) -> dict[str, Any]:
         "memory_source": memory_source,
         "loss": float(last[0]["loss"]) if spec.mode == "train" else None,
         "parameters": parameters,
-        "matmul_precision": str(jax.config.jax_default_matmul_precision or "default"),
+        "matmul_precision": str(jax.config.jax_default_matmul_precision  # type: ignore[attr-defined]
+                                or "default"),
         "xla_options": {"XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),  # the forward: a plain jit
                         "compiler_options": (strategy.compiler_options or {})
                         if spec.mode == "train" else {}},

@@ -147,6 +147,7 @@ class BenchSettings:
 
     def validate(self) -> None:
         """Raise BenchError for options that do not fit together (after `resolve`)."""
+        assert self.predictions is not None and self.dropout is not None, "resolve() first"
         config = self.bert_config()
         if self.seq > config.max_sequence_length:
             raise BenchError(

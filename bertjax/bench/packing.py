@@ -57,7 +57,7 @@ def _fill(shards: Path, tokenizer: Tokenizer, seq_len: int, max_predictions: int
 def _time_steps(config: rc.RunConfig, vocab_size: int, batches: dict[str, list[dict]],
                 steps: int, repeats: int, quiet: bool) -> list[dict[str, Any]]:
     """Each mode's train steps timed: `repeats` rounds of `steps` steps, alternating modes."""
-    trainings = {}
+    trainings: dict[str, Any] = {}
     for mode, mode_batches in batches.items():
         training = assemble(initialise_model(config, vocab_size), config.optim,
                             steps=config.train.steps, seed=config.train.seed)

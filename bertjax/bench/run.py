@@ -99,6 +99,8 @@ def run_child(module: str, job: Job, workdir: Path) -> dict[str, Any]:
 
 def _row_spec(s: BenchSettings, row: Row, platform: str, pinning: Pinning) -> RowSpec:
     """What a child needs to run `row`: the full model config, the batch shape, the optimizer."""
+    assert s.batch is not None and s.predictions is not None, "resolve() first"
+    assert s.steps is not None and s.warmup is not None, "resolve() first"
     return RowSpec(
         cores=pinning.cores, threads=pinning.threads, impl=row.impl, mode=s.mode, dtype=row.dtype,
         config=s.bert_config(row.dtype), seq=s.seq, batch=s.batch, predictions=s.predictions,
@@ -145,6 +147,7 @@ def run_benchmark(
             progress(f"bench {s.mode}: {len(s.rows())} row(s) on {device['platform']} "
                      f"({device['device_kind']}), one subprocess each")
             start = time.perf_counter()
+            assert s.gemm_size is not None and s.gemm_dtype is not None  # resolved
             gemm = run_child("jax_rows", Gemm(cores=pinning.cores, threads=pinning.threads,
                                               size=s.gemm_size, dtype=s.gemm_dtype), work / "gemm")
         except ChildFailedError as err:
@@ -197,6 +200,7 @@ def build_report(
     failed: list[dict[str, str]],
 ) -> dict[str, Any]:
     """Everything the run measured, derived and skipped, as one JSON-ready dict."""
+    assert s.batch is not None and s.predictions is not None  # resolved
     flops = model_flops_per_token(s.bert_config(), s.seq, s.predictions, training=s.mode == "train")
     peak = datasheet_peak(device["device_kind"]) if device["platform"] != "cpu" else None
     rows = [summarize_row(row, result, tokens_per_step=s.batch * s.seq, flops_per_token=flops,

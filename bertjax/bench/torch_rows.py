@@ -25,7 +25,14 @@ from typing import Any
 
 from bertjax.bench.batch import pretraining_batch
 from bertjax.bench.options import INSTALL_HINT
-from bertjax.bench.timing import RowSkippedError, RowSpec, child_main, peak_rss_bytes, time_steps
+from bertjax.bench.timing import (
+    SCHEDULE_STEPS,
+    RowSkippedError,
+    RowSpec,
+    child_main,
+    peak_rss_bytes,
+    time_steps,
+)
 from bertjax.config import BertConfig
 from bertjax.train.schedule import OptimConfig
 
@@ -129,7 +136,7 @@ def _bert_torch_step(spec: RowSpec, batch: dict[str, Any],
         return model, infer
 
     model.train()
-    optimizer, scheduler = make_optimizer(model, spec.optim)
+    optimizer, scheduler = make_optimizer(model, spec.optim, SCHEDULE_STEPS)
     return model, lambda: train_step(model, optimizer, scheduler, batch, spec.optim.clip_norm)["loss"]
 
 

@@ -55,6 +55,7 @@ def ctrl_c_stops(stop: StopRequest, command: str) -> Iterator[StopRequest]:
         yield stop
     finally:
         done.set()
+        assert watcher.ident is not None  # started above
         signal.pthread_kill(watcher.ident, signal.SIGINT)  # wakes it from sigwait: it returns
         watcher.join()
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)

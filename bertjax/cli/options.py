@@ -61,7 +61,8 @@ def add_settings_arguments(
         section = option.name.split(".")[0] if "." in option.name else None
         if section is not None and section not in groups:
             groups[section] = parser.add_argument_group(f"[{section}] options", titles[section])
-        _add_option(groups.get(section, parser), option, (parsers or {}).get(option.name))
+        group = parser if section is None else groups[section]
+        _add_option(group, option, (parsers or {}).get(option.name))
 
 
 def _add_option(group: Any, option: Option, item_parser: Callable[[str], Any] | None) -> None:

@@ -20,6 +20,7 @@ On the command line an option is `--` and its name with `_` written `-` (`--opti
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import difflib
 import json
@@ -50,7 +51,7 @@ class Option:
     help: str
     choices: tuple[str, ...] | None
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    item: type = str  # a tuple's items: str, int, float, or tuple (pairs, left as read)
+    item: builtins.type = str  # a tuple's items: str, int, float, or tuple (pairs, left as read)
     optional: bool = False  # None is a value of it (its type is `X | None`)
 
     @property
@@ -388,7 +389,7 @@ def _text_scalars(yaml: Any) -> type:
     sexagesimal or yes/no booleans; `parse_value` reads each by its field's type."""
     null = "tag:yaml.org,2002:null"
 
-    class TextLoader(yaml.SafeLoader):  # type: ignore[name-defined,misc]
+    class TextLoader(yaml.SafeLoader):
         yaml_implicit_resolvers = {
             first: [(tag, regexp) for tag, regexp in resolvers if tag == null]
             for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}

@@ -4,8 +4,10 @@ This package imports no framework, so `bert_torch` can use it without pulling in
 follow Hugging Face's `BertConfig`, so `config.json` files read and write as-is; `model_type` names
 the family, whose differences from BERT are data (`bertjax.config.families`).
 
-Modules: `__init__` (BertConfig, presets, parameter paths), `families` (the BERT family table).
-Imports: `bertjax.errors` and `bertjax.common.fields` (how a setting is declared) only.
+Modules: `__init__` (BertConfig, presets, parameter paths), `families` (the BERT family table),
+`heads` (the model classes and their heads as data), `checks` (the checks and messages both trees
+make on a class's family and a model's inputs; NumPy).
+Imports: `bertjax.errors` and `bertjax.common.fields` (how a setting is declared); `checks` NumPy.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ copied per family."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from bertjax.config.heads import pretraining_class
 
@@ -81,7 +82,7 @@ class Family:
 
 BERT_SPECIAL_TOKENS = (("pad", "[PAD]"), ("unk", "[UNK]"), ("cls", "[CLS]"), ("sep", "[SEP]"),
                        ("mask", "[MASK]"))
-_ROBERTA = dict(special_tokens=(("pad", "<pad>"), ("unk", "<unk>"), ("cls", "<s>"),
+_ROBERTA: dict[str, Any] = dict(special_tokens=(("pad", "<pad>"), ("unk", "<unk>"), ("cls", "<s>"),
                                 ("sep", "</s>"), ("mask", "<mask>")),
                 offset_positions=True, classifier_head="tanh", pair_separators=2,
                 second_segment_type=0, mlm_activation="gelu")

@@ -55,6 +55,7 @@ def read_examples(
         records = json_records(path, content)
     elif suffix == ".csv":
         records = csv_records(path, content)
+        _check_header(path, records, text_field, label_field)
     else:
         if require_labels:
             raise InputError(f"{what} {path}: labelled examples need a .jsonl or .csv file with a "
@@ -82,6 +83,19 @@ def read_examples(
         raise InputError(f"{what} {path} holds no examples; give one example per line")
     _all_or_none_labelled(examples, label_field)
     return examples
+
+
+def _check_header(path: Path, records: list[tuple[str, dict]], text_field: str,
+                  label_field: str) -> None:
+    """A CSV file whose first row names neither field: a file without a header row, whose first
+    example was read as one."""
+    header = list(records[0][1]) if records else []
+    if header and text_field not in header and label_field not in header:
+        raise InputError(
+            f"{path}:1: the first row ({', '.join(header)}) was read as the header, and it names "
+            f"no '{text_field}' or '{label_field}' field: a CSV file's first row names its "
+            f"fields; add a header row ({text_field},{label_field}) above the examples, or set "
+            "--text-field and --label-field to the names it has")
 
 
 def _text(record: dict, field: str, where: str, option: str) -> str:
@@ -115,7 +129,7 @@ def _json_type(value: object) -> str:
         return f"{'an integer' if isinstance(value, int) else 'a float'} ({value!r})"
     if isinstance(value, str):
         return "a string"
-    return {list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+    return {list: "a list", dict: "an object"}.get(type(value), type(value).__name__)  # type: ignore[call-overload]
 
 
 class _LabelType:
@@ -174,7 +188,7 @@ def check_labels(examples: Sequence[Example], labels: Sequence[str], what: str) 
     """Every label of `examples` must be one of `labels` (the training labels)."""
     unseen = [e for e in examples if e.label is not None and e.label not in labels]
     if unseen:
-        names = sorted({e.label for e in unseen})
+        names = sorted({str(e.label) for e in unseen})
         raise InputError(f"{what} has labels the model was not trained on: {', '.join(names)} (e.g. "
                          f"{unseen[0].where}); known labels: {', '.join(labels)}")
 
@@ -216,7 +230,7 @@ def split_examples(examples: Sequence[T], fraction: float, seed: int,
 
 def majority_baseline(train: Sequence[Example], test: Sequence[Example]) -> tuple[str, float]:
     """The most frequent training label and the accuracy of always predicting it on `test`."""
-    label = Counter(e.label for e in train).most_common(1)[0][0]
+    label = str(Counter(e.label for e in train).most_common(1)[0][0])
     return label, sum(e.label == label for e in test) / len(test)
 
 

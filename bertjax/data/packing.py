@@ -60,6 +60,8 @@ def best_fit_decreasing(lengths: Sequence[int], seq_len: int, max_per_row: int |
     return rows
 
 
+Lengths = Sequence[int] | np.ndarray  # (N,) sequence lengths, any integer sequence
+
 @dataclasses.dataclass(frozen=True)
 class RowLayout:
     """Where each of N sequences sits: row, slot (its sequence id - 1) and first position, in R
@@ -74,22 +76,22 @@ class RowLayout:
     max_per_row: int
 
     @classmethod
-    def of(cls, rows: Sequence[Sequence[int]], lengths: Sequence[int], seq_len: int,
+    def of(cls, rows: Sequence[Sequence[int]], lengths: Lengths, seq_len: int,
            max_per_row: int | None = None) -> RowLayout:
         """The layout of `rows` (each a list of sequence indices, in slot order) of sequences
         `lengths` long; K is `max_per_row`, or the most any row holds."""
         members = np.array([n for r in rows for n in r], np.int64)
-        lengths = np.asarray(lengths, np.int64)
-        packed = cls.contiguous([len(r) for r in rows], lengths[members], seq_len, max_per_row)
-        row, slot, start = (np.zeros(len(lengths), np.int64) for _ in range(3))
+        length = np.asarray(lengths, np.int64)
+        packed = cls.contiguous([len(r) for r in rows], length[members], seq_len, max_per_row)
+        row, slot, start = (np.zeros(len(length), np.int64) for _ in range(3))
         row[members], slot[members], start[members] = packed.row, packed.slot, packed.start
-        return dataclasses.replace(packed, row=row, slot=slot, start=start, length=lengths)
+        return dataclasses.replace(packed, row=row, slot=slot, start=start, length=length)
 
     @classmethod
-    def contiguous(cls, counts: Sequence[int], lengths: np.ndarray, seq_len: int,
+    def contiguous(cls, row_counts: Lengths, sequence_lengths: Lengths, seq_len: int,
                    max_per_row: int | None = None) -> RowLayout:
-        """The layout of sequences taken in order, `counts[r]` of them into row r."""
-        counts, lengths = np.asarray(counts, np.int64), np.asarray(lengths, np.int64)
+        """The layout of sequences taken in order, `row_counts[r]` of them into row r."""
+        counts, lengths = np.asarray(row_counts, np.int64), np.asarray(sequence_lengths, np.int64)
         row = np.repeat(np.arange(len(counts)), counts)  # (N,)
         first = np.cumsum(counts) - counts  # (R,) each row's first sequence
         slot = np.arange(len(row)) - first[row]
@@ -213,15 +215,14 @@ def check_lengths(lengths: np.ndarray, seq_len: int, what: str = "sequences") ->
                              "cut or drop them before packing")
 
 
-def pack_layout(lengths: Sequence[int], seq_len: int, max_per_row: int | None = None
-                ) -> RowLayout:
+def pack_layout(lengths: Lengths, seq_len: int, max_per_row: int | None = None) -> RowLayout:
     """Sequences of `lengths` placed in rows of `seq_len` by best-fit decreasing."""
-    lengths = np.asarray(lengths, np.int64)
-    check_lengths(lengths, seq_len)
+    length = np.asarray(lengths, np.int64)
+    check_lengths(length, seq_len)
     if max_per_row is not None and max_per_row < 1:
         raise InputError(f"max_per_row must be at least 1, got {max_per_row}")
-    rows = best_fit_decreasing(lengths.tolist(), seq_len, max_per_row)
-    return RowLayout.of(rows, lengths, seq_len, max_per_row)
+    rows = best_fit_decreasing(length.tolist(), seq_len, max_per_row)
+    return RowLayout.of(rows, length, seq_len, max_per_row)
 
 
 def pack_sequences(

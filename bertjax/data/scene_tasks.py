@@ -18,7 +18,7 @@ import functools
 import random
 import re
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from bertjax.data.choices import ChoiceExample
 from bertjax.data.corpus import shakespeare_genres, shakespeare_scenes, split_sentences
@@ -102,7 +102,8 @@ def character_tagging(split: str) -> list[TaggedSentence]:
 
 def _tagged_sentences(play: str, rng: random.Random) -> list[TaggedSentence]:
     forms = character_names(play)
-    mentions, others = [], []
+    mentions: list[Any] = []
+    others: list[Any] = []
     for s, scene in enumerate(shakespeare_scenes(play), 1):
         for n, (_, speech) in enumerate(scene, 1):
             for sentence in split_sentences(speech):

@@ -248,7 +248,8 @@ def _pieces(tokenizer: Tokenizer, examples: Sequence[QAExample], max_query_lengt
     questions = encode([e.question for e in examples], add_special_tokens=False)
     contexts = encode([e.context for e in examples], add_special_tokens=False)
     return ([_Pieces(q.ids[:max_query_length], [], []) for q in questions],
-            [_Pieces(c.ids, [tuple(o) for o in c.offsets], list(c.word_ids)) for c in contexts])
+            [_Pieces(c.ids, [(o[0], o[1]) for o in c.offsets],
+                     [-1 if w is None else w for w in c.word_ids]) for c in contexts])
 
 
 def _answer_positions(example: QAExample, offsets: list[tuple[int, int]], first: int

@@ -15,6 +15,7 @@ turned into I-X (as the Hugging Face token-classification example does).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -102,7 +103,7 @@ def _json_sentences(path: Path, content: str, tokens_field: str, tags_field: str
                              "per token")
         if not tokens:
             raise InputError(f"{where}: the sentence has no tokens; drop the line")
-        _check_bio(tags, lambda i, where=where: f"{where}: tag {i + 1}")
+        _check_bio(tags, functools.partial(_tag_place, where))
         sentences.append(TaggedSentence(tuple(tokens), tuple(tags), where))
     return sentences
 
@@ -123,6 +124,11 @@ def _string_list(record: dict, field: str, where: str, item: str, option: str) -
             raise InputError(f"{where}: {item} {i + 1} is {json.dumps(value)}; every {item} is "
                              "a non-empty string")
     return values
+
+
+def _tag_place(where: str, i: int) -> str:
+    """How a message names tag `i` of the record at `where`."""
+    return f"{where}: tag {i + 1}"
 
 
 def _check_bio(tags: Sequence[str], where: Callable[[int], str]) -> None:
@@ -186,7 +192,7 @@ def align_labels(
             labels.append(tag_ids[w])
             seen.add(w)
         else:
-            labels.append(b_to_i[tag_ids[w]] if label_all_pieces else ignore)
+            labels.append(b_to_i[tag_ids[w]] if label_all_pieces and b_to_i else ignore)
     return labels
 
 
@@ -271,6 +277,7 @@ def _word_pieces(tokenizer: Tokenizer, sentences: Sequence[TaggedSentence]
     for sentence, encoding in zip(sentences, encodings, strict=True):
         pieces: list[list[int]] = [[] for _ in sentence.tokens]
         for i, w in zip(encoding.ids, encoding.word_ids, strict=True):
+            assert w is not None  # pre-tokenized, no special tokens: every piece has its word
             pieces[w].append(i)
         ids, words = [], []
         for w, word in enumerate(pieces):

@@ -143,7 +143,8 @@ def check_transformers(model: Any, ours: dict[str, np.ndarray], directory: Path,
     finally:
         if bar:
             hf_logging.enable_progress_bar()
-    problems = [f"{k} {', '.join(map(str, sorted(v, key=str))[:5])}" for k, v in info.items() if v]
+    problems = [f"{k} {', '.join(list(map(str, sorted(v, key=str)))[:5])}"
+                for k, v in info.items() if v]
     if problems:
         raise ExportCheckError(f"transformers {transformers.__version__} loads it as {name} with "
                                f"{'; '.join(problems)}")

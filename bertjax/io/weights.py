@@ -29,6 +29,8 @@ import numpy as np
 from flax import nnx
 
 from bertjax.config import BertConfig, stacked_at
+from bertjax.config.families import FAMILIES
+from bertjax.config.heads import MODELS, Model, ModelClass, class_with_head
 from bertjax.errors import InputError
 from bertjax.io.hf import CONFIG, read_hf, weights_format, write_hf
 from bertjax.io.names import HEAD_PREFIXES, POOLER, checkpoint_name, torch_name
@@ -75,21 +77,22 @@ def _param_table(state: nnx.State) -> dict[str, _Entry]:
 
 
 @functools.lru_cache(maxsize=32)
-def _abstract(config: BertConfig, model_cls: type) -> Any:
+def _abstract(config: BertConfig, model_cls: type[Model]) -> Any:
     """An abstract (shape-only) `model_cls(config)`: no memory, no random numbers. Made once per
     config and class (a load, a save and their checks each ask, and each would trace the
     constructor again) and shared: callers read or split it, never change it."""
     return nnx.eval_shape(lambda: model_cls(config, rngs=nnx.Rngs(0)))
 
 
-def _template(config: BertConfig, model_cls: type, abstract: Any = None
+def _template(config: BertConfig, model_cls: type[Model], abstract: Any = None
               ) -> tuple[nnx.GraphDef, nnx.State, nnx.State]:
     """An abstract model (`abstract`, or one made: tracing the constructor is a good part of a
     command's answer time, so a load makes it once), split into its graph, its parameters and
     the rest."""
     if abstract is None:
         abstract = _abstract(config, model_cls)
-    return nnx.split(abstract, nnx.Param, ...)
+    graphdef, params, *rest = nnx.split(abstract, nnx.Param, ...)  # rest: one State
+    return graphdef, params, rest[0]
 
 
 def _torch_shapes(table: dict[str, _Entry]) -> dict[str, tuple[int, ...]]:
@@ -99,11 +102,11 @@ def _torch_shapes(table: dict[str, _Entry]) -> dict[str, tuple[int, ...]]:
 
 
 def _shapes_of(abstract: Any) -> dict[str, tuple[int, ...]]:
-    _, params, _ = nnx.split(abstract, nnx.Param, ...)
+    params = nnx.state(abstract, nnx.Param)
     return _torch_shapes(_param_table(params))
 
 
-def expected_shapes(config: BertConfig, model_cls: type) -> dict[str, tuple[int, ...]]:
+def expected_shapes(config: BertConfig, model_cls: type[Model]) -> dict[str, tuple[int, ...]]:
     """PyTorch name -> PyTorch shape of every parameter of `model_cls(config)`."""
     return _shapes_of(_abstract(config, model_cls))
 
@@ -196,7 +199,7 @@ def saved_params_to_numpy(params: Mapping[str, Any]) -> dict[str, np.ndarray]:
     return out
 
 
-def model_to_numpy(model: nnx.Module) -> dict[str, np.ndarray]:
+def model_to_numpy(model: Model) -> dict[str, np.ndarray]:
     """A bertjax model -> PyTorch-named numpy arrays, checked against the model's config."""
     arrays = state_to_numpy(nnx.state(model, nnx.Param))
     check_state_dict(arrays, expected_shapes(model.config, type(model)), what="the bertjax model")
@@ -204,7 +207,7 @@ def model_to_numpy(model: nnx.Module) -> dict[str, np.ndarray]:
 
 
 def model_from_numpy(
-    state_dict: Mapping[str, Any], config: BertConfig, model_cls: type,
+    state_dict: Mapping[str, Any], config: BertConfig, model_cls: type[Model],
     *, what: str = "the state dict", abstract: Any = None,
 ) -> Any:
     """PyTorch-named arrays (numpy or torch tensors) -> a bertjax `model_cls` (strict);
@@ -212,7 +215,8 @@ def model_from_numpy(
     graphdef, params, rest = _template(config, model_cls, abstract)
     table = _param_table(params)
     check_state_dict(state_dict, _torch_shapes(table), what=what)
-    flat, stacks = [], {}
+    flat: list[Any] = []
+    stacks: dict[Any, Any] = {}
     for name, e in table.items():
         value = to_numpy(state_dict[name]).astype(np.float32)
         value = value.T if e.transposed else value
@@ -237,7 +241,7 @@ def head_prefixes(model: Any) -> tuple[str, ...]:
     return own + tuple(f"{cls.base_model_prefix}.{p}" for p in head_prefixes(encoder))
 
 
-def checkpoint_heads(config: BertConfig, model_cls: type) -> tuple[str, ...]:
+def checkpoint_heads(config: BertConfig, model_cls: type[Model]) -> tuple[str, ...]:
     """The checkpoint-name prefixes of `model_cls`'s heads (its pooler under `bert.`)."""
     return tuple(checkpoint_name(p, model_cls.base_model_prefix)
                  for p in head_prefixes(_abstract(config, model_cls)))
@@ -249,7 +253,7 @@ def heads_held(names: Iterable[str]) -> list[str]:
     return [h.removesuffix(".") for h in HEAD_PREFIXES if any(n.startswith(h) for n in names)]
 
 
-def check_architecture(arrays: Mapping[str, Any], config: BertConfig, source_cls: type,
+def check_architecture(arrays: Mapping[str, Any], config: BertConfig, source_cls: type[Model],
                        where: str) -> None:
     """Refuse weights that hold another class's head and none of the one `source_cls` (the class
     `where` names) has: the class named is not what the weights are. Extra heads alone pass:
@@ -265,7 +269,7 @@ def check_architecture(arrays: Mapping[str, Any], config: BertConfig, source_cls
 
 
 def build_model(
-    arrays: Mapping[str, Any], config: BertConfig, model_cls: type, *, seed: int = 0,
+    arrays: Mapping[str, Any], config: BertConfig, model_cls: type[Model], *, seed: int = 0,
     source: str = "the weights", missing_heads: str = "init",
     origin: Mapping[str, Any] | None = None,
 ) -> tuple[Any, LoadReport]:
@@ -324,37 +328,59 @@ def _heads_named(names: Iterable[str], heads: tuple[str, ...]) -> list[str]:
 MISSING_HEADS = ("init", "error")  # what a load does with heads the weights lack
 
 
-def missing_heads_error(source: str, heads: Iterable[str], model_cls: type) -> InputError:
-    """The error for weights at `source` that lack `heads` of `model_cls`: it names the command
-    that makes such a model."""
+def _family_fix(model: ModelClass, model_type: str) -> str | None:
+    """The fix for another family's checkpoint than BERT's that lacks a head a pre-training
+    class (`model.pretrained`) needs: that family's own class, or why no checkpoint of it has
+    one; None for BERT (the class's own `made_by`) and the fine-tuned classes."""
+    family = FAMILIES.get(model_type)
+    if family is None or model_type == "bert" or not model.pretrained:
+        return None
+    if model.next_sentence and not family.next_sentence:
+        with_nsp = " or ".join(name for name, m in MODELS.items() if m.next_sentence)
+        return (f"{model_type} models are pre-trained without a next-sentence head, so none has "
+                f"one: pass a BERT checkpoint ({with_nsp})")
+    if model_type == "electra" and model.masked_lm:
+        discriminator = family.class_name(class_with_head("discriminator_predictions"))
+        return (f"an ELECTRA discriminator ({discriminator}) has no masked-LM head; ELECTRA's "
+                f"generator has it: pass an {family.class_name(model.name)} checkpoint (such as "
+                "google/electra-small-generator)")
+    return f"pass a Hugging Face {family.class_name(model.name)} checkpoint"
+
+
+def missing_heads_error(source: str, heads: Iterable[str], model_cls: type[Model],
+                        model_type: str = "bert") -> InputError:
+    """The error for weights at `source` (of the `model_type` family) that lack `heads` of
+    `model_cls`: it names the command that makes such a model, or the checkpoint that has it."""
+    spec = model_cls.spec
+    fix = _family_fix(spec, model_type) or spec.fix_for_missing_heads()
     return InputError(f"{source} has no weights for {', '.join(sorted(heads))}, which "
-                      f"{model_cls.__name__} needs here: {model_cls.spec.fix_for_missing_heads()}")
+                      f"{model_cls.__name__} needs here: {fix}")
 
 
 def _fresh_heads(
-    names: list[str], fresh: list[str], config: BertConfig, model_cls: type, *, seed: int,
+    names: list[str], fresh: list[str], config: BertConfig, model_cls: type[Model], *, seed: int,
     source: str, missing_heads: str,
 ) -> dict[str, np.ndarray]:
     """The weights `names` (of the missing heads `fresh`) freshly initialised from `seed`, with a
     warning; with `missing_heads="error"` a ValueError instead."""
     lacking = ", ".join(sorted(fresh))
     if missing_heads == "error":
-        raise missing_heads_error(source, fresh, model_cls)
-    fresh = model_to_numpy(model_cls(config, rngs=nnx.Rngs(seed)))
+        raise missing_heads_error(source, fresh, model_cls, config.model_type)
+    initialised = model_to_numpy(model_cls(config, rngs=nnx.Rngs(seed)))
     warnings.warn(
         f"{source} has no weights for {lacking}: freshly initialised (seed {seed}). "
         "Fine-tune or pre-train before trusting those outputs.", FreshHeadsWarning,
         stacklevel=4,  # the caller of load_hf / from_pretrained's reader
     )
-    return {name: fresh[name] for name in names}
+    return {name: initialised[name] for name in names}
 
 
 # --- whole models in and out of Hugging Face directories (any class, an argument) ----------------
 
 
 def load_model(
-    path: str | Path | ModelSource, model_cls: type[nnx.Module], *,
-    source_cls: type[nnx.Module] | None = None, seed: int = 0, missing_heads: str = "init",
+    path: str | Path | ModelSource, model_cls: type[Model], *,
+    source_cls: type[Model] | None = None, seed: int = 0, missing_heads: str = "init",
     **config_overrides: Any,
 ) -> tuple[Any, LoadReport]:
     """A Hugging Face BERT directory (or its `ModelSource`) -> (a `model_cls`, the report of what
@@ -372,8 +398,10 @@ def load_model(
                                "format": weights_format(source.directory) or ""})
 
 
-def save_model(model: nnx.Module, path: str | Path, *, tokenizer: Any = None) -> Path:
+def save_model(model: Model, path: str | Path, *, tokenizer: Any = None,
+               overwrite: bool = False) -> Path:
     """Write `model` as a directory that transformers loads as its class (`config.json` +
-    `model.safetensors`, plus a `Tokenizer`'s files if given): atomically, replacing
-    `path` only if it is empty or an earlier export (`bertjax.io.hf.write_hf`)."""
-    return write_hf(path, model_to_numpy(model), model.config, type(model), tokenizer=tokenizer)
+    `model.safetensors`, plus a `Tokenizer`'s files if given): atomically, into a new or empty
+    `path`, or replacing a model there with `overwrite` (`bertjax.io.hf.write_hf`)."""
+    return write_hf(path, model_to_numpy(model), model.config, type(model), tokenizer=tokenizer,
+                    overwrite=overwrite)

@@ -107,7 +107,7 @@ def entity_scores(true_seqs: Sequence[Sequence[str]], pred_seqs: Sequence[Sequen
         p, r, f = _prf(len(true & pred), len(pred), len(true))
         per_type[type_] = {"precision": p, "recall": r, "f1": f, "support": len(true),
                            "predicted": len(pred), "correct": len(true & pred)}
-    counts = {k: sum(row[k] for row in per_type.values())
+    counts = {k: int(sum(row[k] for row in per_type.values()))
               for k in ("correct", "predicted", "support")}
     precision, recall, f1 = _prf(counts["correct"], counts["predicted"], counts["support"])
     tokens = sum(len(seq) for seq in true_seqs)

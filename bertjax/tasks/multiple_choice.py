@@ -155,13 +155,14 @@ def predict_choices(model: Any, tokenizer: Tokenizer,
     check_max_length(max_length, model_max_length(model), option)
     most = max(len(e.choices) for e in examples)
     probs = np.zeros((len(examples), most), np.float32)
-    said = {"warn": warn, "option": option}
+    said: dict[str, Any] = {"warn": warn, "option": option}
     if max_tokens is not None:
         arrays = choice_inputs(tokenizer, examples, max_length, model.config, **said)
         for members, layout in packed_layouts(choice_lengths(arrays).sum(1),
                                               max_tokens=max_tokens,
                                               limit=row_limit(arrays["input_ids"],
-                                                              model_max_length(model))):
+                                                              model_max_length(model)),
+                                              config=model.config):
             packed = pack_choices({k: v[members] for k, v in arrays.items()}, layout,
                                   tokenizer.special.pad)
             logits = _packed_logits(model, packed).reshape(

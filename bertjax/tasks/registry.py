@@ -16,11 +16,14 @@ import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bertjax.data.labelled import GENRE_TASK
 from bertjax.data.scene_tasks import CHARACTERS_TASK, NEXT_LINE_TASK, SPEAKERS_TASK
 from bertjax.errors import InputError
+
+if TYPE_CHECKING:
+    from bertjax.tasks.task import Task
 
 __all__ = ["BUNDLED", "KINDS", "Fields", "TaskOptions", "bundled_examples", "hold_out",
            "kind_of", "make_task", "read_task_examples"]
@@ -128,7 +131,7 @@ def bundled_examples(name: str, *, per_genre: int | None = 600, seed: int = 0
     if name == GENRE_TASK:
         return (genre_examples("train", per_genre=per_genre, seed=seed),
                 genre_examples("validation"), genre_examples("test"))
-    build = {CHARACTERS_TASK: scene_tasks.character_tagging,
+    build: Any = {CHARACTERS_TASK: scene_tasks.character_tagging,
              SPEAKERS_TASK: scene_tasks.speaker_questions,
              NEXT_LINE_TASK: scene_tasks.next_line_choices}[name]
     return list(build("train")), list(build("validation")), list(build("test"))
@@ -168,13 +171,14 @@ def make_task(kind: str, train: Sequence[Any], options: TaskOptions = TaskOption
         from bertjax.data.tagging import label_list
         from bertjax.tasks.token_classification import TokenClassificationTask
 
-        task, labels, field = (TokenClassificationTask(label_all_pieces=options.label_all_pieces),
-                               label_list(train), fields.tags)
+        task: Task = TokenClassificationTask(label_all_pieces=options.label_all_pieces)
+        labels, field = label_list(train), fields.tags
     else:
         from bertjax.data.labelled import label_names
         from bertjax.tasks.classification import ClassificationTask
 
-        task, labels, field = ClassificationTask(), label_names(train), fields.label
+        task = ClassificationTask()
+        labels, field = label_names(train), fields.label
     if len(labels) < 2:
         raise InputError(f"the training data has {len(labels)} label(s); a classifier needs 2 or "
                          f"more (field '{field}')")

@@ -49,7 +49,7 @@ def squad_scores(predictions: Mapping[str, str], golds: Mapping[str, Sequence[st
     missing = [q for q in golds if q not in predictions]
     if missing:
         raise ValueError(f"{len(missing)} questions have no prediction (e.g. {missing[0]!r})")
-    rows = {"has_answer": [], "no_answer": []}
+    rows: dict[str, list[tuple[float, float]]] = {"has_answer": [], "no_answer": []}
     for qid, answers in golds.items():
         texts = [a for a in answers if normalize_answer(a)] or [""]
         # grouped as the v2.0 script groups (any gold answer), scored against the normalised

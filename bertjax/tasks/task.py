@@ -36,7 +36,7 @@ class Task(Protocol):
 
     kind: str  # "classification", "token-classification", ...
     objective: Objective  # what the shared train step minimises
-    model_class: type  # the bertjax head it trains
+    model_class: type[Any]  # the bertjax head it trains
 
     def check(self, examples: Sequence[Any], labels: Sequence[str], what: str) -> None:
         """A ValueError naming the file and line of any example the model cannot take."""

@@ -175,9 +175,9 @@ class Checkpointer:
                 continue
             restored.skipped = [err.step for err in damaged]
             moved = self._quarantine(restored.skipped)
-            for err in damaged:  # one line each, once it is known where the step went
-                where = f"; moved it to {moved[err.step]}" if err.step in moved else ""
-                warnings.warn(f"{err} at {self.directory / str(err.step)}: skipped, restored step "
+            for bad in damaged:  # one line each, once it is known where the step went
+                where = f"; moved it to {moved[bad.step]}" if bad.step in moved else ""
+                warnings.warn(f"{bad} at {self.directory / str(bad.step)}: skipped, restored step "
                               f"{candidate} instead{where}", CheckpointCorruptWarning,
                               stacklevel=2)
             return restored

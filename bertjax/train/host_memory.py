@@ -69,7 +69,7 @@ def keep_freed_memory() -> str:
     if plugin:
         return f"accelerator plugin {plugin} installed: left as it is"
     libc = ctypes.CDLL(None)  # the C library already loaded into this process
-    done = []
+    done: list[int] = []
     for param, value in ((M_ARENA_MAX, 1), (M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, TRIM_THRESHOLD)):
         if libc.mallopt(param, value) != 1:
             return f"mallopt({param}, {value}) refused; applied before it: {done or 'nothing'}"

@@ -25,13 +25,13 @@ BERT's, and every weight trains as usual.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from bertjax.errors import InputError
-from bertjax.model import BertModel
+from bertjax.model import BertLayer, BertModel
 
 OFFSETS = (-1, 1, -2, 2)  # head h of a chosen layer looks at the key offset[h % 4] away
 PEAK_LOGIT = 7.0
@@ -44,7 +44,7 @@ def frequencies(m: int) -> np.ndarray:
     return np.pi * (1 / 8) ** (np.arange(m) / max(m - 1, 1))
 
 
-def local_attention_init(model: nnx.Module, *, layers: int = 1,
+def local_attention_init(model: Any, *, layers: int = 1,
                          offsets: tuple[int, ...] = OFFSETS, peak_logit: float = PEAK_LOGIT
                          ) -> None:
     """Make the first `layers` layers' heads of `model` (a BertModel or a model holding one as
@@ -72,10 +72,12 @@ def local_attention_init(model: nnx.Module, *, layers: int = 1,
         query[:, head * d: head * d + 2 * m] = c * _rotation(w, offsets[head % len(offsets)])
     key = np.tile(np.pad(c * np.eye(2 * m), ((0, 0), (0, d - 2 * m))), config.num_attention_heads)
     columns = (np.arange(h) % d) < 2 * m  # each head's first 2m dimensions
-    attention = bert.layers.attention if config.scan_layers else None
+    stacked = bert.layers if isinstance(bert.layers, BertLayer) else None  # scan: one module
+    attention = None if stacked is None else stacked.attention
     for i in range(layers):
-        target = attention if attention is not None else bert.layers[i].attention
+        target = attention if attention is not None else bert._loop_layers()[i].attention
         for linear, rows in ((target.query, query), (target.key, key)):
+            assert linear.bias is not None  # BERT's dense layers have biases
             kernel = np.array(linear.kernel[...])  # (H, H), or (L, H, H) stacked
             bias = np.array(linear.bias[...])  # (H,), or (L, H)
             k, b = (kernel[i], bias[i]) if attention is not None else (kernel, bias)
@@ -97,6 +99,8 @@ def _position_rows(bert: BertModel, m: int, amplitude: float) -> None:
     table[:, 2 * m:] = 0.0
     emb.position_embeddings.embedding[...] = jnp.asarray(table)
     for other in (emb.word_embeddings, emb.token_type_embeddings):
+        if other is None:  # a family without token types (DistilBERT)
+            continue
         rows = np.array(other.embedding[...])
         rows[:, : 2 * m] = 0.0
         other.embedding[...] = jnp.asarray(rows)

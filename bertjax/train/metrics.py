@@ -130,8 +130,9 @@ class MetricsWriter:
         `tensorboard=False`: the JSON-lines file holds every record, TensorBoard a sample)."""
         if not self.enabled:
             return
-        record = {"kind": kind, "step": int(step)}
+        record: dict[str, Any] = {"kind": kind, "step": int(step)}
         record.update({k: _plain(v) for k, v in metrics.items()})
+        assert self._file is not None  # enabled
         self._file.write(json.dumps(record, sort_keys=True) + "\n")
         if flush:
             self._file.flush()

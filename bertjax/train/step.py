@@ -14,7 +14,7 @@ function of the state, so a resumed run draws exactly the masks an uninterrupted
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -38,6 +38,9 @@ class TrainState:
     params: Any  # nnx.State of the model's nnx.Param leaves, float32
     opt_state: Any  # optax state
     rng: jax.Array  # uint32 raw key data of the dropout stream (not a typed key: saves as-is)
+
+    if TYPE_CHECKING:  # made by flax.struct.dataclass
+        def replace(self, **updates: Any) -> TrainState: ...
 
 
 
@@ -105,7 +108,7 @@ def make_train_step(
 
         def grads_and_sums(index: jax.Array, micro: Batch) -> tuple[Any, Metrics]:
             def loss_fn(params: Any) -> tuple[jax.Array, Metrics]:
-                rng = jax.random.fold_in(key, index) if dropout else None
+                rng = jax.random.fold_in(key, index) if dropout or objective.draws else None
                 sums = objective.forward_sums(nnx.merge(graphdef, params), micro, rng)
                 return objective.loss(sums, counts), sums
 

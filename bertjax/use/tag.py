@@ -128,10 +128,11 @@ def _logits(model: Any, tokenizer: Tokenizer, texts: list[str], max_length: int,
         return rows, cut
     encoded = encode(tokenizer, texts, max_length=max_length, warn=False)
     rows = [np.zeros(0)] * len(texts)
-    for batch in packed_batches(encoded.arrays(model.config), max_tokens=max_tokens,
-                                limit=model_max_length(model), pad_id=tokenizer.special.pad):
-        logits = np.asarray(forward(batch.arrays).logits, np.float32)  # (R, S, L)
-        for n, values in zip(batch.members, batch.layout.split(logits), strict=True):
+    for packed in packed_batches(encoded.arrays(model.config), max_tokens=max_tokens,
+                                 limit=model_max_length(model), pad_id=tokenizer.special.pad,
+                                 config=model.config):
+        logits = np.asarray(forward(packed.arrays).logits, np.float32)  # (R, S, L)
+        for n, values in zip(packed.members, packed.layout.split(logits), strict=True):
             rows[n] = values
     return rows, encoded.cut
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 from bertjax.use.encode import Encoded, TruncationWarning
 
@@ -20,7 +21,7 @@ def cut_message(name: str, cut: int, max_length: int, model_limit: int,
             f"{option} (the model takes up to {model_limit}) or shorten it")
 
 
-def warn_cut(encoded: Encoded, names: Sequence[str], max_length: int, model_limit: int,
+def warn_cut(encoded: Encoded | Any, names: Sequence[str], max_length: int, model_limit: int,
              option: str = "max_length", stacklevel: int = 3) -> None:
     """A `TruncationWarning` (`cut_message`) for each row of `encoded` that was cut."""
     for name, cut in zip(names, encoded.cut, strict=True):

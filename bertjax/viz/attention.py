@@ -134,7 +134,7 @@ def plot_layer(maps: AttentionMaps, layer: int, path: str | os.PathLike) -> Path
             ax.set_ylabel("query (attends from)", fontsize=8)
         if h + grid.cols >= maps.num_heads:  # lowest panel of its column
             ax.set_xlabel("key (attends to)", fontsize=8)
-    fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
+    fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")  # type: ignore[arg-type]
     split = "" if maps.boundary is None else "; red dashes: start of sentence B"
     fig.suptitle(f"{_short(maps.model)}: layer {layer} of {maps.num_layers}, {maps.num_heads} heads, "
                  f"{maps.num_tokens} tokens{split}", fontsize=11)

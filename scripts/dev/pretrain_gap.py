@@ -172,7 +172,7 @@ def main(argv: list[str]) -> int:
     tok = Tokenizer.load(run.tokenizer)
     strategy = make_strategy(config.train.parallel, fsdp=config.train.fsdp)
     training = assemble(initialise_model(config, tok.vocab_size), config.optim, strategy,
-                        seed=config.train.seed, prng_impl=config.train.prng_impl)
+                        steps=config.train.steps, seed=config.train.seed, prng_impl=config.train.prng_impl)
     state = strategy.place_state(training.state)
     d = config.data
     host = pretraining_batch(config.bert_config(tok.vocab_size), d.batch_size, d.seq_len,

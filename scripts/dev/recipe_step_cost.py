@@ -42,7 +42,7 @@ def build(run: RunDir, overrides: list[str]) -> tuple[rc.RunConfig, object, list
     _, tok = run.finished_config()
     model = initialise_model(config, tok.vocab_size)
     t = config.train
-    training = assemble(model, config.optim, seed=t.seed,
+    training = assemble(model, config.optim, steps=t.steps, seed=t.seed,
                         objective=pretraining(t.mlm_loss_weight, t.nsp_loss_weight))
     state = [training.strategy.place_state(training.state)]
     batches = training_batches(run, config, tok)

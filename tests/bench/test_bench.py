@@ -359,7 +359,7 @@ def test_torch_child_skips_without_its_packages(monkeypatch, missing) -> None:
                              "'float16'"),
     (["--set", "hidden_size"], "expected NAME=VALUE, got 'hidden_size'"),
     (["--set", "hiden_size=64"], "'hiden_size' is not a BertConfig field"),
-    (["--set", "num_hidden_layers=two"], "--set: num_hidden_layers must be an integer, got 'two'"),
+    (["--set", "num_hidden_layers=two"], "--set: num_hidden_layers must be a positive integer, got 'two'"),
     (["--set", "dtype=bfloat16"], "set the compute dtype with --dtype"),
     (["--steps", "0"], "expected a positive integer, got '0'"),
     (["--dropout", "1.5"], "expected a probability in [0, 1), got '1.5'"),

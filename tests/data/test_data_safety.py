@@ -157,7 +157,7 @@ def test_data_options_out_of_range_are_refused_by_the_parser(tmp_path, corpus, v
 
 def test_vocab_options_out_of_range_are_refused_by_the_parser(tmp_path, corpus, capsys):
     argv = ["vocab", "--corpus", str(corpus), "--out", str(tmp_path / "v")]
-    assert "--vocab-size: expected an integer from 6 to 1000000, got '5'" in _refused_by_parser(
+    assert "--vocab-size: expected an integer from 6 to 1,000,000, got '5'" in _refused_by_parser(
         capsys, [*argv, "--vocab-size", "5"])
     assert "--min-frequency: expected an integer >= 0" in _refused_by_parser(
         capsys, [*argv, "--min-frequency", "-1"])

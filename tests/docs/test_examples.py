@@ -95,7 +95,7 @@ def test_finetuning_your_csv_from_a_hugging_face_directory(tmp_path, capsys) -> 
     example = _load("finetune_your_data")
     result = example.main([str(QA_MODEL), str(_labelled_csv(tmp_path / "train.csv")),
                            "--out", str(tmp_path / "out"), "--epochs", "2", "--batch-size", "8",
-                           "--optim.learning-rate", "1e-3", "--max-length", "32"])
+                           "--learning-rate", "1e-3", "--max-length", "32"])
     printed = capsys.readouterr().out
     assert "new heads: classifier" in printed and result.best_epoch in (1, 2)
     assert set(result.labels) == {"comedy", "tragedy"}

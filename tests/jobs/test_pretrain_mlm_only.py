@@ -225,7 +225,8 @@ def test_print_config_read_back_with_config_prints_the_same(tmp_path, capsys) ->
 
 def test_the_default_objective_is_bert_with_nsp_as_before() -> None:
     config = rc.RunConfig()
-    assert (config.model.model_type, config.train.objective) == ("bert", "mlm+nsp")
+    assert (config.model.model_type, config.model_type, config.train.objective) == (
+        None, "bert", "mlm+nsp")  # left out: BERT's for this objective
     assert config.next_sentence and config.model_class == "BertForPreTraining"
     assert config.bert_config() == bertjax.BertConfig.from_preset(
         "mini", vocab_size=512, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)

@@ -137,7 +137,7 @@ def test_assemble_names_what_it_takes():
     assert _first_line(err) == ("assemble takes the model to train (a bertjax model, e.g. "
                                 "bertjax.BertForPreTraining(config, rngs=nnx.Rngs(0))), got str")
     model = bertjax.BertForPreTraining(bertjax.BertConfig.from_preset("tiny"), rngs=nnx.Rngs(0))
-    assert assemble(model, OptimConfig()).state.step == 0
+    assert assemble(model, OptimConfig(), steps=10).state.step == 0
 
 
 def test_a_checkpointer_that_cannot_write_fails_when_made(tmp_path, unwritable_dir):

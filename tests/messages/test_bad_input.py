@@ -47,7 +47,7 @@ BAD_INPUT = [
     (["bench", "corpus", "--cpus", "0"], "--cpus: expected a positive integer, got '0'"),
     (["bench", "train", "--seed", "-1"], "--seed: expected an integer >= 0, got '-1'"),
     (["bench", "train", "--set", "layer_norm_eps=nan"],
-     "argument --set: layer_norm_eps must be a finite number, got 'nan'"),
+     "argument --set: layer_norm_eps must be a number above 0, got 'nan'"),
     (["parity", "--seed", "-2"], "--seed: expected an integer >= 0, got '-2'"),
     (["data", "--vocab", "{model}", "--out", "{tmp}/shards", "--seed", "-1"],
      "--seed: expected an integer >= 0"),
@@ -174,7 +174,7 @@ BAD_INPUT = [
     (["pretrain", "--data.vocab-size=10000000", "--output-dir", "{tmp}/run"],
      "argument --data.vocab-size: expected an integer from 32 to 1,000,000"),
     (["vocab", "--corpus", "{text}", "--vocab-size", "10000000", "--out", "{tmp}/vocab"],
-     "--vocab-size: expected an integer from 6 to 1000000"),
+     "--vocab-size: expected an integer from 6 to 1,000,000"),
     (["vocab", "--corpus", "{corpus}", "--out", "{tmp}/vocab"],
      "if config.json is no part of the corpus, name the corpus files instead of the directory "
      "(e.g. '{corpus}/*.txt') or move config.json out"),

@@ -65,10 +65,23 @@ def _ancestors(module: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """The nodes under `if TYPE_CHECKING:`: imports for the type checker, never run (a package's
+    flat names, `bertjax.common.lazy.lazy_imports`)."""
+    return {id(inner) for node in ast.walk(tree) if isinstance(node, ast.If)
+            and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+            for stmt in node.body for inner in ast.walk(stmt)}
+
+
 def _imports(source: str, name: str, is_package: bool, known: set[str]) -> set[str]:
-    """The modules of `known` that module `name` (source `source`) imports, anywhere in it."""
+    """The modules of `known` that module `name` (source `source`) imports, anywhere in it but
+    under `if TYPE_CHECKING:`."""
     found = set()
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    typing_only = _type_checking_only(tree)
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):

@@ -15,6 +15,7 @@ import bertjax.data
 import bertjax.io
 import bertjax.tasks
 import bertjax.train
+import parity
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = (bertjax, bertjax.data, bertjax.io, bertjax.tasks, bertjax.train)
@@ -43,7 +44,7 @@ def test_every_public_name_resolves_and_is_listed(package) -> None:
         _ = package.nope
 
 
-@pytest.mark.parametrize("package", [bertjax, bertjax.io, bertjax.tasks, bertjax.train],
+@pytest.mark.parametrize("package", [bertjax, bertjax.io, bertjax.tasks, bertjax.train, parity],
                          ids=lambda p: p.__name__)
 def test_the_lazy_names_are_the_imports_a_type_checker_reads(package) -> None:
     """Each lazy package's flat names are exactly the `if TYPE_CHECKING:` imports of its

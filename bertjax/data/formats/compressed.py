@@ -38,7 +38,7 @@ def open_binary(path: Path) -> IO[bytes]:
     if kind is None:
         return open(path, "rb")
     if kind == ".gz":
-        return gzip.open(path, "rb")
+        return gzip.open(path, "rb")  # type: ignore[return-value]  # a GzipFile reads bytes
     if kind == ".bz2":
         return bz2.open(path, "rb")
     zstandard = optional_import("zstandard", f"corpus file {path} (zstd-compressed)")

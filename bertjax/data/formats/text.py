@@ -25,6 +25,7 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from bertjax.data.formats import sniff
 from bertjax.data.formats.compressed import (
@@ -47,7 +48,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
 
 def split_sentences(text: str) -> list[str]:
     """Split at whitespace following `.`, `!`, `?` or `;` and at line breaks; drop empty parts."""
-    out = []
+    out: list[Any] = []
     for line in text.split("\n"):
         out.extend(s for s in (p.strip() for p in _SENTENCE_END.split(line)) if s)
     return out

@@ -65,8 +65,12 @@ class FinetuneConfig:
     @property
     def examples_per_step(self) -> int | None:
         """The batch size: as given, else `DEFAULT_BATCH_SIZE`; None when packed by max_tokens."""
-        if self.max_tokens is not None:
-            return None
+        return None if self.max_tokens is not None else self.unpacked_batch_size
+
+    @property
+    def unpacked_batch_size(self) -> int:
+        """The examples of an unpacked step: `batch_size`, else `DEFAULT_BATCH_SIZE` (what a packed
+        run's budget is sized to match, `bertjax.bench.finetune`)."""
         return DEFAULT_BATCH_SIZE if self.batch_size is None else self.batch_size
 
 

@@ -94,17 +94,17 @@ def finetune(
     aside and renamed into place at the end, so a failed or interrupted run leaves nothing there.
     """
     started = time.perf_counter()
-    task = task or ClassificationTask()
+    chosen: Task = task or ClassificationTask()
     say = log or to_stderr
     out = Path(output_dir)
     check_output_dir(out)
-    if not isinstance(model, task.model_class):
-        raise InputError(f"{task.kind} fine-tunes a {task.model_class.__name__}, got "
+    if not isinstance(model, chosen.model_class):
+        raise InputError(f"{chosen.kind} fine-tunes a {chosen.model_class.__name__}, got "
                          f"{type(model).__name__}; load the model with model_cls="
-                         f"{task.model_class.__name__}")
-    check_inputs(task, model.config, train, validation, test, config)
+                         f"{chosen.model_class.__name__}")
+    check_inputs(chosen, model.config, train, validation, test, config)
     with atomic_directory(out, replace=out.exists()) as work:
-        run, state = _set_up(task, model, tokenizer, train, validation, test, work, config, say)
+        run, state = _set_up(chosen, model, tokenizer, train, validation, test, work, config, say)
         best = _train(run, state, validation, progress, say)
         return _finish(run, best, test, say, started, out)
 
@@ -167,7 +167,8 @@ def _train(run: _Run, state: TrainState, validation: Sequence[Any], progress: bo
             say(f"epoch {epoch}: validation {scores.line}")
             if best is None or scores.rank > best.scores.rank:
                 best = _BestEpoch(epoch, scores, jax.device_get(state.params))
-                save_model(current, out / "model", tokenizer=run.tokenizer)
+                save_model(current, out / "model", tokenizer=run.tokenizer,
+                           overwrite=True)  # this run's own, written aside: a better epoch's
             clock.resume()  # validation is not training time
     finally:
         clock.close()
@@ -216,9 +217,10 @@ class _Packed:
     @classmethod
     def of(cls, task: Task, tokenizer: Tokenizer, units: Sequence[Any],
            config: FinetuneConfig, model_config: Any) -> _Packed:
+        assert config.max_tokens is not None  # packed runs only
         arrays = task.batch(tokenizer, units, config.max_length, model_config)
         lengths = task.pack_lengths(arrays)
-        budget = token_budget(int(config.max_tokens), int(lengths.max()), row_limit(
+        budget = token_budget(config.max_tokens, int(lengths.max()), row_limit(
             arrays["input_ids"], model_config.max_sequence_length), "--max-tokens")
         layout = pack_layout(lengths, budget.row_len)
         if layout.num_rows < budget.rows:
@@ -267,7 +269,7 @@ def _set_up(task: Task, model: Any, tokenizer: Tokenizer, train: Sequence[Any],
     lengths = task.lengths(tokenizer, units)
     packed = None if config.max_tokens is None else _Packed.of(task, tokenizer, units, config,
                                                                model.config)
-    steps_per_epoch = (len(units) // config.examples_per_step if packed is None
+    steps_per_epoch = (len(units) // config.unpacked_batch_size if packed is None
                        else packed.layout.num_rows // packed.rows)
     total = steps_per_epoch * config.epochs
     strategy = SingleDevice()
@@ -312,7 +314,7 @@ def _epoch_batches(run: _Run, rng: np.random.Generator) -> Iterator[dict[str, np
     """One epoch's training batches: length-grouped and padded, or packed rows."""
     config = run.config
     if run.packed is None:
-        for rows in length_grouped_batches(run.train_lengths, config.examples_per_step, rng):
+        for rows in length_grouped_batches(run.train_lengths, config.unpacked_batch_size, rng):
             yield run.task.batch(run.tokenizer, [run.train[i] for i in rows], config.max_length,
                                  run.model_config)
         return

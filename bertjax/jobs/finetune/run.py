@@ -49,7 +49,7 @@ def run_job(model: str | Path, job: FinetuneJob, output_dir: str | Path, *,
     task, labels = task_and_labels(job, train)
     with warnings.catch_warnings():  # a fresh head is what fine-tuning starts from
         warnings.simplefilter("ignore", FreshHeadsWarning)
-        named = {} if labels is None else {"id2label": labels}
+        named: dict[str, Any] = {} if labels is None else {"id2label": labels}
         loaded, tokenizer = from_pretrained(
             model, revision=revision, step=step, model_cls=task.model_class,
             hidden_dropout_prob=job.dropout, attention_probs_dropout_prob=job.dropout,

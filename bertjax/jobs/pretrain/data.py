@@ -117,7 +117,8 @@ def held_out_batches(run: RunDir, config: rc.RunConfig, tok: Tokenizer, *,
                                   **_batch_options(config, tok))
     if packing == "none":
         return [next(held_out) for _ in range(config.data.eval_batches)]
-    G, pairs = held_out.global_batch_size, {}  # epoch -> the pairs its unpacked batches hold
+    G = held_out.global_batch_size
+    pairs: dict[int, Any] = {}  # epoch -> the pairs its unpacked batches hold
     for step in range(config.data.eval_batches):
         epoch, s = divmod(step, held_out.steps_per_epoch)
         pairs.setdefault(epoch, []).append(held_out.order(epoch)[s * G:(s + 1) * G])

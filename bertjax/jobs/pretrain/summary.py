@@ -59,8 +59,9 @@ def read_summary(run: RunDir) -> PretrainResult | None:
     try:
         saved = json.loads(run.summary.read_bytes())
         fields = {f.name: f.type for f in dataclasses.fields(PretrainResult)}
-        return PretrainResult(**{k: math.nan if v is None and fields[k] == "float" else v
-                                 for k, v in saved.items() if k in fields})  # null: NaN
+        values: dict[str, Any] = {k: math.nan if v is None and fields[k] == "float" else v
+                                  for k, v in saved.items() if k in fields}  # null: NaN
+        return PretrainResult(**values)
     except (OSError, ValueError, TypeError, AttributeError):
         return None
 
