@@ -27,6 +27,16 @@ GLOBAL, LOCAL = "full_attention", "sliding_attention"
 LAYER_TYPES = (GLOBAL, LOCAL)
 GLOBAL_EVERY = 3  # transformers' default `global_attn_every_n_layers`: layers 0, 3, 6, ... global
 
+# The released checkpoints' shapes (answerdotai/ModernBERT-base and -large), for presets: with
+# `model_type="modernbert"` and transformers' defaults (50368 rows, 8192 positions, window 128,
+# every third layer global) they are those models' configs.
+SHAPES: dict[str, dict[str, int]] = {
+    "base": {"hidden_size": 768, "num_hidden_layers": 22, "num_attention_heads": 12,
+             "intermediate_size": 1152},
+    "large": {"hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16,
+              "intermediate_size": 2624},
+}
+
 # BertConfig's fields that are ModernBERT's alone (refused for the other families unless at
 # their defaults, which are transformers').
 FIELDS = ("norm_bias", "attention_bias", "mlp_bias", "decoder_bias", "classifier_bias",
