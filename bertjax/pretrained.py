@@ -146,8 +146,10 @@ def check_load_arguments(function: str, model_cls: Any, missing_heads: Any,
                              "weights, which the checkpoint's config.json decides; leave it out "
                              "(or initialise a new model with BertConfig)")
         if name != "pad_token_id":  # ranged against the checkpoint's vocabulary
+            # a family's own field (ModernBERT's classifier_pooling, ...) in a config of it
+            owner = next((f.model_type for f in FAMILIES.values() if name in f.own_fields), "bert")
             try:
-                BertConfig().replace(**{name: value})
+                BertConfig(model_type=owner).replace(**{name: value})
             except (TypeError, ValueError) as err:
                 raise InputError(f"{function}({name}={value!r}): {err}") from None
 

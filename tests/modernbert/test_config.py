@@ -200,3 +200,15 @@ def test_a_sequence_past_max_position_embeddings_says_so():
     with pytest.raises(InputError, match=r"seq_len 17 > max_position_embeddings \(16\)"):
         model(ids)
     np.testing.assert_array_equal(model(ids[:, :16]).mlm_logits.shape, (1, 16, 97))
+
+
+def test_a_loader_takes_overrides_of_modernbert_settings_and_refuses_shape_ones():
+    """Settings that change how a ModernBERT computes, not its weights' shapes, may be
+    overridden when loading; a bias switch sets shapes, which the checkpoint decides."""
+    path = directory("b", "BertForSequenceClassification")
+    model, _ = bertjax.from_pretrained(path, classifier_pooling="cls", local_attention=9)
+    assert (model.config.classifier_pooling, model.config.local_attention) == ("cls", 9)
+    with pytest.raises(InputError, match="norm_bias sets the shapes of the weights"):
+        bertjax.from_pretrained(path, norm_bias=False)
+    with pytest.raises(InputError, match=r"classifier_pooling='max'.*not one of"):
+        bertjax.from_pretrained(path, classifier_pooling="max")

@@ -84,3 +84,15 @@ def test_a_new_modernbert_saves_to_what_transformers_loads(name, tmp_path):
     lines = verify_export(model, tokenizer, tmp_path / "out")
     assert lines[1].startswith(f"verified: transformers {transformers.__version__} loads it as "
                                f"ModernBert{name.removeprefix('Bert')}")
+
+
+def test_convert_writes_what_transformers_loads(tmp_path, capsys):
+    """`bertjax convert` of a ModernBERT checkpoint: written, reloaded by bertjax and checked
+    against transformers (`verify_export`) before it is put in place."""
+    out = tmp_path / "out"
+    assert main(["convert", str(directory("b", "BertForTokenClassification")), str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "loads it as ModernBertForTokenClassification" in printed
+    _, info = transformers.ModernBertForTokenClassification.from_pretrained(
+        out, output_loading_info=True)
+    assert {k: v for k, v in info.items() if v} == {}
