@@ -126,6 +126,25 @@ def masked_lm_sums(mlm_logits: jax.Array, batch: dict[str, jax.Array]) -> dict[s
     }
 
 
+def replaced_token_sums(logits: jax.Array, labels: jax.Array, real: jax.Array
+                        ) -> dict[str, jax.Array]:
+    """Sums of ELECTRA's replaced-token detection over the real tokens (`real` (B, S) 1.0, 0.0
+    on padding): the summed sigmoid cross-entropy of the discriminator's logits (B, S) against
+    `labels` (B, S, 1: replaced), the tokens, right answers, and the counts precision and recall
+    are made of (predicted replaced, truly replaced, both)."""
+    z, y = logits.astype(jnp.float32), labels.astype(jnp.float32)  # (B, S)
+    bce = jnp.maximum(z, 0.0) - z * y + jnp.log1p(jnp.exp(-jnp.abs(z)))  # softplus(z) - z y
+    said = (z > 0).astype(jnp.float32)  # (B, S): "replaced"
+    return {
+        "rtd_loss_sum": jnp.sum(bce * real),
+        "rtd_count": jnp.sum(real),
+        "rtd_correct": jnp.sum((said == y) * real),
+        "rtd_predicted": jnp.sum(said * real),
+        "rtd_replaced": jnp.sum(y * real),
+        "rtd_true_positive": jnp.sum(said * y * real),
+    }
+
+
 def nsp_count(batch: dict[str, jax.Array]) -> jax.Array:
     """The sequences a batch's NSP loss is the mean over: its rows, or its packed pairs."""
     if "next_sentence_weights" in batch:

@@ -14,6 +14,7 @@ checkpoint is skipped with a warning naming it). Every loader can say what it lo
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from flax import nnx
 from bertjax.config import SHAPE_FIELDS, BertConfig
 from bertjax.config.families import FAMILIES
 from bertjax.config.heads import Model
-from bertjax.data.tokenizer import Tokenizer, fits_vocabulary
+from bertjax.data.tokenizer import SAVED_FILES, Tokenizer, fits_vocabulary
 from bertjax.errors import InputError
 from bertjax.heads import MODEL_CLASSES, BertForPreTraining, model_class
 from bertjax.io.hf import CONFIG
@@ -31,8 +32,8 @@ from bertjax.io.runs import load_run_model
 from bertjax.io.source import RUN, ModelSource, locate
 from bertjax.io.weights import MISSING_HEADS, load_model, save_model
 
-__all__ = ["DEFAULT_MODEL_CLASS", "check_load_arguments", "checkpoint_class", "from_pretrained",
-           "load_hf", "save_pretrained"]
+__all__ = ["DEFAULT_MODEL_CLASS", "check_load_arguments", "check_path_argument",
+           "checkpoint_class", "from_pretrained", "load_hf", "save_pretrained"]
 
 # The class of a `bertjax pretrain` run (with NSP: its default objective), and of a Hugging Face
 # directory whose config.json names no class bertjax has: what `from_pretrained` and `load_hf`
@@ -47,6 +48,7 @@ def checkpoint_class(path: str | Path | ModelSource, *,
     masked LM alone); the class a Hugging Face directory's config.json
     names (`architectures`, v4 `FlaxBert*` names too), or `DEFAULT_MODEL_CLASS` if bertjax has no
     class of that name."""
+    check_path_argument("checkpoint_class", "path", path)
     source = locate(path, revision=revision)
     return named_class(source) or default_class(source)
 
@@ -98,6 +100,7 @@ def from_pretrained(
     `config_overrides` change `BertConfig` fields that do not change the weights' shapes (e.g.
     `dtype="bfloat16"`, dropout).
     """
+    check_path_argument("from_pretrained", "path", path)
     check_load_arguments("from_pretrained", model_cls, missing_heads, config_overrides)
     source = locate(path, revision=revision)
     if source.kind == RUN:
@@ -109,6 +112,7 @@ def from_pretrained(
         raise InputError(f"{source.given} is not a `bertjax pretrain` run directory: step={step} "
                          "only chooses a checkpoint of a run")
     model, report = _load_hf(source, model_cls, seed, missing_heads, config_overrides)
+    check_has_tokenizer(source.directory)
     tokenizer = Tokenizer.load(source.directory, family=model.config.family)
     if not fits_vocabulary(tokenizer.vocab_size, model.config.vocab_size):  # another's tokenizer
         raise InputError(
@@ -117,6 +121,41 @@ def from_pretrained(
             "tokenizer is not the one these weights were trained with; put the model's own "
             "tokenizer.json / vocab.txt beside them")
     return (model, tokenizer, report) if output_loading_info else (model, tokenizer)
+
+
+# tokenizer files of other libraries' formats, which bertjax does not read but transformers does
+OTHER_TOKENIZER_FILES = ("vocab.json", "merges.txt", "sentencepiece.bpe.model", "spiece.model",
+                         "tokenizer.model")
+
+
+def check_has_tokenizer(directory: Path) -> None:
+    """An InputError naming `directory` and how to give it a tokenizer bertjax reads
+    (tokenizer.json or vocab.txt), if it has none."""
+    if any((directory / name).is_file() for name in SAVED_FILES):
+        return
+    others = [name for name in OTHER_TOKENIZER_FILES if (directory / name).is_file()]
+    if others:
+        fix = (f"it has {', '.join(others)}, which bertjax does not read: have transformers "
+               "write a tokenizer.json beside them: python -c \"from transformers import "
+               f"AutoTokenizer; AutoTokenizer.from_pretrained('{directory}').save_pretrained("
+               f"'{directory}')\"")
+    else:
+        fix = ("copy in the tokenizer of the model these weights came from (its tokenizer.json "
+               "or vocab.txt)")
+    raise InputError(f"the model {directory} has no tokenizer beside its weights (neither "
+                     f"tokenizer.json nor vocab.txt); {fix}")
+
+
+def check_path_argument(function: str, argument: str, value: Any) -> None:
+    """A TypeError naming `function`'s `argument` unless `value` is a path (a str or an
+    os.PathLike) or, to a loader, a `ModelSource`."""
+    if isinstance(value, str | os.PathLike) or (isinstance(value, ModelSource)
+                                               and argument == "path"):
+        return
+    what = ("where to write the model" if function == "save_pretrained" else
+            "a Hugging Face directory, a Hub id (owner/name) or a `bertjax pretrain` run directory")
+    raise TypeError(f"{function}({argument}={value!r}): {argument} is {what}, as a str or a "
+                    f"pathlib.Path; got {type(value).__name__}")
 
 
 def check_load_arguments(function: str, model_cls: Any, missing_heads: Any,
@@ -170,6 +209,7 @@ def load_hf(
     the report); missing encoder weights, unknown keys and weights that hold another head than the
     one config.json names are errors.
     """
+    check_path_argument("load_hf", "path", path)
     check_load_arguments("load_hf", model_cls, missing_heads, config_overrides)
     source = locate(path, revision=revision)
     if source.kind == RUN:
@@ -191,9 +231,12 @@ def _load_hf(source: ModelSource, model_cls: type[Model] | None, seed: int,
                       **config_overrides)
 
 
-def save_pretrained(model: Model, directory: str | Path, tokenizer: Any = None) -> Path:
+def save_pretrained(model: Model, directory: str | Path, tokenizer: Any = None, *,
+                    overwrite: bool = False) -> Path:
     """The inverse of `from_pretrained`: `model` (+ its `Tokenizer`) as a Hugging Face
     directory (`config.json` + `model.safetensors` + tokenizer files) that transformers,
-    `AutoTokenizer` and `from_pretrained` load; written atomically, replacing `directory` only if
-    it is empty or an earlier export. Returns its path."""
-    return save_model(model, directory, tokenizer=tokenizer)
+    `AutoTokenizer` and `from_pretrained` load; written atomically into a new or empty
+    `directory`. A directory that holds a model (anyone's) is replaced only with
+    `overwrite=True`; one that holds other files never is. Returns its path."""
+    check_path_argument("save_pretrained", "directory", directory)
+    return save_model(model, directory, tokenizer=tokenizer, overwrite=overwrite)

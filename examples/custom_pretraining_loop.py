@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                   f"{held['mlm_accuracy']:.4f}, perplexity {held['perplexity']:.1f}")
             checkpoints.save(step, state, extra={"batches": batches.get_state()})
     checkpoints.close()
-    bertjax.save_pretrained(nnx.merge(training.graphdef, state.params), args.out / "hf", tok)
+    trained = nnx.merge(training.graphdef, state.params)  # the run's own export, made anew
+    bertjax.save_pretrained(trained, args.out / "hf", tok, overwrite=True)
     return held
 
 

@@ -69,7 +69,10 @@ def test_bad_input_is_named(loaded, capsys, tmp_path):
         answer(model, tokenizer, "Who?", " ")
     with pytest.raises(ValueError, match="max_seq_len 512 is longer than the model's 128"):
         answer(model, tokenizer, "Who?", "Hamlet.", max_seq_len=512)
-    with pytest.raises(ValueError, match="raise max_seq_len or lower doc_stride"):
+    with pytest.raises(ValueError, match=r"with max_seq_len 40 a window holds \d context pieces, "
+                                         r"not more than doc_stride 8; lower doc_stride "
+                                         r"\(--doc-stride\) to \d or less, or raise max_seq_len "
+                                         r"\(--max-seq-len\) to \d+ or more"):
         answer(model, tokenizer, "Who " * 30, "Hamlet.", max_seq_len=40, doc_stride=8)
     assert main(["answer", str(FIXTURES / "model"), "--question", "Who?"]) == 2
     assert "--context" in capsys.readouterr().err

@@ -121,10 +121,9 @@ def test_convert_names_itself_when_it_refuses_an_output_folder(tmp_path, capsys)
     before = _snapshot(tmp_path)
     assert main(["convert", str(tiny_checkpoint()), str(folder)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line == (f"bertjax convert: error: OUT_DIR {folder} already holds files that `bertjax "
-                    "convert` did not write (chapter1.tex); choose another OUT_DIR (a new or "
-                    "empty directory): only a directory written by `bertjax convert` is ever "
-                    "replaced")
+    assert line == (f"bertjax convert: error: OUT_DIR {folder} already holds files that are not "
+                    "a model (chapter1.tex); choose another OUT_DIR (a new or empty directory): "
+                    "a directory is replaced only if it holds a model, and only with --force")
     assert _snapshot(tmp_path) == before
 
 

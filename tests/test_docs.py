@@ -214,10 +214,12 @@ def run_page(page_blocks: list[Block]) -> None:
                                   if any(b.illustration is None for b in blocks(p))])
 def test_every_code_block_of_the_page_runs(page: str, sandbox) -> None:
     page_blocks = [b for b in ALL if b.page == page]
-    for block in page_blocks:  # a page that starts a run makes it itself
+    for block in page_blocks:  # a page that starts a run, or converts a model, makes it itself
         for argv in _commands(block.code) if block.lang == "bash" and not block.illustration else []:
             if argv[:2] == ["bertjax", "pretrain"] and "--resume" not in argv:
                 shutil.rmtree(sandbox / argv[argv.index("--output-dir") + 1], ignore_errors=True)
+            if argv[:2] == ["bertjax", "convert"] and "--force" not in argv:  # OUT_DIR: new
+                shutil.rmtree(sandbox / argv[3], ignore_errors=True)
     run_page(page_blocks)
 
 

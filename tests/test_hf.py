@@ -115,7 +115,10 @@ def test_save_hf_reloads_in_transformers_with_identical_logits(tmp_path, name):
 def test_save_hf_from_a_fresh_bertjax_model(tmp_path):
     model = BertForPreTraining(BertConfig.from_preset("tiny", vocab_size=64), rngs=nnx.Rngs(5))
     save_pretrained(model, tmp_path / "ckpt")
-    save_pretrained(model, tmp_path / "ckpt")  # overwriting an existing directory works too
+    with pytest.raises(FileExistsError, match=r"already holds a BertForPreTraining model "
+                                              r"\(model_type bert\).*pass overwrite=True"):
+        save_pretrained(model, tmp_path / "ckpt")  # a model there is replaced only when asked
+    save_pretrained(model, tmp_path / "ckpt", overwrite=True)
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["config.json",
                                                                     "model.safetensors"]
     hf = transformers.BertForPreTraining.from_pretrained(tmp_path / "ckpt",
@@ -263,25 +266,27 @@ def test_save_hf_over_a_checkpoint_is_atomic_and_refuses_foreign_files(tmp_path,
     with monkeypatch.context() as m:  # a writer that dies half way leaves the old checkpoint
         m.setattr(safetensors.numpy, "save_file", crash)
         with pytest.raises(OSError, match="disk full"):
-            save_pretrained(new, ckpt)
+            save_pretrained(new, ckpt, overwrite=True)
     assert {p.name: p.read_bytes() for p in ckpt.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no temporary left behind
 
-    save_pretrained(new, ckpt)
+    save_pretrained(new, ckpt, overwrite=True)
     batch = _batch(dict(vocab_size=64, max_position_embeddings=128))
     assert _max_diff(_ours(load_hf(ckpt), *batch).mlm_logits,
                      torch.from_numpy(np.array(_ours(new, *batch).mlm_logits))) == 0.0
 
-    (ckpt / "notes.txt").write_text("mine")
-    with pytest.raises(FileExistsError, match=r"did not write \(.*notes\.txt\)"):
-        save_pretrained(old, ckpt)
+    (ckpt / "notes.txt").write_text("mine")  # a model beside a user's file: never replaced
+    with pytest.raises(FileExistsError, match=r"files no model has \(notes\.txt\): it is never "
+                                              r"replaced, even with overwrite=True"):
+        save_pretrained(old, ckpt, overwrite=True)
     assert (ckpt / "notes.txt").read_text() == "mine"
-    # A download in another format is not an earlier export either: it is never replaced.
+    # A download in another format is a model too: replaced only when asked.
     download = tmp_path / "download"
     download.mkdir()
     (download / "config.json").write_text("{}")
     (download / "pytorch_model.bin").write_bytes(b"weights")
-    with pytest.raises(FileExistsError, match=r"did not write \(config\.json, pytorch_model\.bin"):
+    with pytest.raises(FileExistsError, match=r"already holds a model whose config\.json names no "
+                                              r"class \(config\.json, pytorch_model\.bin\)"):
         save_pretrained(old, download)
     assert (download / "pytorch_model.bin").read_bytes() == b"weights"
 

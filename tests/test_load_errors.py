@@ -318,7 +318,7 @@ def _refuse_loading(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("occupant", ["file", "notes", "vocabulary", "under a file"])
-def test_export_refuses_what_is_not_an_earlier_export(tmp_path, capsys, monkeypatch, occupant):
+def test_export_refuses_what_is_not_a_model(tmp_path, capsys, monkeypatch, occupant):
     out = tmp_path / "out"
     if occupant == "file":
         out.write_text("mine")
@@ -338,7 +338,8 @@ def test_export_refuses_what_is_not_an_earlier_export(tmp_path, capsys, monkeypa
     line = _one_line(capsys.readouterr().err, "convert")
     assert f"OUT_DIR {out}" in line and "choose another OUT_DIR" in line
     if occupant in ("notes", "vocabulary"):
-        assert "did not write" in line and ("notes.txt" in line or "vocab.txt" in line)
+        assert "already holds files that are not a model" in line
+        assert "notes.txt" in line or "vocab.txt" in line
     assert _snapshot(tmp_path) == before
 
 
@@ -361,14 +362,15 @@ def test_export_failing_half_way_leaves_nothing_and_a_retry_works(tmp_path, caps
 
     with monkeypatch.context() as m:
         m.setattr(safetensors.numpy, "save_file", crash)
-        code = main(["convert", str(tiny_checkpoint()), str(out)])
+        code = main(["convert", str(tiny_checkpoint()), str(out), *(["--force"] * earlier)])
     err = capsys.readouterr().err
     if failure == "Ctrl-C":
         assert code == 130 and "interrupted" in err and "Traceback" not in err
     else:
         assert code == 2 and "No space left on device" in _one_line(err, "convert")
     assert _snapshot(tmp_path) == before  # no half-made OUT_DIR, no temporary beside it
-    assert main(["convert", str(tiny_checkpoint()), str(out)]) == 0  # the retry works
+    retry = ["--force"] if earlier else []
+    assert main(["convert", str(tiny_checkpoint()), str(out), *retry]) == 0  # the retry works
     words = "bert.embeddings.word_embeddings.weight"
     reloaded, expected = (model_to_numpy(bertjax.from_pretrained(m)[0])[words]
                           for m in (out, tiny_checkpoint()))

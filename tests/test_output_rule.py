@@ -71,7 +71,7 @@ WRITERS = {
                  ("model", "train"), True),
     "attention": (["attention", "{model}", "--file", "{lines}", "--out", "{out}"],
                   ("model", "lines"), True),
-    "convert": (["convert", "{model}", "{out}", "--as", "BertForMaskedLM"], ("model",), False),
+    "convert": (["convert", "{model}", "{out}", "--as", "BertForMaskedLM"], ("model",), True),
     "finetune": (["finetune", "{model}", "--train", "{train}", "--validation", "{valid}",
                   "--output-dir", "{out}"], ("model", "train", "valid"), False),
     "pretrain": (["pretrain", "--data.corpus={corpus}", "--output-dir", "{out}"], ("corpus",),

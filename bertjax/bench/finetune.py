@@ -35,7 +35,7 @@ from bertjax.jobs.finetune.config import FINETUNE_OPTIM, FinetuneConfig
 from bertjax.jobs.finetune.job import finetune
 from bertjax.pretrained import from_pretrained
 from bertjax.tasks.registry import BUNDLED, bundled_examples, make_task
-from bertjax.use.packed import row_limit, token_budget
+from bertjax.use.packed import row_length, row_limit, token_budget
 
 SCORES = {"classification": "accuracy", "token-classification": "f1",
           "question-answering": "f1", "multiple-choice": "accuracy"}  # the rank's first metric
@@ -48,8 +48,8 @@ def matching_max_tokens(task: Any, tokenizer: Any, train: Sequence[Any], config:
     units = task.units(tokenizer, train, config.max_length)
     arrays = task.batch(tokenizer, units, config.max_length, model_config)
     lengths = task.pack_lengths(arrays)
-    row = token_budget(10**9, int(lengths.max()),
-                       row_limit(arrays["input_ids"], model_config.max_sequence_length)).row_len
+    row = row_length(int(lengths.max()),
+                     row_limit(arrays["input_ids"], model_config.max_sequence_length))
     return row * max(1, round(config.unpacked_batch_size * float(lengths.mean()) / row))
 
 

@@ -49,6 +49,33 @@ def model_flops_per_token(
     return 3 * forward if training else forward
 
 
+def electra_flops_per_token(discriminator: BertConfig, generator: BertConfig, seq_len: int,
+                            predictions: int, *, training: bool) -> float:
+    """Matmul FLOPs per token of ELECTRA's pre-training (`bertjax.train.electra`), both networks,
+    counted as `model_flops_per_token` counts (3x the forward to train):
+
+    - the generator, a masked LM: its encoder with the last layer at the P masked rows, and its
+      MLM head there, dense H_g x E to the embeddings' width and the tied decoder E x V;
+    - the discriminator: its encoder at every row (its head reads every token) and its head,
+      dense H x H and H x 1, per token;
+    - each model's projection of the shared embeddings (E) to its hidden size, where they differ.
+    """
+    S, P, V = seq_len, predictions, discriminator.vocab_size
+    R = min(1.0, P / S)
+
+    def encoder(c: BertConfig, last_rows: float) -> float:
+        L, H, I = c.num_hidden_layers, c.hidden_size, c.intermediate_size
+        per_layer = 2 * (2 * H * H + 2 * H * I + 2 * S * H)  # queries, output, MLP, attention
+        keys_values = 2 * 2 * H * H
+        project = 2 * c.embedding_width * H if c.embedding_width != H else 0.0
+        return project + L * keys_values + (L - 1 + last_rows) * per_layer
+
+    H_g, E, H = generator.hidden_size, generator.embedding_width, discriminator.hidden_size
+    gen = encoder(generator, R) + 2 * (H_g * E + E * V) * P / S
+    disc = encoder(discriminator, 1.0) + 2 * (H * H + H)
+    return 3 * (gen + disc) if training else gen + disc
+
+
 # Dense (no sparsity) bfloat16 tensor peaks in TFLOP/s per JAX device, from the vendors'
 # datasheets. Each pattern is a regular expression searched in the lower-cased `device_kind`
 # (e.g. "NVIDIA H100 80GB HBM3", "TPU v5 lite"); the first match wins, so specific names come

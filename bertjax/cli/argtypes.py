@@ -35,6 +35,22 @@ fraction = value_type(float, "fraction")  # a probability or a share of the data
 positive_float = value_type(float, "positive")  # a tolerance, a rate, minutes: finite, above 0
 
 
+def token_slots(text: str) -> int:
+    """A positive integer no larger than the token slots a batch can hold in the memory this
+    process may use (`bertjax.common.memory`): --max-tokens."""
+    from bertjax.common.memory import TOKEN_BYTES_FLOOR, gib, largest_max_tokens, memory_limit
+
+    value = positive_int(text)
+    largest = largest_max_tokens()
+    if value > largest:
+        raise argparse.ArgumentTypeError(
+            f"{value} is more token slots than a batch can hold in the memory this process may "
+            f"use ({gib(memory_limit())}, at least {TOKEN_BYTES_FLOOR} bytes a slot); pass {largest} "
+            "or less (a batch holds no more than its inputs fill, so a larger value gains "
+            "nothing)")
+    return value
+
+
 def int_range(low: int, high: int | None = None) -> Callable[[str], int]:
     """A parser of integers in [low, high] (no upper bound when `high` is None)."""
     return value_type(int, minimum=low, maximum=high)

@@ -12,12 +12,15 @@ variables it reads at import):
 Every program is kept (no minimum compile time), and the directory is held to `MAX_BYTES` by
 JAX's least-recently-used eviction, whose file lock also makes two commands sharing the cache
 safe. An entry JAX cannot read (cut short, from another version) is compiled again: JAX's warning
-about it is not shown.
+about it is not shown. A directory that cannot be written (read-only) is one warning, and the
+cache stays off: JAX would warn once per program it compiles.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import tempfile
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -49,8 +52,21 @@ def use_compile_cache(argv: list[str]) -> list[str]:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError:
         return rest
+    try:  # JAX writes a lock file beside the entries
+        handle, probe = tempfile.mkstemp(prefix=".bertjax-write-check-", dir=directory)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as err:
+        command = next((a for a in rest if not a.startswith("-")), "")
+        print(f"bertjax {command}: warning: the compilation cache {directory} cannot be written "
+              f"({(err.strerror or str(err)).lower()}): this command compiles its programs "
+              f"anew and keeps none; make it writable, or point {ENV} at another directory "
+              f"(0 turns the cache off)", file=sys.stderr)
+        return rest
     os.environ[JAX_DIR] = str(directory)
     os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # a command's small programs
     os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(MAX_BYTES)
     warnings.filterwarnings("ignore", message="Error reading persistent compilation cache entry")
+    # one that fails later (a full disk) is left out too: the cache only saves time
+    warnings.filterwarnings("ignore", message="Error writing persistent compilation cache entry")
     return rest

@@ -49,6 +49,30 @@ def describe(err: BaseException) -> str:
     return str(err) or type(err).__name__
 
 
+def out_of_memory(err: BaseException) -> bool:
+    """Whether `err` is an allocation that failed: NumPy's MemoryError, XLA's RESOURCE_EXHAUSTED
+    or "Out of memory allocating ..." (an INTERNAL error on the CPU)."""
+    text = str(err)
+    return isinstance(err, MemoryError) or (
+        type(err).__name__ in ("XlaRuntimeError", "JaxRuntimeError")
+        and (text.startswith("RESOURCE_EXHAUSTED") or "Out of memory" in text))
+
+
+def out_of_memory_fix(err: BaseException, args: argparse.Namespace | None) -> str:
+    """The one line for an allocation that failed: what failed, and the option to lower."""
+    detail = " ".join(str(err).split())[:160] or type(err).__name__
+    max_tokens, batch_size = (getattr(args, name, None) for name in ("max_tokens", "batch_size"))
+    if max_tokens is not None:
+        fix = f"lower --max-tokens (it is {max_tokens})"
+    elif batch_size is not None:
+        fix = f"lower --batch-size (it is {batch_size})"
+    elif hasattr(args, "batch_size"):
+        fix = "pass a smaller --batch-size"
+    else:
+        fix = "give fewer or shorter inputs, or a smaller model"
+    return f"ran out of memory ({detail}); {fix}"
+
+
 def show_traceback() -> bool:
     """Whether to print the traceback of a user error too (BERTJAX_TRACEBACK=1)."""
     return os.environ.get("BERTJAX_TRACEBACK", "") not in ("", "0")

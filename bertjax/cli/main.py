@@ -27,6 +27,8 @@ from bertjax.cli.errors import (
     USER_ERRORS,
     OneLineParser,
     describe,
+    out_of_memory,
+    out_of_memory_fix,
     print_error,
     show_traceback,
 )
@@ -124,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(argv: list[str], name: str) -> int:
     """`main` once the process is set up: parse, import the command, run it; errors as said."""
+    args: argparse.Namespace | None = None
     try:
         args, unknown, parser = _parse(argv)
         module = importlib.import_module(COMMANDS[args.command][0])
@@ -142,7 +145,12 @@ def _run(argv: list[str], name: str) -> int:
     except KeyboardInterrupt:
         print(f"\nbertjax {name}: interrupted (Ctrl-C)", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except Exception:  # a bug: its traceback, and how to report it
+    except Exception as err:  # a bug: its traceback, and how to report it
+        if out_of_memory(err):  # the input's size, not a bug: the option that sets it
+            if show_traceback():
+                traceback.print_exc()
+            print_error(name, out_of_memory_fix(err, args))
+            return EXIT_BAD_INPUT
         traceback.print_exc()
         print_error(name, BUG_REPORT)
         return EXIT_FAILED

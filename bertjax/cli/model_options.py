@@ -30,14 +30,15 @@ def add_model_argument(parser: argparse.ArgumentParser, *, optional: bool = Fals
 def add_max_tokens_argument(parser: argparse.ArgumentParser, unit: str = "texts") -> None:
     """--max-tokens: pack the inputs into batches of that many token slots (`bertjax.use.packed`,
     the same results as unpacked within 1e-5)."""
-    from bertjax.cli.argtypes import positive_int
+    from bertjax.cli.argtypes import token_slots
 
-    parser.add_argument("--max-tokens", type=positive_int, default=None, metavar="N",
+    parser.add_argument("--max-tokens", type=token_slots, default=None, metavar="N",
                         help=f"pack the {unit} into rows (several per row, attention kept inside "
                              "each) and run batches of N token slots: rows as long as the inputs "
                              "(rounded up to 16, at least 64; the longest 2%% in rows of their "
-                             "own), N // that many rows a batch; the same results, less padding "
-                             "(default: off)")
+                             "own), N // that many rows a batch, or as many as the inputs fill; the "
+                             "same results, less padding (default: off; at most what the "
+                             "memory holds)")
 
 
 def add_batch_size_argument(parser: argparse.ArgumentParser, unit: str, default: int = 64) -> None:

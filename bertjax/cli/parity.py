@@ -19,8 +19,9 @@ DEFAULT_PREDICTIONS = 8
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS),
-                        help="model size to initialise randomly (default: tiny)")
+    parser.add_argument("--preset", default=None, choices=sorted(PRESETS),
+                        help="model size to initialise randomly (default: tiny; not with --hf, "
+                             "whose model has its own size)")
     parser.add_argument("--hf", metavar="MODEL", default=None,
                         help="compare this model instead of a random preset, whatever its class: "
                              "a Hugging Face BERT directory, a Hub id (organisation/name) or a "
@@ -105,6 +106,7 @@ def _check_options(args: argparse.Namespace, model: Any, seq_len: int) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from bertjax.cli.model_options import run_command
     from bertjax.cli.requirements import require_torch
 
     if not require_torch("bertjax parity compares bertjax with its PyTorch mirror"):
@@ -112,6 +114,13 @@ def run(args: argparse.Namespace) -> int:
     if args.hf is None and (args.step is not None or args.revision is not None):
         raise CommandError("--step and --revision choose a checkpoint of --hf MODEL; pass --hf "
                            "too, or leave them out")
+    if args.hf is not None and args.preset is not None:
+        raise CommandError(f"--preset sets the size of a randomly initialised model; --hf "
+                           f"{args.hf} is compared at its own size: leave out --preset (or --hf)")
+    return run_command("parity", _parity, args)
+
+
+def _parity(args: argparse.Namespace) -> int:
     from flax import nnx
 
     from bertjax.config import BertConfig
@@ -122,8 +131,9 @@ def run(args: argparse.Namespace) -> int:
         model, source = _load(args)
         source += f", {type(model).__name__}"
     else:
-        model = BertForPreTraining(BertConfig.from_preset(args.preset), rngs=nnx.Rngs(args.seed))
-        source = f"preset {args.preset!r}, random init (seed {args.seed})"
+        preset = args.preset or "tiny"
+        model = BertForPreTraining(BertConfig.from_preset(preset), rngs=nnx.Rngs(args.seed))
+        source = f"preset {preset!r}, random init (seed {args.seed})"
     seq_len = args.seq_len
     predictions = _check_options(args, model, seq_len)
     batch = random_batch(model.config, batch_size=args.batch_size, seq_len=seq_len,

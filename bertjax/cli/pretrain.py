@@ -142,6 +142,8 @@ def _pretrain(args: argparse.Namespace, config: rc.RunConfig | None, stop: StopR
     _start_processes(args)
     from bertjax.jobs.pretrain.job import NonFiniteLossError, pretrain
 
+    run = RunDir(args.output_dir)
+    absent = [p for p in (run.config, run.summary, run.curves) if not p.exists()]
     try:
         result = pretrain(
             config, args.output_dir, resume=args.resume, progress=not args.no_progress,
@@ -152,8 +154,11 @@ def _pretrain(args: argparse.Namespace, config: rc.RunConfig | None, stop: StopR
         print(f"bertjax pretrain: {err}", file=sys.stderr)
         return 1
     if result.already_finished:
+        restored = [p.name for p in absent if p.exists()]  # put back from the run's own records
         print(f"the run in {result.run_dir} had already finished ({result.steps} steps); nothing "
-              "was trained or written. Its summary:")
+              + (f"was trained; wrote back {', '.join(restored)}, which "
+                 f"{'was' if len(restored) == 1 else 'were'} missing" if restored
+                 else "was trained or written") + ". Its summary:")
     ev = result.eval
     print(
         f"done: {result.steps} steps in {result.wall_time_s:.0f}s "
@@ -162,6 +167,9 @@ def _pretrain(args: argparse.Namespace, config: rc.RunConfig | None, stop: StopR
         f"most-frequent-token baseline {result.baseline_accuracy:.4f} "
         f"({result.baseline_token!r}); perplexity {ev.get('perplexity', float('nan')):.1f}; "
         + (f"NSP accuracy {ev['nsp_accuracy']:.4f}; " if "nsp_accuracy" in ev else "")
+        + (f"replaced-token accuracy {ev['rtd_accuracy']:.4f} (precision "
+           f"{ev['rtd_precision']:.4f}, recall {ev['rtd_recall']:.4f}); " if "rtd_accuracy" in ev
+           else "")
         + f"outputs in {result.run_dir}"
     )
     return 0

@@ -40,18 +40,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="replace the vocabulary in an --out that holds nothing else")
 
 
+def not_vocabulary(path: Path) -> list[str]:
+    """The names in `path` that `bertjax vocab` does not write (sorted): replacing a directory
+    that holds any would lose something a user made."""
+    return sorted(p.name for p in path.iterdir()
+                  if not (p.is_file() and any(fnmatch.fnmatchcase(p.name, n) for n in VOCAB_FILES)))
+
+
 def is_vocab_directory(path: Path) -> bool:
-    """Whether `path` holds nothing but what `bertjax vocab` writes (so replacing it loses
-    nothing a user made)."""
-    return all(p.is_file() and any(fnmatch.fnmatchcase(p.name, n) for n in VOCAB_FILES)
-               for p in path.iterdir())
+    """Whether `path` holds nothing but what `bertjax vocab` writes."""
+    return not not_vocabulary(path)
 
 
 def run(args: argparse.Namespace) -> int:
     from bertjax.data import Tokenizer, corpus_documents
 
     check_output_directory(args.out, is_ours=is_vocab_directory, made_by="`bertjax vocab`",
-                           replace=args.force, inputs={"--corpus": corpus_paths(args.corpus)})
+                           replace=args.force, inputs={"--corpus": corpus_paths(args.corpus)},
+                           foreign=not_vocabulary)
     documents = corpus_documents(args.corpus, text_field=args.text_field, split=args.split)
     tokenizer = Tokenizer.train(
         (sentence for doc in documents for sentence in doc), args.vocab_size,

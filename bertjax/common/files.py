@@ -187,6 +187,21 @@ def listing(names: list[str], limit: int = 5) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
+def directory_entries(path: str | os.PathLike, what: str, inputs: Inputs | None) -> list[str]:
+    """The names in the output directory `path` (sorted; none: it is new or empty, free to write),
+    once the checks every output directory takes have passed: not one of `inputs`, nor inside or
+    holding one (`check_not_an_input`), creatable, not a file."""
+    check_not_an_input(path, what, inputs)
+    path = Path(path)
+    check_creatable(path, what)
+    if not path.exists() and not path.is_symlink():
+        return []
+    if not path.is_dir():
+        raise FileExistsError(f"{what} {path} is a file, not a directory; choose another {what} "
+                              "(a new or empty directory)")
+    return sorted(p.name for p in path.iterdir())
+
+
 def check_output_directory(
     path: str | os.PathLike,
     *,
@@ -196,26 +211,22 @@ def check_output_directory(
     what: str = "--out",
     replace_hint: str = "pass --force to replace it",
     inputs: Inputs | None = None,
+    foreign: Callable[[Path], list[str]] | None = None,
 ) -> None:
     """Raise FileExistsError (naming `what`, `path` and the fix) unless `path` may become a
     directory written by `made_by`: it is new, an empty directory, or - with `replace` - a
     directory `is_ours` recognises as one `made_by` wrote. Anything else is never replaced, so a
     mistyped path cannot lose a user's files; and never one that is, lies in or holds one of
-    `inputs` (option -> the path(s) it reads; `check_not_an_input`). Call it before any work."""
-    check_not_an_input(path, what, inputs)
+    `inputs` (option -> the path(s) it reads; `check_not_an_input`). `foreign(path)`: the names
+    `made_by` did not write, for the message (default: every name). Call it before any work."""
+    names = directory_entries(path, what, inputs)
     path = Path(path)
-    check_creatable(path, what)
-    if not path.exists() and not path.is_symlink():
-        return
-    if not path.is_dir():
-        raise FileExistsError(f"{what} {path} is a file, not a directory; choose another {what} "
-                              "(a new or empty directory)")
-    names = sorted(p.name for p in path.iterdir())
     if not names:
         return
     if not is_ours(path):
+        theirs = foreign(path) if foreign is not None else names
         raise FileExistsError(
-            f"{what} {path} already holds files that {made_by} did not write ({listing(names)}); "
+            f"{what} {path} already holds files that {made_by} did not write ({listing(theirs)}); "
             f"choose another {what} (a new or empty directory): only a directory written by "
             f"{made_by} is ever replaced")
     if not replace:
@@ -253,8 +264,9 @@ def check_output_file(
 
 
 def read_text(path: str | os.PathLike, what: str = "file") -> str:
-    """The UTF-8 text of `path`; a missing, unreadable or non-UTF-8 file is a ValueError naming
-    `what` (e.g. "--file") and the path, and what to do."""
+    """The UTF-8 text of `path`; a missing, unreadable, non-UTF-8 or binary file (a NUL byte,
+    which no text holds) is a ValueError naming `what` (e.g. "--file") and the path, and what
+    to do."""
     path = Path(path)
     if path.is_dir():
         raise InputError(f"{what} {path} is a directory; give a text file")
@@ -262,8 +274,15 @@ def read_text(path: str | os.PathLike, what: str = "file") -> str:
         raise InputError(f"{what} {path} does not exist; check the path")
     data = path.read_bytes()
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         kind = "binary" if b"\0" in data[:8192] else "not UTF-8"
         raise InputError(f"{what} {path} is {kind} ({err.reason} at byte {err.start}); give a "
                          "UTF-8 text file") from None
+    nul = text.find("\0")
+    if nul >= 0:  # valid UTF-8, but no text has one: a binary file, or text pasted with one
+        line = text.count("\n", 0, nul) + 1
+        raise InputError(f"{what} {path} is binary, not text (a NUL byte on line {line}, at byte "
+                         f"{len(text[:nul].encode())}); give a UTF-8 text file, or remove the "
+                         "NUL bytes (tr -d '\\000' < IN > OUT)")
+    return text

@@ -5,8 +5,10 @@ follow Hugging Face's `BertConfig`, so `config.json` files read and write as-is;
 the family, whose differences from BERT are data (`bertjax.config.families`).
 
 Modules: `__init__` (BertConfig, presets, parameter paths), `families` (the BERT family table),
-`modernbert` (ModernBERT's config.json), `heads` (the model classes), `checks` (shared checks).
-Imports: `bertjax.errors` and `bertjax.common.fields` (how a setting is declared) only.
+`modernbert` (ModernBERT's config.json: how each setting transformers reads is taken), `heads`
+(the model classes and their heads as data), `checks` (the checks and messages both trees make
+on a class's family and a model's inputs; NumPy).
+Imports: `bertjax.errors` and `bertjax.common.fields` (how a setting is declared); `checks` NumPy.
 """
 
 from __future__ import annotations

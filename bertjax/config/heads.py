@@ -43,6 +43,9 @@ HEADS: dict[str, Head] = {h.attribute: h for h in (
     Head("qa_outputs"),
     Head("choice_classifier", (("choice_classifier.", "classifier."),)),
     Head("discriminator_predictions"),  # ELECTRA's replaced-token detection
+    # the masked LM an ELECTRA pre-training run trains beside its discriminator (sharing its
+    # embeddings): in a run's checkpoints, where a load of the discriminator leaves it out
+    Head("generator"),
 )}
 
 
@@ -67,6 +70,7 @@ class ModelClass:
     next_sentence: bool = False  # a head only families pre-trained with NSP have
     families: tuple[str, ...] = ()  # the only families that have this class, if any
     choices: bool = False  # inputs (B, C, S): one row per choice
+    pretrained: bool = False  # its heads come from pre-training (not from fine-tuning)
 
     @property
     def masked_lm(self) -> bool:
@@ -98,23 +102,25 @@ class ModelClass:
 ENCODER = "BertModel"
 PRETRAINING = "BertForPreTraining"
 MASKED_LM = "BertForMaskedLM"
+DISCRIMINATOR = "BertForReplacedTokenDetection"
 _LOGITS = (("logits", "logits"),)
 
 MODELS: dict[str, ModelClass] = {m.name: m for m in (
     ModelClass(ENCODER, ("pooler",), (("sequence_output", "last_hidden_state"),
                                       ("pooled_output", "pooler_output")),
                "pass a `bertjax pretrain` run directory or a Hugging Face BertModel / "
-               "BertForPreTraining checkpoint that has them"),
+               "BertForPreTraining checkpoint that has them", pretrained=True),
     ModelClass(PRETRAINING, ("mlm_head", "nsp_head"),
                (("mlm_logits", "prediction_logits"), ("nsp_logits", "seq_relationship_logits")),
                "pre-train one with `bertjax pretrain` (pass its run directory) or pass a Hugging "
-               "Face BertForPreTraining checkpoint", next_sentence=True),
+               "Face BertForPreTraining checkpoint", next_sentence=True, pretrained=True),
     ModelClass(MASKED_LM, ("mlm_head",), (("mlm_logits", "logits"),),
                "pass a `bertjax pretrain` run directory or a Hugging Face BertForMaskedLM / "
-               "BertForPreTraining checkpoint", pooled=False),
+               "BertForPreTraining checkpoint", pooled=False, pretrained=True),
     ModelClass("BertForNextSentencePrediction", ("nsp_head",), (("nsp_logits", "logits"),),
                "pass a `bertjax pretrain` run directory or a Hugging Face "
-               "BertForNextSentencePrediction / BertForPreTraining checkpoint", next_sentence=True),
+               "BertForNextSentencePrediction / BertForPreTraining checkpoint", next_sentence=True,
+               pretrained=True),
     ModelClass("BertForSequenceClassification", ("classifier",), _LOGITS,
                _fine_tune("", "BertForSequenceClassification")),
     ModelClass("BertForTokenClassification", ("token_classifier",), _LOGITS,
@@ -124,8 +130,10 @@ MODELS: dict[str, ModelClass] = {m.name: m for m in (
                _fine_tune("question-answering", "BertForQuestionAnswering"), pooled=False),
     ModelClass("BertForMultipleChoice", ("choice_classifier",), _LOGITS,
                _fine_tune("multiple-choice", "BertForMultipleChoice"), choices=True),
-    ModelClass("BertForReplacedTokenDetection", ("discriminator_predictions",), _LOGITS,
-               pooled=False, families=("electra",)),
+    ModelClass(DISCRIMINATOR, ("discriminator_predictions",), _LOGITS,
+               "pre-train one with `bertjax pretrain --train.objective electra` (pass its run "
+               "directory) or pass a Hugging Face ElectraForPreTraining checkpoint",
+               pooled=False, families=("electra",), pretrained=True),
 )}
 # The classes with a task head (all but the bare encoder), in `MODELS` order.
 HEAD_CLASSES = tuple(name for name in MODELS if name != ENCODER)

@@ -55,6 +55,7 @@ def read_examples(
         records = json_records(path, content)
     elif suffix == ".csv":
         records = csv_records(path, content)
+        _check_header(path, records, text_field, label_field)
     else:
         if require_labels:
             raise InputError(f"{what} {path}: labelled examples need a .jsonl or .csv file with a "
@@ -82,6 +83,19 @@ def read_examples(
         raise InputError(f"{what} {path} holds no examples; give one example per line")
     _all_or_none_labelled(examples, label_field)
     return examples
+
+
+def _check_header(path: Path, records: list[tuple[str, dict]], text_field: str,
+                  label_field: str) -> None:
+    """A CSV file whose first row names neither field: a file without a header row, whose first
+    example was read as one."""
+    header = list(records[0][1]) if records else []
+    if header and text_field not in header and label_field not in header:
+        raise InputError(
+            f"{path}:1: the first row ({', '.join(header)}) was read as the header, and it names "
+            f"no '{text_field}' or '{label_field}' field: a CSV file's first row names its "
+            f"fields; add a header row ({text_field},{label_field}) above the examples, or set "
+            "--text-field and --label-field to the names it has")
 
 
 def _text(record: dict, field: str, where: str, option: str) -> str:

@@ -24,12 +24,13 @@ import numpy as np
 import safetensors.numpy  # called through the module: tests replace save_file to crash a write
 from safetensors import SafetensorError
 
-from bertjax.common.files import atomic_directory, check_output_directory, follow_umask
+from bertjax.common.files import atomic_directory, directory_entries, follow_umask, listing
 from bertjax.common.input_overlap import Inputs
 from bertjax.config import BertConfig
 from bertjax.config.families import FAMILIES
 from bertjax.config.heads import Model
 from bertjax.errors import InputError
+from bertjax.io.family_check import check_weights_family
 from bertjax.io.flax_msgpack import FLAX_WEIGHTS, FLAX_WEIGHTS_INDEX, read_flax_tensors
 from bertjax.io.names import (
     BASE_PREFIX,
@@ -46,13 +47,6 @@ CONFIG = "config.json"
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 PYTORCH_BIN = "pytorch_model.bin"
-# What `write_hf` writes; it replaces only a directory holding these alone (config and weights
-# included): an earlier export. Anything else (a download with pytorch_model.bin, a `bertjax vocab`
-# directory, a user's notes) is never replaced.
-EXPORT_FILES = frozenset({
-    CONFIG, SAFETENSORS, "tokenizer.json", "vocab.txt", "tokenizer_config.json",
-    "special_tokens_map.json",
-})
 
 
 # The weight files a directory may hold, in the order they are preferred (transformers' own).
@@ -164,8 +158,10 @@ def read_hf(path: str | Path, config_data: Mapping[str, Any] | None = None,
         raise InputError(f"{path / CONFIG}: {_one_line(err)}; fix it, or pass a directory whose "
                          "config.json describes a BERT") from err
     architecture = architecture_in(data)
+    raw = read_hf_tensors(path)
+    check_weights_family(raw, config.model_type, str(path / CONFIG))
     tensors = {normalise_hf_key(from_family_name(k, config.model_type, architecture)): v
-               for k, v in read_hf_tensors(path).items()}
+               for k, v in raw.items()}
     _check_tied(tensors)
     arrays = {from_hf_name(k, architecture=architecture): v for k, v in tensors.items()
               if k not in HF_DERIVED_KEYS}
@@ -234,8 +230,8 @@ def hf_name(name: str, base_model_prefix: str, model_type: str = "bert") -> str:
 
 
 def write_hf(
-    path: str | Path, arrays: Mapping[str, np.ndarray], config: BertConfig, model_cls: type[Model], *,
-    tokenizer: Any = None,
+    path: str | Path, arrays: Mapping[str, np.ndarray], config: BertConfig,
+    model_cls: type[Model], *, tokenizer: Any = None, overwrite: bool = False,
 ) -> Path:
     """Write a `model_cls`'s `arrays` (our PyTorch names) as a directory that transformers loads as
     that class (`config.json` + `model.safetensors`), plus, given a `Tokenizer`, the files
@@ -243,11 +239,12 @@ def write_hf(
 
     The decoder weight is tied to the word embeddings, so (as transformers itself does) it is not
     written. The directory is written aside and renamed into place, so a crash or Ctrl-C leaves
-    either the old directory or the new one, never a mixture. An existing `path` is replaced only
-    if it is empty or an earlier export (`check_export_directory`).
+    either the old directory or the new one, never a mixture. An existing `path` is written only
+    if it is empty, or replaced if it holds a model and `overwrite` is set
+    (`check_export_directory`).
     """
     path = Path(path)
-    check_export_directory(path)
+    check_export_directory(path, overwrite=overwrite)
     tensors = {hf_name(name, model_cls.base_model_prefix, config.model_type):
                np.ascontiguousarray(value)
                for name, value in arrays.items()}
@@ -285,16 +282,70 @@ def _save_tokenizer(tokenizer: Any, directory: Path, config: BertConfig) -> None
     (directory / "tokenizer_config.json").write_text(json.dumps(settings, indent=2) + "\n")
 
 
-def is_export(path: Path) -> bool:
-    """Whether directory `path` holds what `write_hf` writes and nothing else."""
+# What a model directory holds, whoever wrote it: its config beside weights, tokenizer files
+# (any library's) and the small files transformers and the Hub put beside them. A directory
+# holding anything else (a user's notes, a subdirectory) is never replaced.
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".msgpack", ".h5", ".pt", ".pth", ".ckpt")
+_TOKENIZER_FILES = frozenset({"tokenizer.json", "vocab.txt", "vocab.json", "merges.txt",
+                              "sentencepiece.bpe.model", "spiece.model", "tokenizer.model"})
+_MODEL_FILES = _TOKENIZER_FILES | {
+    CONFIG, "generation_config.json", "tokenizer_config.json", "special_tokens_map.json",
+    "added_tokens.json", "README.md", ".gitattributes", *(f"{name}.index.json" for name in (
+        SAFETENSORS, PYTORCH_BIN, FLAX_WEIGHTS))}
+
+
+def _is_weights(name: str) -> bool:
+    return name.endswith(_WEIGHT_SUFFIXES) or name.startswith("tf_model.")
+
+
+def held_model(path: Path) -> str | None:
+    """The model the directory `path` holds, in words ("a RobertaForMaskedLM model (model_type
+    roberta, saved by transformers 4.57.6) with its tokenizer"); None if it holds none (no
+    config.json beside weights)."""
     names = {p.name for p in path.iterdir()}
-    return {CONFIG, SAFETENSORS} <= names <= EXPORT_FILES
+    if CONFIG not in names or not any(_is_weights(n) for n in names):
+        return None
+    try:
+        data = json.loads((path / CONFIG).read_bytes())
+    except (OSError, ValueError):
+        data = None
+    data = data if isinstance(data, dict) else {}
+    classes = data.get("architectures")
+    about = [f"model_type {data['model_type']}"] if "model_type" in data else []
+    if "transformers_version" in data:
+        about.append(f"saved by transformers {data['transformers_version']}")
+    words = (f"a {classes[0]} model" if isinstance(classes, list) and classes
+             else "a model whose config.json names no class")
+    words += f" ({', '.join(about)})" if about else ""
+    return words + (" with its tokenizer" if names & _TOKENIZER_FILES else "")
 
 
 def check_export_directory(path: str | Path, what: str = "output directory", *,
-                           made_by: str = "save_pretrained", inputs: Inputs | None = None) -> None:
+                           overwrite: bool = False, force: str = "overwrite=True",
+                           inputs: Inputs | None = None) -> None:
     """Raise an OSError naming `what`, `path` and the fix unless `write_hf` may write `path`: a
-    new or empty directory, or an earlier export (replaced; `made_by` is how messages name its
-    writer), and none of `inputs` (`bertjax.common.input_overlap`). Call it before any work."""
-    check_output_directory(path, is_ours=is_export, made_by=made_by, replace=True, what=what,
-                           inputs=inputs)
+    new or empty directory, or - with `overwrite` (named `force` in messages) - one that holds a
+    model, whoever wrote it, and nothing a model directory does not hold; never one of `inputs`,
+    nor inside or holding one (`bertjax.common.input_overlap`). A refusal names what the
+    directory holds. Call it before any work."""
+    names = directory_entries(path, what, inputs)
+    path = Path(path)
+    if not names:
+        return
+    model = held_model(path)
+    if model is None:
+        raise FileExistsError(
+            f"{what} {path} already holds files that are not a model ({listing(names)}); choose "
+            f"another {what} (a new or empty directory): a directory is replaced only if it "
+            f"holds a model, and only with {force}")
+    other = [p.name for p in path.iterdir()
+             if not (p.is_file() and (p.name in _MODEL_FILES or _is_weights(p.name)))]
+    if other:
+        raise FileExistsError(
+            f"{what} {path} holds {model} and files no model has ({listing(sorted(other))}): it "
+            f"is never replaced, even with {force}; move those files out, or choose another "
+            f"{what} (a new or empty directory)")
+    if not overwrite:
+        raise FileExistsError(
+            f"{what} {path} already holds {model} ({listing(names)}); pass {force} to replace "
+            f"it, or choose another {what} (a new or empty directory)")

@@ -23,7 +23,7 @@ from bertjax.errors import InputError
 from bertjax.io.report import LoadReport
 from bertjax.io.source import RUN, ModelSource
 from bertjax.io.weights import build_model, missing_heads_error, saved_params_to_numpy
-from bertjax.runs.config import RunConfig
+from bertjax.runs.config import RunConfig, generator_config
 from bertjax.runs.layout import RunDir
 from bertjax.train.saved import (
     CheckpointCorruptWarning,
@@ -36,8 +36,21 @@ from bertjax.train.saved import (
 
 def run_heads(config: RunConfig) -> tuple[str, ...]:
     """The head modules the checkpoints of a run of `config` hold: those of the class it trains
-    (`RunConfig.model_class`), its encoder's pooler included."""
-    return MODELS[config.model_class].checkpoint_heads
+    (`RunConfig.model_class`), its encoder's pooler included; an ELECTRA run's generator is a
+    masked LM (`mlm_head`) of its own (`generator_weights`)."""
+    heads = MODELS[config.model_class].checkpoint_heads
+    return (*heads, "mlm_head") if config.electra else heads
+
+
+GENERATOR = "generator."  # where an ELECTRA run's checkpoints keep the generator's weights
+
+
+def generator_weights(arrays: dict[str, Any]) -> dict[str, Any]:
+    """An ELECTRA run's generator as a masked LM's checkpoint names: its own weights (under
+    `generator.`) and the embeddings it shares with the discriminator (`bert.embeddings.`)."""
+    own = {k.removeprefix(GENERATOR): v for k, v in arrays.items() if k.startswith(GENERATOR)}
+    shared = {k: v for k, v in arrays.items() if k.startswith("bert.embeddings.")}
+    return {**shared, **own}
 
 
 def _readable(directory: Path, step: int) -> bool:
@@ -137,7 +150,8 @@ def load_run_model(
 ) -> tuple[Any, Tokenizer, LoadReport]:
     """(model, tokenizer, report) of a `bertjax pretrain` run directory (or its `ModelSource`):
     its checkpoint `step`, by default the best (`read_run_checkpoint`), as a `model_cls`
-    (`bertjax.io.weights.build_model`)."""
+    (`bertjax.io.weights.build_model`). An ELECTRA run is its discriminator, and as a class with
+    the masked-LM head its generator (with the generator's own config)."""
     source = root if isinstance(root, ModelSource) else ModelSource(str(root), Path(root), RUN)
     run = RunDir(source.directory)
     config, tokenizer = run.finished_config(source.run)  # read once, by `locate`
@@ -146,10 +160,12 @@ def load_run_model(
         raise missing_heads_error(str(run), lacking, model_cls)
     found = read_run_checkpoint(run, step)
     check_run_tokenizer(run, tokenizer, found)
-    bert_config = config.bert_config(tokenizer.vocab_size, tokenizer.special.pad).replace(
-        **config_overrides)
+    bert_config = config.bert_config(tokenizer.vocab_size, tokenizer.special.pad)
+    arrays = saved_params_to_numpy(found.params)
+    if config.electra and model_cls.spec.masked_lm:  # the run's masked LM: its generator
+        bert_config, arrays = generator_config(config, bert_config), generator_weights(arrays)
     model, report = build_model(
-        saved_params_to_numpy(found.params), bert_config, model_cls, seed=seed,
+        arrays, bert_config.replace(**config_overrides), model_cls, seed=seed,
         source=f"{run} step {found.step}", missing_heads=missing_heads,
         origin={"path": source.given, "directory": str(source.directory), "format": RUN,
                 "step": found.step, "skipped_steps": found.skipped})

@@ -81,6 +81,9 @@ def locate(model: str | Path | ModelSource, *, revision: str | None = None) -> M
         saved = run.saved_config(reading=True)  # damaged: an error naming how to restore it
         return ModelSource(str(model), directory, RUN, saved,
                            RunConfig.from_dict(saved or {}, source=str(run.config)))
+    if not (directory / CONFIG).is_file() and run.checkpoints.is_dir():
+        raise InputError(f"{model} holds a `bertjax pretrain` run's checkpoints but not its "
+                         f"{run.config.name}; {run.config_fix(reading=True, missing=True)}")
     if not (directory / CONFIG).is_file():
         raise InputError(
             f"{model} holds neither config.json (a Hugging Face model) nor run_config.json (a "

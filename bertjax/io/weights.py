@@ -29,7 +29,8 @@ import numpy as np
 from flax import nnx
 
 from bertjax.config import BertConfig, stacked_at
-from bertjax.config.heads import Model
+from bertjax.config.families import FAMILIES
+from bertjax.config.heads import MODELS, Model, ModelClass, class_with_head
 from bertjax.errors import InputError
 from bertjax.io.hf import CONFIG, read_hf, weights_format, write_hf
 from bertjax.io.names import HEAD_PREFIXES, POOLER, checkpoint_name, torch_name
@@ -331,11 +332,33 @@ def _heads_named(names: Iterable[str], heads: tuple[str, ...]) -> list[str]:
 MISSING_HEADS = ("init", "error")  # what a load does with heads the weights lack
 
 
-def missing_heads_error(source: str, heads: Iterable[str], model_cls: type[Model]) -> InputError:
-    """The error for weights at `source` that lack `heads` of `model_cls`: it names the command
-    that makes such a model."""
+def _family_fix(model: ModelClass, model_type: str) -> str | None:
+    """The fix for another family's checkpoint than BERT's that lacks a head a pre-training
+    class (`model.pretrained`) needs: that family's own class, or why no checkpoint of it has
+    one; None for BERT (the class's own `made_by`) and the fine-tuned classes."""
+    family = FAMILIES.get(model_type)
+    if family is None or model_type == "bert" or not model.pretrained:
+        return None
+    if model.next_sentence and not family.next_sentence:
+        with_nsp = " or ".join(name for name, m in MODELS.items() if m.next_sentence)
+        return (f"{model_type} models are pre-trained without a next-sentence head, so none has "
+                f"one: pass a BERT checkpoint ({with_nsp})")
+    if model_type == "electra" and model.masked_lm:
+        discriminator = family.class_name(class_with_head("discriminator_predictions"))
+        return (f"an ELECTRA discriminator ({discriminator}) has no masked-LM head; ELECTRA's "
+                f"generator has it: pass an {family.class_name(model.name)} checkpoint (such as "
+                "google/electra-small-generator)")
+    return f"pass a Hugging Face {family.class_name(model.name)} checkpoint"
+
+
+def missing_heads_error(source: str, heads: Iterable[str], model_cls: type[Model],
+                        model_type: str = "bert") -> InputError:
+    """The error for weights at `source` (of the `model_type` family) that lack `heads` of
+    `model_cls`: it names the command that makes such a model, or the checkpoint that has it."""
+    spec = model_cls.spec
+    fix = _family_fix(spec, model_type) or spec.fix_for_missing_heads()
     return InputError(f"{source} has no weights for {', '.join(sorted(heads))}, which "
-                      f"{model_cls.__name__} needs here: {model_cls.spec.fix_for_missing_heads()}")
+                      f"{model_cls.__name__} needs here: {fix}")
 
 
 def _fresh_heads(
@@ -346,7 +369,7 @@ def _fresh_heads(
     warning; with `missing_heads="error"` a ValueError instead."""
     lacking = ", ".join(sorted(fresh))
     if missing_heads == "error":
-        raise missing_heads_error(source, fresh, model_cls)
+        raise missing_heads_error(source, fresh, model_cls, config.model_type)
     initialised = model_to_numpy(model_cls(config, rngs=nnx.Rngs(seed)))
     warnings.warn(
         f"{source} has no weights for {lacking}: freshly initialised (seed {seed}). "
@@ -379,8 +402,10 @@ def load_model(
                                "format": weights_format(source.directory) or ""})
 
 
-def save_model(model: Model, path: str | Path, *, tokenizer: Any = None) -> Path:
+def save_model(model: Model, path: str | Path, *, tokenizer: Any = None,
+               overwrite: bool = False) -> Path:
     """Write `model` as a directory that transformers loads as its class (`config.json` +
-    `model.safetensors`, plus a `Tokenizer`'s files if given): atomically, replacing
-    `path` only if it is empty or an earlier export (`bertjax.io.hf.write_hf`)."""
-    return write_hf(path, model_to_numpy(model), model.config, type(model), tokenizer=tokenizer)
+    `model.safetensors`, plus a `Tokenizer`'s files if given): atomically, into a new or empty
+    `path`, or replacing a model there with `overwrite` (`bertjax.io.hf.write_hf`)."""
+    return write_hf(path, model_to_numpy(model), model.config, type(model), tokenizer=tokenizer,
+                    overwrite=overwrite)

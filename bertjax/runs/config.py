@@ -35,7 +35,7 @@ from bertjax.config import (
     BertConfig,
 )
 from bertjax.config.families import FAMILIES, Family
-from bertjax.config.heads import pretraining_class
+from bertjax.config.heads import DISCRIMINATOR, MODELS, pretraining_class
 from bertjax.data.pair_packing import PACKINGS
 from bertjax.data.pairs import NOT_NEXT_CHOICES
 from bertjax.errors import InputError
@@ -62,13 +62,17 @@ PRESET_FIELDS = tuple(f.name for f in dataclasses.fields(BertConfig) if f.name n
 _ModelFields = dataclasses.make_dataclass("_ModelFields", [
     ("preset", str, _f("mini", "model size from bertjax.config.PRESETS; the fields below change "
                        "it", tuple(sorted(PRESETS)))),
-    ("model_type", str, _f("bert", "the family (bertjax.config.families): bert; roberta or "
-                           "xlm-roberta (RoBERTa's architecture: positions from pad + 1, one "
-                           "token type, special tokens <s> </s> <pad> <unk> <mask> in a "
-                           "WordPiece vocabulary, not their byte-level BPE or SentencePiece), "
-                           "distilbert and electra (their architectures as masked LMs) have no "
-                           "next-sentence head and train with train.objective=mlm",
-                           PRETRAIN_FAMILIES)),
+    ("model_type", str | None, _f(
+        None, "the family (bertjax.config.families): bert; roberta or xlm-roberta (RoBERTa's "
+        "architecture: positions from pad + 1, one token type, special tokens <s> </s> <pad> "
+        "<unk> <mask> in a WordPiece vocabulary, not their byte-level BPE or SentencePiece), "
+        "distilbert and electra (their architectures as masked LMs) have no next-sentence head "
+        "and train with train.objective=mlm; electra with train.objective=electra too",
+        PRETRAIN_FAMILIES, default_help="bert; electra for train.objective=electra")),
+    ("generator_size", float | None, _f(
+        None, "train.objective=electra: the generator's hidden size (and heads) as a share of "
+        "the discriminator's, its feed-forward 4x its hidden size; ELECTRA's 1/4 for small "
+        "models, 1/3 for base", check="open_fraction", default_help="0.25")),
     ("local_attention_layers", int | None, _f(
         None, "initialise the heads of the first N layers (all, if the model has fewer) to "
         "attend to the pieces 1 and 2 to either side (bertjax.train.local_init); 0: BERT's "
@@ -174,13 +178,18 @@ class TrainSection:
     objective: str = _f("mlm+nsp", "what is pre-trained: mlm+nsp, BERT's masked LM and "
                         "next-sentence prediction on pairs (BertForPreTraining); mlm, RoBERTa's "
                         "masked LM alone on full-sentence segments (BertForMaskedLM, no NSP head; "
-                        "what roberta and xlm-roberta need)", OBJECTIVES)
+                        "what roberta and xlm-roberta need); electra, ELECTRA's generator (a "
+                        "small masked LM) and discriminator (BertForReplacedTokenDetection, "
+                        "which learns from every token) on those segments", OBJECTIVES)
     mlm_loss_weight: float = _f(1.0, "weight of the masked-LM loss in the loss trained on (0: "
                                 "next-sentence prediction alone; MLM is still evaluated); "
                                 "train.objective=mlm+nsp only", check="non_negative")
     nsp_loss_weight: float = _f(1.0, "weight of the next-sentence-prediction loss in the loss "
                                 "trained on (0: masked LM alone, NSP still evaluated and its "
                                 "head kept); train.objective=mlm+nsp only", check="non_negative")
+    rtd_loss_weight: float = _f(50.0, "ELECTRA's lambda: the weight of the discriminator's "
+                                "replaced-token loss beside the generator's masked-LM loss; "
+                                "train.objective=electra only", check="positive")
 
 
 SECTIONS: dict[str, type] = {
@@ -203,7 +212,10 @@ ADDED_LATER: dict[str, Any] = {"model.local_attention_layers": 0, "data.text_fie
                                "data.packing": "none", "optim.flatten": False,
                                "train.mlm_loss_weight": 1.0, "train.nsp_loss_weight": 1.0,
                                "data.not_next": "any", "model.model_type": "bert",
-                               "train.objective": "mlm+nsp", "optim.warmup_fraction": None}
+                               "train.objective": "mlm+nsp", "optim.warmup_fraction": None,
+                               "model.generator_size": None, "train.rtd_loss_weight": 50.0}
+# ELECTRA's generator: its size as a share of the discriminator's, where a run leaves it out
+GENERATOR_SIZE = 0.25
 
 
 def complete_saved(saved: dict[str, Any]) -> dict[str, Any]:
@@ -239,6 +251,9 @@ class RunConfig:
         bert = self.bert_config()
         sections["model"] |= {name: getattr(bert, name) for name in PRESET_FIELDS}
         sections["model"]["local_attention_layers"] = self.model.local_layers
+        sections["model"]["model_type"] = self.model_type
+        if self.electra:
+            sections["model"]["generator_size"] = self.model.generator_size or GENERATOR_SIZE
         sections["data"]["max_predictions"] = self.data.predictions
         return sections
 
@@ -261,9 +276,21 @@ class RunConfig:
         return build(cls, flatten(data), source=source)
 
     @property
+    def model_type(self) -> str:
+        """`model.model_type`, its default resolved: BERT's, ELECTRA's for its objective."""
+        if self.model.model_type is not None:
+            return self.model.model_type
+        return "electra" if self.electra else "bert"
+
+    @property
     def family(self) -> Family:
-        """The model's family (`model.model_type`)."""
-        return FAMILIES[self.model.model_type]
+        """The model's family (`model_type`)."""
+        return FAMILIES[self.model_type]
+
+    @property
+    def electra(self) -> bool:
+        """Whether the run pre-trains ELECTRA's generator and discriminator."""
+        return self.train.objective == "electra"
 
     @property
     def next_sentence(self) -> bool:
@@ -272,8 +299,9 @@ class RunConfig:
 
     @property
     def model_class(self) -> str:
-        """The name of the class the run trains and its checkpoints hold (`bertjax.heads`)."""
-        return pretraining_class(self.next_sentence)
+        """The name of the class the run trains and its checkpoints hold (`bertjax.heads`): an
+        ELECTRA run's is its discriminator (its generator beside it, `generator_config`)."""
+        return DISCRIMINATOR if self.electra else pretraining_class(self.next_sentence)
 
     def bert_config(self, vocab_size: int | None = None, pad_token_id: int = 0) -> BertConfig:
         """The model's BertConfig: the preset, changed by the section's fields; `vocab_size` and
@@ -290,6 +318,25 @@ class RunConfig:
             return config
         return config.replace(  # the preset's positions, after the rows before the first one
             max_position_embeddings=config.max_position_embeddings + config.position_offset)
+
+
+def generator_config(config: RunConfig, discriminator: BertConfig) -> BertConfig:
+    """ELECTRA's generator beside `discriminator` (an ELECTRA run's model, `bert_config`): the
+    same vocabulary, positions and embedding width (the two share their embeddings), hidden size
+    and heads scaled by `model.generator_size`, feed-forward 4x its hidden size. An InputError
+    names a size whose hidden size is no whole number of heads."""
+    size = config.model.generator_size or GENERATOR_SIZE
+    hidden = discriminator.hidden_size * size
+    heads = max(1, round(discriminator.num_attention_heads * size))
+    if not hidden.is_integer() or hidden < 1 or int(hidden) % heads:
+        raise InputError(
+            f"model.generator_size={size:g} gives the generator a hidden size of {hidden:g} "
+            f"(of the discriminator's {discriminator.hidden_size}) for {heads} head(s): choose a "
+            f"size that makes it a whole number of heads, e.g. "
+            f"{discriminator.head_dim / discriminator.hidden_size:g} per head")
+    return discriminator.replace(
+        hidden_size=int(hidden), num_attention_heads=heads, intermediate_size=4 * int(hidden),
+        embedding_size=discriminator.embedding_width)
 
 
 def load(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
@@ -317,19 +364,41 @@ def differences(saved: dict[str, Any], requested: RunConfig) -> list[str]:
     return lines
 
 
+def _validate_electra(config: RunConfig) -> None:
+    """ELECTRA's options with train.objective=electra only, its family one with the
+    discriminator's head (one line at parse time)."""
+    discriminator = MODELS[DISCRIMINATOR]
+    if config.electra and config.model_type not in discriminator.families:
+        raise InputError(f"train.objective=electra trains {DISCRIMINATOR}, a head of "
+                         f"{', '.join(discriminator.families)} models only, not of a "
+                         f"{config.model_type}: leave out model.model_type (or pass electra)")
+    if not config.electra:
+        given = [name for name, unset in (("model.generator_size", config.model.generator_size
+                                           is None),
+                                          ("train.rtd_loss_weight",
+                                           config.train.rtd_loss_weight == 50.0)) if not unset]
+        if given:
+            raise InputError(f"{', '.join(given)} set ELECTRA's generator and loss, which "
+                             f"train.objective={config.train.objective!r} does not train: leave "
+                             "them out (or pass --train.objective electra)")
+        return
+    generator_config(config, config.bert_config())
+
+
 def validate(config: RunConfig) -> None:
     """Raise InputError naming the options for settings that do not fit together (each option's
     own type, choices and range are checked as it is read: `bertjax.common.options`)."""
     check(config)
-    m, d, t = config.model, config.data, config.train
+    d, t = config.data, config.train
+    model_type = config.model_type
     if config.next_sentence and not config.family.next_sentence:
-        raise InputError(f"model.model_type={m.model_type!r} has no next-sentence head ("
-                         f"{m.model_type} is pre-trained as a masked LM alone), so "
+        raise InputError(f"model.model_type={model_type!r} has no next-sentence head ("
+                         f"{model_type} is pre-trained as a masked LM alone), so "
                          "train.objective='mlm+nsp' cannot train it; pass --train.objective mlm")
     if not config.next_sentence and (t.mlm_loss_weight, t.nsp_loss_weight) != (1.0, 1.0):
         raise InputError("train.mlm_loss_weight and train.nsp_loss_weight weigh the parts of "
-                         "train.objective='mlm+nsp'; train.objective='mlm' trains the masked LM "
-                         "alone: leave them out")
+                         f"train.objective='mlm+nsp', not of {t.objective!r}: leave them out")
+    _validate_electra(config)
     if d.predictions > d.seq_len:
         raise InputError(
             f"data.max_predictions ({d.predictions}) exceeds data.seq_len ({d.seq_len})")

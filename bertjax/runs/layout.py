@@ -99,10 +99,10 @@ class RunDir:
         except (OSError, ValueError) as err:  # JSONDecodeError, UnicodeDecodeError
             reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
             raise InputError(f"{self.config} cannot be read as JSON ({reason}); "
-                             f"{self._config_fix(reading)}") from None
+                             f"{self.config_fix(reading)}") from None
         if not isinstance(saved, dict) or not all(isinstance(v, dict) for v in saved.values()):
             raise InputError(f"{self.config} is not a JSON object of option sections; "
-                             f"{self._config_fix(reading)}")
+                             f"{self.config_fix(reading)}")
         return complete_saved(saved)
 
     def finished_config(self, config: RunConfig | None = None) -> tuple[RunConfig, Tokenizer]:
@@ -128,11 +128,14 @@ class RunDir:
             return f"restore it from the copy its shards keep: cp {copies[0]} {self.tokenizer}"
         return "copy it back from where the run was made (the run cannot be read without it)"
 
-    def _config_fix(self, reading: bool = False) -> str:
+    def config_fix(self, reading: bool = False, missing: bool = False) -> str:
+        """How to restore run_config.json, damaged (or, to a reader, `missing`), for a reader of
+        the run or for a job that would write in it."""
         if reading:
-            return (f"delete it and run `bertjax pretrain --resume --output-dir {self.root}` "
-                    "(it writes the file again from the newest checkpoint's copy, and trains on "
-                    "only if the run had not finished), or pass another model")
+            first = "run" if missing else "delete it and run"
+            return (f"{first} `bertjax pretrain --resume --output-dir {self.root}` (it writes the "
+                    "file again from the newest checkpoint's copy, and trains on only if the "
+                    "run had not finished), or pass another model")
         return (f"delete it: `bertjax pretrain --resume --output-dir {self.root}` writes it again "
                 "from the newest checkpoint's copy (a run without a checkpoint starts afresh), or "
                 "choose another --output-dir")

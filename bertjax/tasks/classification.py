@@ -76,7 +76,8 @@ def _predict_packed(model: Any, tokenizer: Tokenizer, examples: Sequence[Example
         warn_cut(encoded, [e.where for e in examples], max_length, model_max_length(model),
                  option)
     for batch in packed_batches(encoded.arrays(model.config), max_tokens=max_tokens,
-                                limit=model_max_length(model), pad_id=tokenizer.special.pad):
+                                limit=model_max_length(model), pad_id=tokenizer.special.pad,
+                                config=model.config):
         probs[batch.members] = batch.layout.from_slots(np.asarray(
             _probabilities(model, batch.arrays)))  # (R, K, L) -> (n, L)
     return probs

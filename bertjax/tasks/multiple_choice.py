@@ -161,7 +161,8 @@ def predict_choices(model: Any, tokenizer: Tokenizer,
         for members, layout in packed_layouts(choice_lengths(arrays).sum(1),
                                               max_tokens=max_tokens,
                                               limit=row_limit(arrays["input_ids"],
-                                                              model_max_length(model))):
+                                                              model_max_length(model)),
+                                              config=model.config):
             packed = pack_choices({k: v[members] for k, v in arrays.items()}, layout,
                                   tokenizer.special.pad)
             logits = _packed_logits(model, packed).reshape(

@@ -142,7 +142,8 @@ class QuestionAnsweringTask:
             whole = windows.arrays()
             for members, layout in packed_layouts(whole["attention_mask"].sum(1),
                                                   max_tokens=max_tokens,
-                                                  limit=model_max_length(model)):
+                                                  limit=model_max_length(model),
+                                                  config=model.config):
                 arrays = pack_windows({k: v[members] for k, v in whole.items()}, layout,
                                       tokenizer.special.pad)
                 s, e, lsum = _packed_logits(model, arrays)

@@ -136,7 +136,7 @@ def _sentence_log_probs(model: Any, tokenizer: Tokenizer,
     arrays = encode_tagged(tokenizer, sentences, ids, max_length).arrays()  # first pieces labelled
     for batch in packed_batches(arrays, max_tokens=max_tokens, limit=model_max_length(model),
                                 pad_id=tokenizer.special.pad, per_token=("labels",),
-                                fills={"labels": IGNORE}):
+                                fills={"labels": IGNORE}, config=model.config):
         per_sequence = batch.layout.split(np.asarray(_log_probs(model, batch.arrays)))  # (R, S, L)
         yield from zip(batch.members, per_sequence, batch.layout.split(batch.arrays["labels"]),
                        strict=True)

@@ -10,5 +10,6 @@ PARALLEL_CHOICES = ("none", "pmap", "mesh")  # bertjax.train.parallel.STRATEGIES
 # ops per bit), rbg and unsafe_rbg (XLA's RngBitGenerator: far cheaper on GPUs and TPUs).
 PRNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
 # What `bertjax pretrain` trains (train.objective): BERT's masked LM + next-sentence prediction
-# on pairs, or RoBERTa's masked LM alone on full-sentence segments (bertjax.train.objectives).
-OBJECTIVES = ("mlm+nsp", "mlm")
+# on pairs, RoBERTa's masked LM alone on full-sentence segments, or ELECTRA's generator and
+# replaced-token discriminator on those segments (bertjax.train.objectives, bertjax.train.electra).
+OBJECTIVES = ("mlm+nsp", "mlm", "electra")

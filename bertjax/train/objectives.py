@@ -38,12 +38,15 @@ Sums = dict[str, jax.Array]
 @dataclasses.dataclass(frozen=True)
 class Objective:
     """forward_sums(model, batch, dropout_rng) -> sums; counts(batch) -> the normalisers;
-    loss(sums, global counts) -> scalar; metrics(sums) -> means to log (a `loss` among them)."""
+    loss(sums, global counts) -> scalar; metrics(sums) -> means to log (a `loss` among them).
+    An objective that `draws` random numbers of its own (ELECTRA's samples) is handed the
+    step's key even when the model has no dropout."""
 
     forward_sums: Callable[[Any, Batch, jax.Array | None], Sums]
     counts: Callable[[Batch], dict[str, jax.Array]]
     loss: Callable[[Sums, dict[str, jax.Array]], jax.Array]
     metrics: Callable[[Sums], dict[str, jax.Array]]
+    draws: bool = False
 
 
 def _pretraining_sums(model: Any, batch: Batch, rng: jax.Array | None) -> Sums:

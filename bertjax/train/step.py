@@ -108,7 +108,7 @@ def make_train_step(
 
         def grads_and_sums(index: jax.Array, micro: Batch) -> tuple[Any, Metrics]:
             def loss_fn(params: Any) -> tuple[jax.Array, Metrics]:
-                rng = jax.random.fold_in(key, index) if dropout else None
+                rng = jax.random.fold_in(key, index) if dropout or objective.draws else None
                 sums = objective.forward_sums(nnx.merge(graphdef, params), micro, rng)
                 return objective.loss(sums, counts), sums
 

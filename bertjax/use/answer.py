@@ -67,12 +67,7 @@ def answer(
     doc_stride = min(max_seq_len // 2, 128) if doc_stride is None else doc_stride
     example = QAExample("q", question, context, (), "question")
     asked = len(tokenizer.encode_batch([question])[0])
-    room = max_seq_len - asked - window_specials(tokenizer)  # context pieces per window
-    if room <= doc_stride:
-        raise InputError(f"the question takes {asked} pieces: with max_seq_len {max_seq_len} a "
-                         f"window holds {max(room, 0)} context pieces, not "
-                         f"more than doc_stride {doc_stride}; raise max_seq_len or lower "
-                         "doc_stride")
+    _check_room(asked, window_specials(tokenizer), max_seq_len, doc_stride, limit)
     windows = encode_squad(tokenizer, [example], max_seq_len, doc_stride, max_query_length=asked)
     start, end = _logits(model, windows, max_tokens, tokenizer.special.pad)  # (N, S) each
     answers: list[dict[str, Any]] = []
@@ -94,6 +89,33 @@ def _inputs(windows: QAWindows) -> dict[str, np.ndarray]:
     return {k: getattr(windows, k) for k in ("input_ids", "token_type_ids", "attention_mask")}
 
 
+def _check_room(asked: int, specials: int, max_seq_len: int, doc_stride: int, limit: int
+                ) -> None:
+    """An InputError unless a window of `max_seq_len` pieces holds the `asked`-piece question
+    and more context pieces than `doc_stride`: it names the change that helps, or, when a window
+    of the model's `limit` positions could not hold the question and one context piece, says
+    the question alone does not fit."""
+    room = max_seq_len - asked - specials  # context pieces per window
+    if room > doc_stride:
+        return
+    if limit - asked - specials < 1:
+        raise InputError(f"the question alone does not fit: it takes {asked} pieces, and a window "
+                         f"of the model's {limit} positions holds at most "
+                         f"{limit - specials - 1} question pieces beside one piece of context; "
+                         "shorten the question")
+    fixes = [f"lower doc_stride (--doc-stride) to {room - 1} or less"] if room >= 1 else []
+    needed = asked + specials + doc_stride + 1
+    if max_seq_len < needed <= limit:
+        fixes.append(f"raise max_seq_len (--max-seq-len) to {needed} or more (the model takes up "
+                     f"to {limit})")
+    elif room < 1:
+        fixes.append(f"raise max_seq_len (--max-seq-len) to {limit} and lower doc_stride "
+                     f"(--doc-stride) to {limit - asked - specials - 1} or less")
+    raise InputError(f"the question takes {asked} pieces: with max_seq_len {max_seq_len} a window "
+                     f"holds {max(room, 0)} context pieces, not more than doc_stride "
+                     f"{doc_stride}; {', or '.join(fixes)}")
+
+
 def _logits(model: Any, windows: QAWindows, max_tokens: int | None, pad_id: int
             ) -> tuple[np.ndarray, np.ndarray]:
     """Start and end logits (N, S) of the windows, float32: one padded batch, or packed
@@ -105,7 +127,8 @@ def _logits(model: Any, windows: QAWindows, max_tokens: int | None, pad_id: int
         return np.asarray(out.start_logits, np.float32), np.asarray(out.end_logits, np.float32)
     start, end = (np.zeros(windows.input_ids.shape, np.float32) for _ in range(2))
     for batch in packed_batches(_inputs(windows), max_tokens=max_tokens,
-                                limit=model_max_length(model), pad_id=pad_id):
+                                limit=model_max_length(model), pad_id=pad_id,
+                                config=model.config):
         out = forward(batch.arrays)
         for target, logits in ((start, out.start_logits), (end, out.end_logits)):
             for n, values in zip(batch.members, batch.layout.split(np.asarray(logits)),

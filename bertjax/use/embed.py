@@ -168,7 +168,8 @@ def _packed(encoder: Any, tokenizer: Tokenizer, lines: Sequence[str], names: lis
     encoded = encode(tokenizer, lines, max_length=max_length, warn=False)
     warn_cut(encoded, names, max_length, limit, option, stacklevel=4)
     for batch in packed_batches(encoded.arrays(encoder.config), max_tokens=max_tokens,
-                                limit=limit, pad_id=tokenizer.special.pad):
+                                limit=limit, pad_id=tokenizer.special.pad,
+                                config=encoder.config):
         yield batch.members, batch.arrays, batch.layout
 
 

@@ -108,7 +108,7 @@ def _packed_top_k(model: Any, tokenizer: Tokenizer, arrays: dict[str, np.ndarray
     left to right, are its texts' in turn."""
     mask_id = tokenizer.special.mask
     batches = packed_batches(arrays, max_tokens=max_tokens, limit=model_max_length(model),
-                             pad_id=tokenizer.special.pad)
+                             pad_id=tokenizer.special.pad, config=model.config)
     P = max(int((b.arrays["input_ids"] == mask_id).sum(1).max()) for b in batches)
     out: list[tuple[np.ndarray, np.ndarray]] = [(np.zeros(0), np.zeros(0))] * len(arrays[
         "input_ids"])

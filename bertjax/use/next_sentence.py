@@ -53,7 +53,7 @@ def next_sentence_probability(
         return np.asarray(_is_next(model, batch.arrays(model.config)), np.float32)
     out = np.zeros(len(first), np.float32)
     for packed in packed_batches(batch.arrays(model.config), max_tokens=max_tokens, limit=limit,
-                                 pad_id=tokenizer.special.pad):
+                                 pad_id=tokenizer.special.pad, config=model.config):
         out[packed.members] = packed.layout.from_slots(np.asarray(_is_next(model, packed.arrays)))
     return out
 

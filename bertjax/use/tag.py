@@ -129,7 +129,8 @@ def _logits(model: Any, tokenizer: Tokenizer, texts: list[str], max_length: int,
     encoded = encode(tokenizer, texts, max_length=max_length, warn=False)
     rows = [np.zeros(0)] * len(texts)
     for packed in packed_batches(encoded.arrays(model.config), max_tokens=max_tokens,
-                                 limit=model_max_length(model), pad_id=tokenizer.special.pad):
+                                 limit=model_max_length(model), pad_id=tokenizer.special.pad,
+                                 config=model.config):
         logits = np.asarray(forward(packed.arrays).logits, np.float32)  # (R, S, L)
         for n, values in zip(packed.members, packed.layout.split(logits), strict=True):
             rows[n] = values

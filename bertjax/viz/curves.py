@@ -68,8 +68,10 @@ def plot_curves(records: Iterable[dict[str, Any]], png_path: str | Path, *, titl
                 masking: tuple[float, float] | None = None) -> Path:
     """Training and evaluation curves (losses, MLM accuracy vs baseline, NSP accuracy) as a PNG,
     from a run's metrics records (`bertjax.train.metrics.read_jsonl`). A run of masked LM alone
-    has no NSP lines: its third panel shows the learning rate alone, and says so. `masking`
-    (training, evaluation) rates label the two MLM accuracies, which differ with them."""
+    has no NSP lines: its third panel shows the learning rate alone, and says so; an ELECTRA
+    run's shows its discriminator (replaced-token accuracy, precision, recall) instead, its MLM
+    lines the generator's. `masking` (training, evaluation) rates label the two MLM accuracies,
+    which differ with them."""
     records = list(records)
     train = [r for r in records if r.get("kind") == "train"]
     evals = [r for r in records if r.get("kind") == "eval"]
@@ -78,13 +80,25 @@ def plot_curves(records: Iterable[dict[str, Any]], png_path: str | Path, *, titl
     losses, mlm, nsp = fig.subplots(1, 3)
     _panel(losses, "losses", [
         (train, "mlm_loss", "train MLM loss", "-", w), (train, "nsp_loss", "train NSP loss", "-", w),
-        (evals, "mlm_loss", "eval MLM loss", "o-", 1), (evals, "nsp_loss", "eval NSP loss", "o-", 1)])
+        (train, "rtd_loss", "train replaced-token loss", "-", w),
+        (evals, "mlm_loss", "eval MLM loss", "o-", 1), (evals, "nsp_loss", "eval NSP loss", "o-", 1),
+        (evals, "rtd_loss", "eval replaced-token loss", "o-", 1)])
     losses.set_ylabel("loss")
     at = [f", {rate:.0%} masked" for rate in masking] if masking else ["", ""]
     _panel(mlm, "masked-LM accuracy", [
         (train, "mlm_accuracy", f"train MLM accuracy{at[0]}", "-", w),
         (evals, "mlm_accuracy", f"eval MLM accuracy{at[1]}", "o-", 1),
         (evals, "baseline_accuracy", "most-frequent-token baseline", "--", 1)])
+    if any("rtd_accuracy" in r for r in records):
+        _panel(nsp, "discriminator (replaced-token detection)", [
+            (train, "rtd_accuracy", "train accuracy", "-", w),
+            (evals, "rtd_accuracy", "eval accuracy", "o-", 1),
+            (evals, "rtd_precision", "eval precision", "s--", 1),
+            (evals, "rtd_recall", "eval recall", "^--", 1),
+            (train, "learning_rate", "LR / peak LR", ":", 1)])
+        if title:
+            fig.suptitle(title)
+        return _save(fig, png_path)
     next_sentence = any("nsp_accuracy" in r for r in records)
     _panel(nsp, "next-sentence accuracy" if next_sentence else "learning rate (masked LM alone)", [
         (train, "nsp_accuracy", "train NSP accuracy", "-", w),

@@ -167,7 +167,8 @@ def _train(run: _Run, state: TrainState, validation: Sequence[Any], progress: bo
             say(f"epoch {epoch}: validation {scores.line}")
             if best is None or scores.rank > best.scores.rank:
                 best = _BestEpoch(epoch, scores, jax.device_get(state.params))
-                save_model(current, out / "model", tokenizer=run.tokenizer)
+                save_model(current, out / "model", tokenizer=run.tokenizer,
+                           overwrite=True)  # this run's own, written aside: a better epoch's
             clock.resume()  # validation is not training time
     finally:
         clock.close()

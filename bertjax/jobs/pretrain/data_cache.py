@@ -9,8 +9,8 @@ that makes the data (`bertjax.data` and `jobs.pretrain.data`: a change there mak
 An entry is written aside and renamed into place, so a reader finds a whole entry or none, and
 two runs making the same data at once both finish. One that does not read back (a file removed)
 is removed: the run makes its own data and keeps that. Data over `MAX_BYTES` is not kept (a large corpus
-would be stored twice). The cache only saves time: a directory that cannot be written keeps
-nothing, silently.
+would be stored twice). The cache only saves time: a cache that is a file or cannot be written
+keeps nothing, and the job says so once (`unusable`).
 
 The library keeps nothing unless given a directory; the command line gives one
 (`bertjax.cli.pretrain`: $BERTJAX_DATA_CACHE, else $XDG_CACHE_HOME/bertjax/data).
@@ -41,6 +41,25 @@ SPLITS = ("train", "eval")
 # tokens): a run's data is made anew when they change, and the cache keys entries by them
 CACHE_OPTIONS = ("data.corpus", "data.text_field", "data.vocab_size", "model.model_type")
 MAX_BYTES = 256 * 1024**2  # the largest prepared data kept (shards and vocabulary)
+
+
+def unusable(cache: Path) -> str | None:
+    """Why runs can keep no data in the cache directory `cache` (a file is there, or it cannot
+    be written), as a warning naming the fix; None when they can. Makes nothing."""
+    fix = ("point BERTJAX_DATA_CACHE (data_cache= in Python) at a writable directory, or set it "
+           "to 0 to turn the cache off")
+    nearest = next((p for p in (cache, *cache.parents) if p.exists()), None)
+    if nearest is not None and not nearest.is_dir():
+        where = "is a file" if nearest == cache else f"lies under {nearest}, a file"
+        return (f"the data cache {cache} {where}, not a directory: this run keeps its vocabulary "
+                f"and shards for no later run; {fix}")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".bertjax-write-check-", dir=nearest))
+    except OSError as err:
+        reason = (err.strerror or str(err)).lower()
+        return (f"the data cache {cache} cannot be written ({reason}): this run keeps its "
+                f"vocabulary and shards for no later run; {fix}")
+    return None
 
 
 def entry_for(cache: Path, config: rc.RunConfig) -> Path | None:

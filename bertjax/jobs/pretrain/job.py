@@ -32,6 +32,7 @@ from bertjax.common.console import quiet, to_stderr
 from bertjax.common.files import write_json_atomic
 from bertjax.heads import MODEL_CLASSES, BertForMaskedLM, BertForPreTraining
 from bertjax.jobs.pretrain.data import PretrainData, accuracy_ratio, check_corpus, open_data
+from bertjax.jobs.pretrain.data_cache import unusable
 from bertjax.jobs.pretrain.start import (
     PretrainError,
     RunStart,
@@ -52,6 +53,7 @@ from bertjax.runs.layout import RunDir
 from bertjax.train.assembly import Strategy, assemble
 from bertjax.train.checkpoint import Checkpointer
 from bertjax.train.distributed import allgather_json, barrier
+from bertjax.train.electra import ElectraPair, electra, electra_means
 from bertjax.train.local_init import local_attention_init
 from bertjax.train.loop import NonFiniteLossError, PendingMetrics, StepSchedule, TrainClock, flush_and_tick
 from bertjax.train.metrics import MetricsWriter
@@ -60,7 +62,7 @@ from bertjax.train.parallel import make_strategy
 from bertjax.train.prefetch import Prefetch
 from bertjax.train.step import Batch, Metrics, TrainState
 
-__all__ = ["TRAIN_METRIC_KEYS", "NonFiniteLossError", "PretrainError", "PretrainResult",
+__all__ = ["RTD_METRIC_KEYS", "TRAIN_METRIC_KEYS", "NonFiniteLossError", "PretrainError", "PretrainResult",
            "check_run_dir", "initialise_model", "pretrain", "resume_command"]
 
 # Keys of a train record that are a pure function of (config, step): the resume test compares them
@@ -68,6 +70,8 @@ __all__ = ["TRAIN_METRIC_KEYS", "NonFiniteLossError", "PretrainError", "Pretrain
 TRAIN_METRIC_KEYS = (
     "loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy", "grad_norm", "learning_rate",
 )
+# and an ELECTRA run's discriminator's
+RTD_METRIC_KEYS = ("rtd_loss", "rtd_accuracy", "rtd_precision", "rtd_recall", "replaced_share")
 
 
 def pretrain(
@@ -225,28 +229,34 @@ def _set_up(config: rc.RunConfig, run: RunDir, start: RunStart, stop: StopReques
 
 def _what(config: rc.RunConfig) -> str:
     """The model a run trains, in words: its preset, and its family and objective unless BERT's."""
-    if config.next_sentence and config.model.model_type == "bert":
+    if config.next_sentence and config.model_type == "bert":
         return config.model.preset
-    return f"{config.model.preset} {config.model.model_type} {config.model_class}"
+    return f"{config.model.preset} {config.model_type} {config.model_class}"
 
 
 def objective(config: rc.RunConfig) -> Objective:
-    """What the run's train step optimises: masked LM + NSP with the run's weights, or masked LM
-    alone (`train.objective`)."""
+    """What the run's train step optimises: masked LM + NSP with the run's weights, masked LM
+    alone, or ELECTRA's generator and discriminator (`train.objective`)."""
     if config.next_sentence:
         return pretraining(config.train.mlm_loss_weight, config.train.nsp_loss_weight)
+    if config.electra:
+        return electra(config.train.rtd_loss_weight)
     return MASKED_LM
 
 
 def initialise_model(config: rc.RunConfig, vocab_size: int, pad_token_id: int = 0
-                     ) -> BertForPreTraining | BertForMaskedLM:
-    """The run's model at step 0 (`config.model_class`: with the NSP head, or the masked LM
-    alone): BERT's initialisation from `train.seed`, then the local-attention heads where the
-    configuration (resolved for its preset) asks for them. `vocab_size` and `pad_token_id` are
-    the run's tokenizer's."""
+                     ) -> BertForPreTraining | BertForMaskedLM | ElectraPair:
+    """The run's model at step 0 (`config.model_class`: with the NSP head, the masked LM alone,
+    or ELECTRA's discriminator with its generator): BERT's initialisation from `train.seed`,
+    then the local-attention heads (the discriminator's) where the configuration (resolved for
+    its preset) asks for them. `vocab_size` and `pad_token_id` are the run's tokenizer's."""
     bert_config = config.bert_config(vocab_size, pad_token_id)
-    model: BertForPreTraining | BertForMaskedLM = MODEL_CLASSES[config.model_class](
-        bert_config, rngs=nnx.Rngs(config.train.seed))  # type: ignore[assignment]
+    rngs = nnx.Rngs(config.train.seed)
+    model: BertForPreTraining | BertForMaskedLM | ElectraPair
+    if config.electra:
+        model = ElectraPair(bert_config, rc.generator_config(config, bert_config), rngs=rngs)
+    else:
+        model = MODEL_CLASSES[config.model_class](bert_config, rngs=rngs)  # type: ignore[assignment]
     if config.model.local_layers:
         local_attention_init(model, layers=min(config.model.local_layers,
                                                bert_config.num_hidden_layers))
@@ -262,6 +272,10 @@ def _prepare_data(config: rc.RunConfig, run: RunDir, start: RunStart, stop: Stop
     if start.rebuild_data:
         say(f"preparing the data: a {config.data.vocab_size}-piece vocabulary and shards of "
             f"{config.data.corpus!r} in {run}")
+        problem = unusable(cache) if cache is not None and main else None
+        if problem is not None:
+            say(f"warning: {problem}")
+            cache = None
         if main and start.restart:
             with stop.entering(SAVING):  # the stale configuration first: it describes the old data
                 discard_unstarted(run)
@@ -384,7 +398,7 @@ def _train(job: _Job, state: TrainState, batches: Prefetch, schedule: StepSchedu
                     step, job.strategy.host_state(state),
                     extra={"data_states": allgather_json(data_state)},
                     config=job.config.to_dict(),
-                    eval_loss=last_eval["mlm_loss"] if due.eval else None)
+                    eval_loss=_eval_loss(job.config, last_eval) if due.eval else None)
         if due.eval or due.checkpoint:
             clock.resume()  # evaluation and checkpoints are not training time
         if due.stop:
@@ -418,7 +432,17 @@ def _evaluate(job: _Job, params: nnx.State, step: int, writer: MetricsWriter) ->
 def _held_out_means(job: _Job, params: nnx.State, batches: list) -> dict[str, float]:
     strategy = job.strategy
     sums = [strategy.host_metrics(job.eval_step(params, strategy.shard_batch(b))) for b in batches]
-    return _means({k: sum(s[k] for s in sums) for k in sums[0]})
+    total = {k: sum(s[k] for s in sums) for k in sums[0]}
+    means = electra_means(total) if job.config.electra else pretraining_means(total)
+    return {k: float(v) for k, v in means.items()}
+
+
+def _eval_loss(config: rc.RunConfig, held_out: dict[str, float]) -> float:
+    """The held-out loss the best checkpoint is chosen by: the MLM loss, or for ELECTRA the
+    loss it trains (the generator's MLM loss plus lambda times the discriminator's)."""
+    if config.electra:
+        return held_out["mlm_loss"] + config.train.rtd_loss_weight * held_out["rtd_loss"]
+    return held_out["mlm_loss"]
 
 
 def nan_advice(good: list[int]) -> str:
@@ -433,14 +457,13 @@ def nan_advice(good: list[int]) -> str:
             f"steps exactly, so {fix} and start a new run (another --output-dir)")
 
 
-def _means(sums: dict[str, float]) -> dict[str, float]:
-    return {k: float(v) for k, v in pretraining_means(sums).items()}
-
-
 def _eval_line(step: int, e: dict[str, float]) -> str:
     return (f"step {step}: eval MLM loss {e['mlm_loss']:.4f}, MLM accuracy {e['mlm_accuracy']:.4f} "
             f"(baseline {e['baseline_accuracy']:.4f}, x{e['accuracy_ratio']:.2f}), perplexity "
             f"{e['perplexity']:.1f}"
             + (f", NSP accuracy {e['nsp_accuracy']:.4f}" if "nsp_accuracy" in e else "")
+            + (f"; replaced-token accuracy {e['rtd_accuracy']:.4f}, precision "
+               f"{e['rtd_precision']:.4f}, recall {e['rtd_recall']:.4f}" if "rtd_accuracy" in e
+               else "")
             + (f"; at the run's own masking rate MLM accuracy {e['own_rate_mlm_accuracy']:.4f}"
                if "own_rate_mlm_accuracy" in e else ""))

@@ -51,6 +51,8 @@ def check_run_dir(run: RunDir, config: rc.RunConfig | None, resume: bool) -> Run
     with the run's own configuration (run_config.json, or where it was deleted the newest
     checkpoint's copy). Never a directory that is, lies in or holds the corpus (an InputError:
     `bertjax.common.input_overlap`)."""
+    if config is not None:  # an output onto an input is said first, whatever else is wrong
+        _check_not_the_corpus(run, config)
     if run.root.exists() and not run.root.is_dir():
         raise PretrainError(f"--output-dir {run} is a file, not a directory; choose another "
                             "--output-dir")
@@ -62,7 +64,7 @@ def check_run_dir(run: RunDir, config: rc.RunConfig | None, resume: bool) -> Run
             raise InputError("pretrain(None, ...) resumes a run with its own configuration: pass "
                              "resume=True, or the RunConfig of a new run")
         config = _saved_run_config(run, survey)
-    check_not_an_input(run.root, "--output-dir", {"data.corpus": corpus_paths(config.data.corpus)})
+        _check_not_the_corpus(run, config)
     if resume:
         return _check_resume(run, config, survey)
     if survey.started:
@@ -93,6 +95,10 @@ def check_run_dir(run: RunDir, config: rc.RunConfig | None, resume: bool) -> Run
             + ("; its vocabulary and shards are made anew" if stale else ""))
     return RunStart(config, resume=False, rebuild_data=stale, restart=True, write_config=True,
                     notes=(note,))
+
+
+def _check_not_the_corpus(run: RunDir, config: rc.RunConfig) -> None:
+    check_not_an_input(run.root, "--output-dir", {"data.corpus": corpus_paths(config.data.corpus)})
 
 
 def _no_run_to_resume(run: RunDir, survey: Survey) -> PretrainError:
