@@ -24,6 +24,7 @@ from bertjax.config.families import FAMILIES
 from bertjax.config.modernbert import FIELDS, INERT, NAMES, SHAPES, layer_pattern
 from bertjax.errors import InputError
 
+FIXTURES_FAMILIES = directory("a", "BertModel").parents[2] / "families"
 OURS = {f.name for f in dataclasses.fields(BertConfig)}
 RENAMED = {theirs for _, theirs in NAMES}
 READ = {"rope_parameters"}  # into global_rope_theta and local_rope_theta (read_config)
@@ -212,3 +213,27 @@ def test_a_loader_takes_overrides_of_modernbert_settings_and_refuses_shape_ones(
         bertjax.from_pretrained(path, norm_bias=False)
     with pytest.raises(InputError, match=r"classifier_pooling='max'.*not one of"):
         bertjax.from_pretrained(path, classifier_pooling="max")
+
+
+def test_weights_of_another_family_under_a_modernbert_config_are_refused(tmp_path):
+    """The weights' names say their family (`bertjax.io.family_check`): a RoBERTa's under a
+    ModernBERT config.json and a ModernBERT's under a BERT one are refused, naming both; the
+    names every family shares (a classifier's, a bare encoder's) decide nothing."""
+    from bertjax.io.family_check import check_weights_family
+
+    roberta = FIXTURES_FAMILIES / "roberta" / "RobertaForMaskedLM"
+    copy = shutil.copytree(roberta, tmp_path / "roberta")
+    data = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**data, "model_type": "modernbert"}))
+    with pytest.raises(InputError, match="says model_type 'modernbert', but the weights beside it "
+                                         "have names only roberta or xlm-roberta"):
+        bertjax.from_pretrained(copy)
+    with pytest.raises(InputError, match=r"model_type 'bert', but .* only modernbert "
+                                         r"checkpoints have \(head\.dense\.weight, model\."):
+        check_weights_family(["model.layers.0.attn.Wqkv.weight", "head.dense.weight",
+                              "classifier.weight"], "bert", "config.json")
+    for model_type in FAMILIES:
+        check_weights_family(["classifier.weight", "qa_outputs.bias",
+                              "embeddings.word_embeddings.weight"], model_type, "config.json")
+    check_weights_family(["layers.0.attn.Wqkv.weight", "final_norm.weight", "head.norm.weight",
+                          "decoder.bias"], "modernbert", "config.json")
