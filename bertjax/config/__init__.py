@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from bertjax.common.fields import option_field as _f
+from bertjax.config import modernbert
 from bertjax.config.families import FAMILIES, Family, foreign_fields
-from bertjax.config.modernbert import LAYER_TYPES, layer_pattern
+from bertjax.config.modernbert import POOLINGS, layer_pattern
 from bertjax.errors import InputError
 
 # Activations both frameworks implement identically. "gelu" is the exact (erf) GELU, as in the
@@ -42,7 +43,6 @@ SHAPE_FIELDS = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers",
                 "num_attention_heads", "intermediate_size", "max_position_embeddings",
                 "type_vocab_size", "embedding_size", "norm_bias", "attention_bias", "mlp_bias",
                 "decoder_bias", "classifier_bias")
-CLASSIFIER_POOLINGS = ("cls", "mean")  # ModernBERT's classifiers: [CLS], or the tokens' mean
 # The MLM loss divides by max(sum of masked_weights, this): a batch with no real prediction has
 # loss 0, not NaN. Shared by bertjax.losses and bert_torch.losses.
 LOSS_WEIGHT_FLOOR = 1e-5
@@ -100,7 +100,7 @@ class BertConfig:
                                "classifier's last layer always has one)")
     classifier_pooling: str = _f("cls", "ModernBERT: what its sequence classifier and multiple "
                                  "choice read: [CLS] (cls) or the mean of the tokens (mean)",
-                                 CLASSIFIER_POOLINGS)
+                                 POOLINGS)
     classifier_activation: str = _f("gelu", "ModernBERT: its heads' activation (masked LM "
                                     "included)", ACTIVATIONS)
     layer_types: tuple[str, ...] | None = _f(
@@ -154,10 +154,10 @@ class BertConfig:
                 f"BertConfig.hidden_size ({self.hidden_size}) must be divisible by "
                 f"num_attention_heads ({self.num_attention_heads})"
             )
-        if self.hidden_act not in ACTIVATIONS:
-            raise InputError(
-                f"BertConfig.hidden_act {self.hidden_act!r} is not supported; use one of {ACTIVATIONS}"
-            )
+        for name in ("hidden_act", "classifier_activation"):
+            if getattr(self, name) not in ACTIVATIONS:
+                raise InputError(f"BertConfig.{name} {getattr(self, name)!r} is not supported; use "
+                                 f"one of {ACTIVATIONS}")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
@@ -187,7 +187,7 @@ class BertConfig:
             raise InputError(f"BertConfig.attn_implementation {self.attn_implementation!r} is not one "
                              f"of {ATTENTION_IMPLEMENTATIONS}")
         if self.family.encoder == "modernbert":
-            self._check_modernbert()
+            modernbert.check_config(self)
 
     def _check_foreign_fields(self) -> None:
         """Another family's fields (`Family.own_fields`) at their defaults: a BERT has no
@@ -198,35 +198,6 @@ class BertConfig:
                 owner = next(f.model_type for f in FAMILIES.values() if name in f.own_fields)
                 raise InputError(f"BertConfig.{name} is {owner}'s setting; a {self.model_type} "
                                  f"has none: leave it at {default!r}")
-
-    def _check_modernbert(self) -> None:
-        """ModernBERT's fields: in range, layer types one per layer, and no lax.scan (its layers
-        differ: the first has no attention norm, local and global ones alternate)."""
-        if self.layer_types is not None and (
-                len(self.layer_types) != self.num_hidden_layers
-                or any(t not in LAYER_TYPES for t in self.layer_types)):
-            raise InputError(f"BertConfig.layer_types must give one of {LAYER_TYPES} for each of "
-                             f"the {self.num_hidden_layers} layers, got {self.layer_types!r}")
-        if self.classifier_pooling not in CLASSIFIER_POOLINGS:
-            raise InputError(f"BertConfig.classifier_pooling {self.classifier_pooling!r} is not "
-                             f"one of {CLASSIFIER_POOLINGS}")
-        if self.classifier_activation not in ACTIVATIONS:
-            raise InputError(f"BertConfig.classifier_activation {self.classifier_activation!r} is "
-                             f"not supported; use one of {ACTIVATIONS}")
-        if not isinstance(self.local_attention, int) or self.local_attention < 1:
-            raise InputError(f"BertConfig.local_attention must be a positive integer, got "
-                             f"{self.local_attention!r}")
-        for name in ("global_rope_theta", "local_rope_theta", "initializer_cutoff_factor"):
-            if not 0 < getattr(self, name) < math.inf:
-                raise InputError(f"BertConfig.{name} must be a finite number above 0, got "
-                                 f"{getattr(self, name)!r}")
-        if not 0.0 <= self.mlp_dropout < 1.0:
-            raise InputError(f"BertConfig.mlp_dropout must be in [0, 1), got {self.mlp_dropout!r}")
-        if self.scan_layers:
-            raise InputError("scan_layers is not available for modernbert: its layers differ "
-                             "(the first has no attention norm; global and sliding-window ones "
-                             "alternate), so they cannot be one stacked layer; leave it off "
-                             "(remat works)")
 
     @property
     def head_dim(self) -> int:

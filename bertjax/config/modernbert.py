@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bertjax.errors import InputError
+
+if TYPE_CHECKING:
+    from bertjax.config import BertConfig
 
 # The two kinds of attention layer, as transformers' `layer_types` names them: every key
 # (`full_attention`, global) or a sliding window of `local_attention` tokens
@@ -26,6 +29,7 @@ from bertjax.errors import InputError
 GLOBAL, LOCAL = "full_attention", "sliding_attention"
 LAYER_TYPES = (GLOBAL, LOCAL)
 GLOBAL_EVERY = 3  # transformers' default `global_attn_every_n_layers`: layers 0, 3, 6, ... global
+POOLINGS = ("cls", "mean")  # what the classifiers read: [CLS], or the mean of the tokens
 
 # The released checkpoints' shapes (answerdotai/ModernBERT-base and -large), for presets: with
 # `model_type="modernbert"` and transformers' defaults (50368 rows, 8192 positions, window 128,
@@ -79,6 +83,33 @@ def init_std(initializer_range: float, layers: int, hidden: int, role: str) -> f
     layer)."""
     return {"in": initializer_range, "out": initializer_range / math.sqrt(2.0 * layers),
             "final": hidden ** -0.5}[role]
+
+
+def check_config(config: BertConfig) -> None:
+    """A ModernBERT BertConfig's own fields: in range, one layer type per layer, and no
+    `scan_layers` (its layers differ: the first has no attention norm, global and local ones
+    alternate, so they are not one stacked layer)."""
+    types = config.layer_types
+    if types is not None and (len(types) != config.num_hidden_layers
+                              or any(t not in LAYER_TYPES for t in types)):
+        raise InputError(f"BertConfig.layer_types must give one of {LAYER_TYPES} for each of the "
+                         f"{config.num_hidden_layers} layers, got {types!r}")
+    if config.classifier_pooling not in POOLINGS:
+        raise InputError(f"BertConfig.classifier_pooling {config.classifier_pooling!r} is not one "
+                         f"of {POOLINGS}")
+    if not isinstance(config.local_attention, int) or config.local_attention < 1:
+        raise InputError(f"BertConfig.local_attention must be a positive integer, got "
+                         f"{config.local_attention!r}")
+    for name in ("global_rope_theta", "local_rope_theta", "initializer_cutoff_factor"):
+        if not 0 < getattr(config, name) < math.inf:
+            raise InputError(f"BertConfig.{name} must be a finite number above 0, got "
+                             f"{getattr(config, name)!r}")
+    if not 0.0 <= config.mlp_dropout < 1.0:
+        raise InputError(f"BertConfig.mlp_dropout must be in [0, 1), got {config.mlp_dropout!r}")
+    if config.scan_layers:
+        raise InputError("scan_layers is not available for modernbert: its layers differ (the "
+                         "first has no attention norm; global and sliding-window ones alternate), "
+                         "so they cannot be one stacked layer; leave it off (remat works)")
 
 
 def layer_pattern(layers: int, every: int = GLOBAL_EVERY) -> tuple[str, ...]:
