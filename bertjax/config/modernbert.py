@@ -6,8 +6,8 @@ BertConfig field under another name (`NAMES`), a setting read into fields by `re
 (`layer_types` or the older `global_attn_every_n_layers`; `rope_parameters` or the older
 `global_rope_theta` / `local_rope_theta`), a setting that changes nothing bertjax computes
 (`INERT`, each with why), or refused in one line where its value asks for what bertjax does not
-compute (`read_config`). tests/modernbert/test_config.py holds transformers' list of settings to
-these tables, so a setting a later transformers adds cannot pass unnoticed.
+compute (`read_config`). tests/modernbert/test_modernbert_config.py holds transformers' list
+of settings to these tables, so a setting a later transformers adds cannot pass unnoticed.
 
 No framework import (`bertjax.config`).
 """
