@@ -6,8 +6,7 @@ by dots with the leaf renamed by `LEAF_RENAMES`. Hugging Face names differ in mo
 pattern, under any encoder prefix; the other families' names (`roberta.`, DistilBERT's
 `transformer.layer.{i}.attention.q_lin`, ELECTRA's `generator_lm_head`, ModernBERT's
 `model.layers.{i}.attn.Wqkv` and `head.dense`) are read into BERT's and written back from them by
-`HF_FAMILY_NAMES`. This module imports no framework and knows no model
-class.
+`HF_FAMILY_NAMES`. This module imports no framework and knows no model class.
 """
 
 from __future__ import annotations
