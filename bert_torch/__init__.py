@@ -20,6 +20,7 @@ from bert_torch.model import (
     BertPooler,
     LayerNorm,
 )
+from bert_torch.modernbert import ModernBertModel
 from bertjax.config import BertConfig
 
 __all__ = [
@@ -27,5 +28,5 @@ __all__ = [
     "BertForNextSentencePrediction", "BertForPreTraining", "BertForQuestionAnswering",
     "BertForReplacedTokenDetection", "BertForSequenceClassification",
     "BertForTokenClassification", "BertLayer", "BertMLMHead",
-    "BertModel", "BertOutput", "BertPooler", "LayerNorm",
+    "BertModel", "BertOutput", "BertPooler", "LayerNorm", "ModernBertModel",
 ]

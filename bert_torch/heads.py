@@ -1,8 +1,9 @@
 """BERT with a task head, in PyTorch: the reference mirror of `bertjax/heads.py`.
 
 Same classes, same attribute names, same declarations (`base_model_prefix`, the class's row of
-`bertjax.config.heads.MODELS` as `spec` and its heads as `head_modules`);
-logits float32 as there. Dropout follows `.train()` / `.eval()`; packed rows as there.
+`bertjax.config.heads.MODELS` as `spec` and its heads as `head_modules`); logits float32 as
+there; a ModernBERT config gets ModernBERT's encoder and heads' modules as there. Dropout follows
+`.train()` / `.eval()`; packed rows as there.
 Shapes: B batch, S sequence, H hidden, P masked positions, V vocabulary, C choices, K packed
 sequences per row.
 """
@@ -18,6 +19,7 @@ from torch import nn
 
 from bert_torch import inputs, numerics
 from bert_torch.model import BertModel, BertOutput, LayerNorm, Linear, linear, present, take_rows
+from bert_torch.modernbert import ModernBertClassifier, ModernBertMLMHead, ModernBertModel
 from bertjax.config import QA_OUTPUTS, BertConfig
 from bertjax.config.checks import check_family
 from bertjax.config.heads import MODELS, ModelClass
@@ -47,6 +49,11 @@ class BertMLMHead(nn.Module):
         return F.linear(numerics.upcast(h), embedding) + self.bias  # (B, P, V) float32
 
 
+def modern(config: BertConfig) -> bool:
+    """Whether `config`'s family has ModernBERT's encoder and heads (`bertjax.heads.modern`)."""
+    return config.family.encoder == "modernbert"
+
+
 class _WithEncoder(nn.Module):
     """What every head class shares: the encoder `bert`, its call, then the class's head
     (`_head`); each class of this module takes its row of `MODELS` by its name, as in
@@ -55,6 +62,7 @@ class _WithEncoder(nn.Module):
     base_model_prefix: ClassVar[str] = "bert"
     spec: ClassVar[ModelClass]
     head_modules: ClassVar[tuple[str, ...]] = ()
+    dropout: nn.Dropout  # the head's dropout, where its class has one
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -66,7 +74,8 @@ class _WithEncoder(nn.Module):
         super().__init__()
         check_family(self.spec, config)
         self.config = config
-        self.bert = BertModel(config, add_pooling_layer=self.has_pooler(config))
+        self.bert = (ModernBertModel if modern(config) else BertModel)(
+            config, add_pooling_layer=self.has_pooler(config))
 
     @classmethod
     def has_pooler(cls, config: BertConfig) -> bool:
@@ -95,12 +104,19 @@ class _WithEncoder(nn.Module):
         """The encoder's output with this class's head's fields filled in."""
         raise NotImplementedError
 
+    def _classify(self, head: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """x through the class's classifier `head`: BERT's dense layer after the class's
+        dropout, or ModernBERT's head, which drops out after its norm."""
+        if isinstance(head, ModernBertClassifier):
+            return head(x)
+        return head(self.dropout(numerics.upcast(x)))
+
 
 class _MaskedLM(_WithEncoder):
     """The masked-LM classes: `mlm_logits` (and `sequence_output`) at `masked_positions`, the
     last layer computed at those rows, or at every position."""
 
-    mlm_head: BertMLMHead
+    mlm_head: BertMLMHead | ModernBertMLMHead
 
     def forward(
         self,
@@ -142,7 +158,7 @@ class BertForMaskedLM(_MaskedLM):
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
-        self.mlm_head = BertMLMHead(config)
+        self.mlm_head = (ModernBertMLMHead if modern(config) else BertMLMHead)(config)
 
 
 class BertForNextSentencePrediction(_WithEncoder):
@@ -184,6 +200,7 @@ class BertForSequenceClassification(_WithEncoder):
         self.dropout = nn.Dropout(config.classifier_dropout_prob)
         self.classifier: nn.Module = (
             ClassificationHead(config) if config.family.classifier_head
+            else ModernBertClassifier(config, config.num_labels) if modern(config)
             else float32_linear(config, config.hidden_size, config.num_labels))
 
     @classmethod
@@ -205,8 +222,9 @@ class BertForSequenceClassification(_WithEncoder):
         return dataclasses.replace(out, logits=logits)  # (B, [K,] num_labels)
 
     def _head(self, out: BertOutput) -> BertOutput:
-        pooled = self.dropout(numerics.upcast(present(out.pooled_output, "pooled_output")))
-        return dataclasses.replace(out, logits=self.classifier(pooled))  # (B, [K,] num_labels)
+        pooled = present(out.pooled_output, "pooled_output")  # (B, [K,] H)
+        logits = self._classify(self.classifier, pooled)  # (B, [K,] num_labels)
+        return dataclasses.replace(out, logits=logits)
 
 
 def first_tokens(sequence_output: torch.Tensor, cls_positions: torch.Tensor | None
@@ -226,11 +244,13 @@ class BertForTokenClassification(_WithEncoder):
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.dropout = nn.Dropout(config.classifier_dropout_prob)
-        self.token_classifier = float32_linear(config, config.hidden_size, config.num_labels)
+        self.token_classifier: nn.Module = (
+            ModernBertClassifier(config, config.num_labels) if modern(config)
+            else float32_linear(config, config.hidden_size, config.num_labels))
 
     def _head(self, out: BertOutput) -> BertOutput:
-        h = self.dropout(numerics.upcast(out.sequence_output))  # (B, S, H)
-        return dataclasses.replace(out, logits=self.token_classifier(h))  # (B, S, num_labels)
+        logits = self._classify(self.token_classifier, out.sequence_output)  # (B, S, labels)
+        return dataclasses.replace(out, logits=logits)
 
 
 class BertForQuestionAnswering(_WithEncoder):
@@ -241,7 +261,9 @@ class BertForQuestionAnswering(_WithEncoder):
         if config.num_labels != len(QA_OUTPUTS):
             config = config.replace(id2label=tuple(f"LABEL_{i}" for i in range(len(QA_OUTPUTS))))
         super().__init__(config)
-        self.qa_outputs = float32_linear(config, config.hidden_size, len(QA_OUTPUTS))
+        self.qa_outputs: nn.Module = (
+            ModernBertClassifier(config, len(QA_OUTPUTS)) if modern(config)
+            else float32_linear(config, config.hidden_size, len(QA_OUTPUTS)))
 
     def _head(self, out: BertOutput) -> BertOutput:
         logits = self.qa_outputs(numerics.upcast(out.sequence_output))  # (B, S, 2)
@@ -256,7 +278,9 @@ class BertForMultipleChoice(_WithEncoder):
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.dropout = nn.Dropout(config.classifier_dropout_prob)
-        self.choice_classifier = float32_linear(config, config.hidden_size, 1)
+        self.choice_classifier: nn.Module = (
+            ModernBertClassifier(config, 1) if modern(config)
+            else float32_linear(config, config.hidden_size, 1))
 
     def forward(
         self,
@@ -278,8 +302,8 @@ class BertForMultipleChoice(_WithEncoder):
 
     def _head(self, out: BertOutput) -> BertOutput:
         # (B * C, H) stacked, (B, C, H) packed -> (B * C, 1) or (B, C, 1)
-        pooled = self.dropout(numerics.upcast(present(out.pooled_output, "pooled_output")))
-        return dataclasses.replace(out, logits=self.choice_classifier(pooled))
+        pooled = present(out.pooled_output, "pooled_output")
+        return dataclasses.replace(out, logits=self._classify(self.choice_classifier, pooled))
 
 
 class DiscriminatorHead(nn.Module):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import ClassVar, TypeVar
 
 import torch
@@ -19,7 +20,7 @@ from torch import nn
 
 from bert_torch import inputs, numerics
 from bertjax.config import BertConfig
-from bertjax.config.checks import check_pooler_inputs
+from bertjax.config.checks import check_encoder, check_pooler_inputs
 from bertjax.config.heads import ENCODER, MODELS, ModelClass
 
 T = TypeVar("T")
@@ -54,14 +55,15 @@ class Linear(nn.Linear):
     own dtype (Flax's `param_dtype`): input, weight and bias are cast first. `dtype=None`
     computes in the parameters' dtype (float32, or float64 for a float64 referee)."""
 
-    def __init__(self, n_in: int, n_out: int, dtype: torch.dtype | None):
-        super().__init__(n_in, n_out)
+    def __init__(self, n_in: int, n_out: int, dtype: torch.dtype | None, bias: bool = True):
+        super().__init__(n_in, n_out, bias=bias)
         self.dtype = dtype
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.dtype is None:
             return super().forward(x)
-        return F.linear(x.to(self.dtype), self.weight.to(self.dtype), self.bias.to(self.dtype))
+        bias = None if self.bias is None else self.bias.to(self.dtype)
+        return F.linear(x.to(self.dtype), self.weight.to(self.dtype), bias)
 
 
 class Embed(nn.Embedding):
@@ -76,11 +78,17 @@ class Embed(nn.Embedding):
         return rows if self.dtype is None else rows.to(self.dtype)
 
 
-def linear(config: BertConfig, n_in: int, n_out: int) -> Linear:
-    """A dense layer computing in the config's dtype, BERT's init (`bertjax.model.linear`)."""
-    layer = Linear(n_in, n_out, numerics.compute_dtype(config))
-    nn.init.normal_(layer.weight, std=config.initializer_range)
-    nn.init.zeros_(layer.bias)
+def linear(config: BertConfig, n_in: int, n_out: int, *, bias: bool = True,
+           init: Callable[[torch.Tensor], object] | None = None) -> Linear:
+    """A dense layer computing in the config's dtype, BERT's init or `init`'s, with or without a
+    bias (`bertjax.model.linear`)."""
+    layer = Linear(n_in, n_out, numerics.compute_dtype(config), bias=bias)
+    if init is None:
+        nn.init.normal_(layer.weight, std=config.initializer_range)
+    else:
+        init(layer.weight)
+    if layer.bias is not None:
+        nn.init.zeros_(layer.bias)
     return layer
 
 
@@ -91,10 +99,11 @@ def _embed(config: BertConfig, num: int) -> Embed:
 
 
 class LayerNorm(nn.LayerNorm):
-    """LayerNorm with BERT's epsilon and float32 statistics."""
+    """LayerNorm with BERT's epsilon and float32 statistics; ModernBERT's may have no bias."""
 
-    def __init__(self, config: BertConfig, *, width: int | None = None):
-        super().__init__(width or config.hidden_size, eps=config.layer_norm_eps)  # PyTorch: 1e-5
+    def __init__(self, config: BertConfig, *, width: int | None = None, use_bias: bool = True):
+        super().__init__(width or config.hidden_size, eps=config.layer_norm_eps,  # PyTorch: 1e-5
+                         bias=use_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return super().forward(numerics.upcast(x)).to(x.dtype)
@@ -223,6 +232,7 @@ class BertModel(nn.Module):
 
     def __init__(self, config: BertConfig, *, add_pooling_layer: bool | None = None):
         super().__init__()
+        check_encoder(config, "BertModel")  # a ModernBERT's is bert_torch.modernbert's
         self.config = config
         self.embeddings = BertEmbeddings(config)
         # ELECTRA's narrower embeddings, taken to hidden_size after their LayerNorm and dropout

@@ -18,7 +18,7 @@ from flax import nnx
 from bertjax import numerics
 from bertjax.errors import InputError
 
-__all__ = ["dropout_rows", "exact_attention", "fused_attention", "take_rows"]
+__all__ = ["dropout_rows", "exact_attention", "fused_attention", "local_mask", "take_rows"]
 
 
 def exact_attention(
@@ -77,11 +77,14 @@ def _attend(q: jax.Array, k: jax.Array, v: jax.Array, attention_mask: jax.Array,
 
 
 def fused_attention(q: jax.Array, k: jax.Array, v: jax.Array, attention_mask: jax.Array,
-                    cudnn: bool) -> jax.Array:
+                    cudnn: bool, window: int | None = None) -> jax.Array:
     """`jax.nn.dot_product_attention` of q (B, Q, A, D) over k, v (B, S, A, D): the context
     (B, Q, A, D). A key padding mask (B, S), right padding, goes as sequence lengths; packed rows'
     mask (B, Q, S) as its `mask`, to XLA's implementation. `cudnn`: cuDNN's flash attention
-    (`numerics.cudnn_attention_applies`), never with packed rows.
+    (`numerics.cudnn_attention_applies`), never with packed rows. `window`: query i attends the
+    keys i - window .. i + window only (ModernBERT's local layers), as `local_window_size` with
+    sequence lengths (cuDNN takes no window to the right without a causal mask, so XLA's
+    implementation computes these); a packed mask holds the window already (`local_mask`).
 
     On an H100 (JAX 0.11.2) cuDNN's gradient refused odd lengths ("Unsupported sequence length
     Q 21, KV 128": the last layer at [CLS] + 20 masked rows) and came back NaN through packed
@@ -92,13 +95,25 @@ def fused_attention(q: jax.Array, k: jax.Array, v: jax.Array, attention_mask: ja
         return jax.nn.dot_product_attention(q, k, v, mask=attention_mask[:, None],
                                             implementation="xla")
     lengths = jnp.sum(attention_mask, axis=-1, dtype=jnp.int32)  # (B,) right padding
-    if not cudnn:
+    if not cudnn or window is not None:
         return jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths,
-                                            implementation="xla")
+                                            local_window_size=window, implementation="xla")
     Q = q.shape[1]
     q, k, v = (_even_rows(t) for t in (q, k, v))  # (B, Q or S rounded up to even, A, D)
     return jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths,
                                         implementation="cudnn")[:, :Q]
+
+
+def local_mask(attention_mask: jax.Array, window: int) -> jax.Array:
+    """A sliding window of `window` keys on either side of each query, on a key padding mask
+    (B, S) or packed rows' mask (B, S, S): (B, S, S), query i attending key j where
+    |i - j| <= window and the mask allows (transformers' bidirectional sliding window). In packed
+    rows the window stays inside the query's sequence."""
+    S = attention_mask.shape[-1]
+    rows = jnp.arange(S)
+    band = jnp.abs(rows[:, None] - rows[None, :]) <= window  # (S, S) query x key
+    keys = attention_mask[:, None, :] if attention_mask.ndim == 2 else attention_mask
+    return band[None] & keys.astype(bool)  # (B, S, S)
 
 
 def _even_rows(x: jax.Array) -> jax.Array:

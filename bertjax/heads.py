@@ -11,6 +11,12 @@ Head attribute names are unique across classes (`mlm_head`, `nsp_head`, `classif
 belongs to, so one class's head is never loaded as another's. Hugging Face calls three of them
 `classifier`; `bertjax.io.names` maps between the two by the checkpoint's architecture.
 
+A ModernBERT config (`Family.encoder`) gives the same classes ModernBERT's encoder
+(`bertjax.modernbert.ModernBertModel`) as `bert`, and its heads' modules where they differ from
+BERT's: the masked-LM head (`ModernBertMLMHead`) and a classifier head of dense, activation, norm,
+dropout and a last layer (`ModernBertClassifier`) on the pooled or per-token features, as
+RoBERTa's sequence classifier is its `ClassificationHead`.
+
 Logits are float32 whatever the compute dtype. Shapes: B batch, S sequence, H hidden,
 P masked positions, V vocabulary, C choices, K packed sequences per row.
 
@@ -35,8 +41,10 @@ from bertjax import inputs, numerics
 from bertjax.attention import take_rows
 from bertjax.config import QA_OUTPUTS, BertConfig
 from bertjax.config.checks import check_family
+from bertjax.config.families import FAMILIES
 from bertjax.config.heads import MODELS, Model, ModelClass
 from bertjax.model import BertModel, BertOutput, LayerNorm, linear, present
+from bertjax.modernbert import ModernBertClassifier, ModernBertMLMHead, ModernBertModel
 
 
 def float32_linear(config: BertConfig, n_in: int, n_out: int, rngs: nnx.Rngs) -> nnx.Linear:
@@ -62,6 +70,16 @@ class BertMLMHead(nnx.Module):
         return numerics.add_broadcast(logits, self.bias[...])  # (B, P, V) float32
 
 
+def modern(config: BertConfig) -> bool:
+    """Whether `config`'s family has ModernBERT's encoder and heads (`Family.encoder`)."""
+    return config.family.encoder == "modernbert"
+
+
+def encoder_class(config: BertConfig) -> type[BertModel] | type[ModernBertModel]:
+    """The encoder a model of `config`'s family holds as `bert`, and its bare class."""
+    return ModernBertModel if modern(config) else BertModel
+
+
 class _WithEncoder(nnx.Module):
     """What every head class shares: the encoder `bert` (with a pooler where its row says so, as
     Hugging Face's class of the same name), its call, then the class's head (`_head`). Each
@@ -82,7 +100,8 @@ class _WithEncoder(nnx.Module):
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         check_family(self.spec, config)
         self.config = config
-        self.bert = BertModel(config, add_pooling_layer=self.has_pooler(config), rngs=rngs)
+        self.bert = encoder_class(config)(config, add_pooling_layer=self.has_pooler(config),
+                                          rngs=rngs)
 
     @classmethod
     def has_pooler(cls, config: BertConfig) -> bool:
@@ -122,6 +141,18 @@ class _WithEncoder(nnx.Module):
         return self.dropout(x.astype(jnp.float32), deterministic=deterministic,
                             rngs=numerics.dropout_rngs(deterministic, head_rng))
 
+    def _classify(self, head: nnx.Module, x: jax.Array, deterministic: bool,
+                  dropout_rng: jax.Array | None) -> jax.Array:
+        """x (..., H) through the class's classifier `head`: BERT's dense layer after the class's
+        dropout, or ModernBERT's classifier head, which drops out after its norm (the head's
+        own stream either way)."""
+        if isinstance(head, ModernBertClassifier):
+            head_rng = None if dropout_rng is None else jax.random.fold_in(dropout_rng, 1)
+            return head(x, deterministic=deterministic,
+                        rngs=numerics.dropout_rngs(deterministic, head_rng))
+        assert isinstance(head, nnx.Linear)
+        return head(self._head_dropout(x, deterministic, dropout_rng))
+
 
 class _MaskedLM(_WithEncoder):
     """The masked-LM classes: the call takes `masked_positions` (B, P) and fills `mlm_logits`
@@ -129,7 +160,7 @@ class _MaskedLM(_WithEncoder):
     (B, P, H) too, the last layer computed at those rows (`BertModel`'s `output_positions`). The
     other options are `BertModel`'s."""
 
-    mlm_head: BertMLMHead
+    mlm_head: BertMLMHead | ModernBertMLMHead
 
     def __call__(
         self,
@@ -172,12 +203,13 @@ class BertForPreTraining(_MaskedLM):
 
 class BertForMaskedLM(_MaskedLM):
     """BERT with the masked-LM head only (no pooler, no NSP head; Hugging Face's
-    BertForMaskedLM): `mlm_logits` (B, P, V) at `masked_positions`, or (B, S, V)."""
+    BertForMaskedLM): `mlm_logits` (B, P, V) at `masked_positions`, or (B, S, V). A ModernBERT's
+    head is its own (`ModernBertMLMHead`)."""
 
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         super().__init__(config, rngs=rngs)
-        self.mlm_head = BertMLMHead(config, rngs=rngs)
+        self.mlm_head = (ModernBertMLMHead if modern(config) else BertMLMHead)(config, rngs=rngs)
 
 
 class BertForNextSentencePrediction(_WithEncoder):
@@ -223,8 +255,9 @@ class BertForSequenceClassification(_WithEncoder):
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         super().__init__(config, rngs=rngs)
         self.dropout = nnx.Dropout(config.classifier_dropout_prob)
-        self.classifier: nnx.Linear | ClassificationHead = (
+        self.classifier: nnx.Linear | ClassificationHead | ModernBertClassifier = (
             ClassificationHead(config, rngs=rngs) if config.family.classifier_head
+            else ModernBertClassifier(config, config.num_labels, rngs=rngs) if modern(config)
             else float32_linear(config, config.hidden_size, config.num_labels, rngs))
 
     @classmethod
@@ -256,10 +289,9 @@ class BertForSequenceClassification(_WithEncoder):
 
     def _head(self, out: BertOutput, deterministic: bool,
               dropout_rng: jax.Array | None) -> BertOutput:
-        pooled = self._head_dropout(present(out.pooled_output, "pooled_output"), deterministic,
-                                    dropout_rng)
-        assert isinstance(self.classifier, nnx.Linear)  # a ClassificationHead reads no pooler
-        return out.replace(logits=self.classifier(pooled))  # (B, [K,] num_labels)
+        pooled = present(out.pooled_output, "pooled_output")  # (B, [K,] H)
+        return out.replace(logits=self._classify(self.classifier, pooled, deterministic,
+                                                 dropout_rng))  # (B, [K,] num_labels)
 
 
 def first_tokens(sequence_output: jax.Array, cls_positions: jax.Array | None) -> jax.Array:
@@ -279,13 +311,15 @@ class BertForTokenClassification(_WithEncoder):
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         super().__init__(config, rngs=rngs)
         self.dropout = nnx.Dropout(config.classifier_dropout_prob)
-        self.token_classifier = float32_linear(config, config.hidden_size, config.num_labels,
-                                               rngs)
+        self.token_classifier: nnx.Linear | ModernBertClassifier = (
+            ModernBertClassifier(config, config.num_labels, rngs=rngs) if modern(config)
+            else float32_linear(config, config.hidden_size, config.num_labels, rngs))
 
     def _head(self, out: BertOutput, deterministic: bool,
               dropout_rng: jax.Array | None) -> BertOutput:
-        h = self._head_dropout(out.sequence_output, deterministic, dropout_rng)  # (B, S, H)
-        return out.replace(logits=self.token_classifier(h))  # (B, S, num_labels)
+        logits = self._classify(self.token_classifier, out.sequence_output, deterministic,
+                                dropout_rng)
+        return out.replace(logits=logits)  # (B, S, num_labels)
 
 
 class BertForQuestionAnswering(_WithEncoder):
@@ -300,11 +334,18 @@ class BertForQuestionAnswering(_WithEncoder):
         if config.num_labels != len(QA_OUTPUTS):
             config = config.replace(id2label=tuple(f"LABEL_{i}" for i in range(len(QA_OUTPUTS))))
         super().__init__(config, rngs=rngs)
-        self.qa_outputs = float32_linear(config, config.hidden_size, len(QA_OUTPUTS), rngs)
+        # ModernBERT's: its classifier head, whose dropout is its own (BERT's has none)
+        self.qa_outputs: nnx.Linear | ModernBertClassifier = (
+            ModernBertClassifier(config, len(QA_OUTPUTS), rngs=rngs) if modern(config)
+            else float32_linear(config, config.hidden_size, len(QA_OUTPUTS), rngs))
 
     def _head(self, out: BertOutput, deterministic: bool,
               dropout_rng: jax.Array | None) -> BertOutput:
-        logits = self.qa_outputs(out.sequence_output.astype(jnp.float32))  # (B, S, 2)
+        h = out.sequence_output.astype(jnp.float32)  # (B, S, H)
+        if isinstance(self.qa_outputs, ModernBertClassifier):
+            logits = self._classify(self.qa_outputs, h, deterministic, dropout_rng)
+        else:
+            logits = self.qa_outputs(h)  # (B, S, 2)
         return out.replace(start_logits=logits[..., 0], end_logits=logits[..., 1])
 
 
@@ -322,7 +363,9 @@ class BertForMultipleChoice(_WithEncoder):
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         super().__init__(config, rngs=rngs)
         self.dropout = nnx.Dropout(config.classifier_dropout_prob)
-        self.choice_classifier = float32_linear(config, config.hidden_size, 1, rngs)
+        self.choice_classifier: nnx.Linear | ModernBertClassifier = (
+            ModernBertClassifier(config, 1, rngs=rngs) if modern(config)
+            else float32_linear(config, config.hidden_size, 1, rngs))
 
     def __call__(
         self,
@@ -343,9 +386,9 @@ class BertForMultipleChoice(_WithEncoder):
     def _head(self, out: BertOutput, deterministic: bool,
               dropout_rng: jax.Array | None) -> BertOutput:
         # (B * C, H) stacked, (B, C, H) packed -> (B * C, 1) or (B, C, 1)
-        pooled = self._head_dropout(present(out.pooled_output, "pooled_output"), deterministic,
-                                    dropout_rng)
-        return out.replace(logits=self.choice_classifier(pooled))
+        pooled = present(out.pooled_output, "pooled_output")
+        return out.replace(logits=self._classify(self.choice_classifier, pooled, deterministic,
+                                                 dropout_rng))
 
 
 class DiscriminatorHead(nnx.Module):
@@ -381,3 +424,13 @@ MODEL_CLASSES: dict[str, type[Model]] = {cls.spec.name: cls for cls in (
     BertModel, BertForPreTraining, BertForMaskedLM, BertForNextSentencePrediction,
     BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering,
     BertForMultipleChoice, BertForReplacedTokenDetection)}
+
+
+def model_class(name: str, model_type: str = "bert") -> type[Model]:
+    """bertjax's class `name` (a row of `MODELS`) for a model of the family `model_type`: the
+    bare encoder is the family's (ModernBertModel for a ModernBERT), every head class the same
+    whatever the family."""
+    if name == ModernBertModel.spec.name and FAMILIES.get(model_type, FAMILIES["bert"]).encoder \
+            == "modernbert":
+        return ModernBertModel
+    return MODEL_CLASSES[name]

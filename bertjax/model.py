@@ -20,7 +20,7 @@ from flax import nnx, struct
 from bertjax import inputs, numerics
 from bertjax.attention import dropout_rows, exact_attention, fused_attention, take_rows
 from bertjax.config import BertConfig
-from bertjax.config.checks import check_pooler_inputs
+from bertjax.config.checks import check_encoder, check_pooler_inputs
 from bertjax.config.heads import ENCODER, MODELS, ModelClass
 
 T = TypeVar("T")
@@ -55,15 +55,18 @@ def present(value: T | None, what: str) -> T:
     return value
 
 
-def linear(config: BertConfig, n_in: int, n_out: int, rngs: nnx.Rngs) -> nnx.Linear:
-    """A dense layer computing in the config's dtype with float32 parameters, BERT's init; its
-    matmul sees the inputs as one (rows, n_in) matrix (`numerics.rows_dot_general`)."""
+def linear(config: BertConfig, n_in: int, n_out: int, rngs: nnx.Rngs, *, use_bias: bool = True,
+           kernel_init: nnx.Initializer | None = None) -> nnx.Linear:
+    """A dense layer computing in the config's dtype with float32 parameters, BERT's init (or
+    `kernel_init`); its matmul sees the inputs as one (rows, n_in) matrix
+    (`numerics.rows_dot_general`). ModernBERT's layers may have no bias (`use_bias`)."""
     return nnx.Linear(
         n_in,
         n_out,
+        use_bias=use_bias,
         dtype=numerics.compute_dtype(config),
         param_dtype=jnp.float32,
-        kernel_init=nnx.initializers.normal(config.initializer_range),
+        kernel_init=kernel_init or nnx.initializers.normal(config.initializer_range),
         bias_init=nnx.initializers.zeros,
         dot_general=numerics.rows_dot_general,
         rngs=rngs,
@@ -81,7 +84,7 @@ def _embed(config: BertConfig, num: int, rngs: nnx.Rngs) -> nnx.Embed:
     )
 
 
-def _rows(embed: nnx.Embed, ids: jax.Array) -> jax.Array:
+def embedding_rows(embed: nnx.Embed, ids: jax.Array) -> jax.Array:
     """`embed(ids)`, with the rows gathered from the float32 table and then cast: the gradient
     is a float32 scatter-add. `nnx.Embed` casts the whole table to bfloat16 first, so its
     gradient was a bfloat16 scatter-add, which a GPU serialises where many tokens of a batch
@@ -93,13 +96,16 @@ def _rows(embed: nnx.Embed, ids: jax.Array) -> jax.Array:
 
 class LayerNorm(nnx.LayerNorm):
     """LayerNorm with BERT's epsilon, two-pass variance and float32 statistics
-    (`numerics.layer_norm`: the parameters' gradients as matmuls)."""
+    (`numerics.layer_norm`: the parameters' gradients as matmuls); ModernBERT's may have no bias
+    (`use_bias`)."""
 
-    def __init__(self, config: BertConfig, *, width: int | None = None, rngs: nnx.Rngs):
+    def __init__(self, config: BertConfig, *, width: int | None = None, use_bias: bool = True,
+                 rngs: nnx.Rngs):
         super().__init__(
             width or config.hidden_size,
             epsilon=config.layer_norm_eps,  # Flax defaults to 1e-6
             use_fast_variance=False,  # E[x^2]-E[x]^2 loses half the 1e-5 margin
+            use_bias=use_bias,
             dtype=jnp.float32,
             param_dtype=jnp.float32,
             rngs=rngs,
@@ -107,9 +113,9 @@ class LayerNorm(nnx.LayerNorm):
         self.out_dtype = numerics.compute_dtype(config)
 
     def __call__(self, x: jax.Array) -> jax.Array:  # type: ignore[override]  # no mask: BERT's
-        assert self.scale is not None and self.bias is not None  # use_scale, use_bias: Flax's
-        return numerics.layer_norm(x, self.scale[...], self.bias[...],
-                                   self.epsilon).astype(self.out_dtype)
+        assert self.scale is not None  # use_scale: Flax's
+        bias = None if self.bias is None else self.bias[...]
+        return numerics.layer_norm(x, self.scale[...], bias, self.epsilon).astype(self.out_dtype)
 
 
 class BertEmbeddings(nnx.Module):
@@ -143,12 +149,12 @@ class BertEmbeddings(nnx.Module):
         rngs: nnx.Rngs | None = None,
     ) -> jax.Array:
         dtype = numerics.compute_dtype_of(self.word_embeddings)
-        words = _rows(self.word_embeddings, input_ids)  # (B, S, H)
+        words = embedding_rows(self.word_embeddings, input_ids)  # (B, S, H)
         if position_ids is None:  # 0..S-1 in every row: a slice of the table
             positions = self.position_embeddings.embedding[...][: input_ids.shape[1]]  # (S, H)
             x = numerics.add_broadcast(words, positions.astype(dtype))  # (B, S, H)
         else:
-            x = words + _rows(self.position_embeddings, position_ids)  # (B, S, H)
+            x = words + embedding_rows(self.position_embeddings, position_ids)  # (B, S, H)
         if self.token_type_embeddings is not None:
             table = self.token_type_embeddings.embedding[...].astype(dtype)  # (T, H)
             one_hot = jax.nn.one_hot(token_type_ids, table.shape[0], dtype=dtype)  # (B, S, T)
@@ -322,6 +328,7 @@ class BertModel(nnx.Module):
 
     def __init__(self, config: BertConfig, *, add_pooling_layer: bool | None = None,
                  rngs: nnx.Rngs):
+        check_encoder(config, "BertModel")  # a ModernBERT's is bertjax.modernbert's
         self.config = config
         self.embeddings = BertEmbeddings(config, rngs=rngs)
         # ELECTRA's narrower embeddings, taken to hidden_size after their LayerNorm and dropout

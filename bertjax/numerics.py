@@ -134,14 +134,17 @@ def _scale_broadcast_bwd(saved: tuple, g: jax.Array) -> tuple[jax.Array, jax.Arr
 scale_broadcast.defvjp(_scale_broadcast_fwd, _scale_broadcast_bwd)
 
 
-def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array, epsilon: float) -> jax.Array:
+def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array | None, epsilon: float
+               ) -> jax.Array:
     """LayerNorm over the last axis in float32, two-pass variance (E[x^2]-E[x]^2 loses half the
-    1e-5 margin): Flax's, with the scale and bias gradients as matmuls (`scale_broadcast`)."""
+    1e-5 margin): Flax's, with the scale and bias gradients as matmuls (`scale_broadcast`);
+    without a bias where `bias` is None (ModernBERT's `norm_bias=False`)."""
     x = x.astype(jnp.float32)
     centred = x - jnp.mean(x, axis=-1, keepdims=True)  # (..., H)
     variance = jnp.mean(jnp.square(centred), axis=-1, keepdims=True)  # (..., 1)
     normalised = centred * jax.lax.rsqrt(variance + epsilon)
-    return add_broadcast(scale_broadcast(normalised, scale), bias)
+    scaled = scale_broadcast(normalised, scale)
+    return scaled if bias is None else add_broadcast(scaled, bias)
 
 
 def tied_decoder(h: jax.Array, embedding: jax.Array) -> jax.Array:

@@ -25,7 +25,7 @@ from bertjax.config.families import FAMILIES
 from bertjax.config.heads import Model
 from bertjax.data.tokenizer import SAVED_FILES, Tokenizer, fits_vocabulary
 from bertjax.errors import InputError
-from bertjax.heads import MODEL_CLASSES, BertForPreTraining
+from bertjax.heads import MODEL_CLASSES, BertForPreTraining, model_class
 from bertjax.io.hf import CONFIG
 from bertjax.io.report import LoadReport
 from bertjax.io.runs import load_run_model
@@ -50,7 +50,16 @@ def checkpoint_class(path: str | Path | ModelSource, *,
     class of that name."""
     check_path_argument("checkpoint_class", "path", path)
     source = locate(path, revision=revision)
-    return MODEL_CLASSES.get(source.architecture or "") or default_class(source)
+    return named_class(source) or default_class(source)
+
+
+def named_class(source: ModelSource) -> type[Model] | None:
+    """The class a Hugging Face directory's config.json names, if bertjax has it (its family's
+    bare encoder for a `BertModel`: a ModernBERT's is ModernBertModel), or a run trains."""
+    name = source.architecture or ""
+    if name not in MODEL_CLASSES:
+        return None
+    return model_class(name, str((source.config or {}).get("model_type", "bert")))
 
 
 def default_class(source: ModelSource) -> type[Model]:
@@ -176,8 +185,10 @@ def check_load_arguments(function: str, model_cls: Any, missing_heads: Any,
                              "weights, which the checkpoint's config.json decides; leave it out "
                              "(or initialise a new model with BertConfig)")
         if name != "pad_token_id":  # ranged against the checkpoint's vocabulary
+            # a family's own field (ModernBERT's classifier_pooling, ...) in a config of it
+            owner = next((f.model_type for f in FAMILIES.values() if name in f.own_fields), "bert")
             try:
-                BertConfig().replace(**{name: value})
+                BertConfig(model_type=owner).replace(**{name: value})
             except (TypeError, ValueError) as err:
                 raise InputError(f"{function}({name}={value!r}): {err}") from None
 
@@ -210,8 +221,11 @@ def load_hf(
 
 def _load_hf(source: ModelSource, model_cls: type[Model] | None, seed: int,
              missing_heads: str, config_overrides: dict[str, Any]) -> tuple[Any, LoadReport]:
-    """A Hugging Face source as `model_cls` (None: the class config.json names)."""
-    source_cls = MODEL_CLASSES.get(source.architecture or "")
+    """A Hugging Face source as `model_cls` (None: the class config.json names; `BertModel`:
+    the family's bare encoder, a ModernBERT's ModernBertModel)."""
+    source_cls = named_class(source)
+    if model_cls is not None and MODEL_CLASSES.get(model_cls.spec.name) is model_cls:
+        model_cls = model_class(model_cls.spec.name, str((source.config or {}).get("model_type")))
     return load_model(source, model_cls or source_cls or default_class(source),
                       source_cls=source_cls, seed=seed, missing_heads=missing_heads,
                       **config_overrides)

@@ -191,7 +191,8 @@ def layer_modules(model: Any) -> tuple[str, ...]:
     attentions.{i})."""
     prefix = type(model).base_model_prefix
     encoder, at = (getattr(model, prefix), f"{prefix}.") if prefix else (model, "")
-    first = "embeddings" if encoder.embeddings_project is None else "embeddings_project"
+    project = getattr(encoder, "embeddings_project", None)  # ModernBERT's encoder has none
+    first = "embeddings" if project is None else "embeddings_project"
     return (at + first, *(f"{at}layers.{i}" for i in range(model.config.num_hidden_layers)))
 
 

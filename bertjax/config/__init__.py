@@ -5,8 +5,9 @@ follow Hugging Face's `BertConfig`, so `config.json` files read and write as-is;
 the family, whose differences from BERT are data (`bertjax.config.families`).
 
 Modules: `__init__` (BertConfig, presets, parameter paths), `families` (the BERT family table),
-`heads` (the model classes and their heads as data), `checks` (the checks and messages both trees
-make on a class's family and a model's inputs; NumPy).
+`modernbert` (ModernBERT's config.json: how each setting transformers reads is taken), `heads`
+(the model classes and their heads as data), `checks` (the checks and messages both trees make
+on a class's family and a model's inputs; NumPy).
 Imports: `bertjax.errors` and `bertjax.common.fields` (how a setting is declared); `checks` NumPy.
 """
 
@@ -20,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from bertjax.common.fields import option_field as _f
-from bertjax.config.families import FAMILIES, Family
+from bertjax.config import modernbert
+from bertjax.config.families import FAMILIES, Family, foreign_fields
+from bertjax.config.modernbert import POOLINGS, layer_pattern
 from bertjax.errors import InputError
 
 # Activations both frameworks implement identically. "gelu" is the exact (erf) GELU, as in the
@@ -38,7 +41,8 @@ COMPUTE_FIELDS = ("dtype", "attn_implementation", "scan_layers", "remat")
 # overrides may not (they change only how the model computes: dtype, dropout, ...).
 SHAPE_FIELDS = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers",
                 "num_attention_heads", "intermediate_size", "max_position_embeddings",
-                "type_vocab_size", "embedding_size")
+                "type_vocab_size", "embedding_size", "norm_bias", "attention_bias", "mlp_bias",
+                "decoder_bias", "classifier_bias")
 # The MLM loss divides by max(sum of masked_weights, this): a batch with no real prediction has
 # loss 0, not NaN. Shared by bertjax.losses and bert_torch.losses.
 LOSS_WEIGHT_FLOOR = 1e-5
@@ -62,10 +66,12 @@ class BertConfig:
     intermediate_size: int = _f(3072, "width of the feed-forward layer", check="positive")
     hidden_act: str = _f("gelu", "feed-forward activation: gelu (exact, erf), gelu_new or "
                          "gelu_pytorch_tanh (the tanh approximation), relu", ACTIVATIONS)
-    hidden_dropout_prob: float = _f(0.1, "dropout on embeddings and residual branches",
+    hidden_dropout_prob: float = _f(0.1, "dropout on embeddings and residual branches "
+                                    "(ModernBERT: its embeddings alone, `embedding_dropout`)",
                                     check="probability")
-    attention_probs_dropout_prob: float = _f(0.1, "dropout on attention probabilities",
-                                             check="probability")
+    attention_probs_dropout_prob: float = _f(0.1, "dropout on attention probabilities "
+                                             "(ModernBERT: and the attention's output, "
+                                             "`attention_dropout`)", check="probability")
     max_position_embeddings: int = _f(512, "rows of the position table (a RoBERTa's holds "
                                       "pad_token_id + 1 rows before its first position)",
                                       check="positive")
@@ -84,6 +90,34 @@ class BertConfig:
     # takes them to hidden_size and the masked-LM head back; None: hidden_size
     embedding_size: int | None = _f(None, "ELECTRA's embedding width, where it is not "
                                     "hidden_size", check="positive", default_help="hidden_size")
+    # ModernBERT's alone (`config.modernbert.FIELDS`; its config.json's names and defaults), each
+    # refused for the other families unless at its default
+    norm_bias: bool = _f(False, "ModernBERT: its LayerNorms have a bias")
+    attention_bias: bool = _f(False, "ModernBERT: its attention's wqkv and wo have biases")
+    mlp_bias: bool = _f(False, "ModernBERT: its feed-forward's wi and wo have biases")
+    decoder_bias: bool = _f(True, "ModernBERT: its masked-LM decoder has a bias")
+    classifier_bias: bool = _f(False, "ModernBERT: its heads' dense layer has a bias (a "
+                               "classifier's last layer always has one)")
+    classifier_pooling: str = _f("cls", "ModernBERT: what its sequence classifier and multiple "
+                                 "choice read: [CLS] (cls) or the mean of the tokens (mean)",
+                                 POOLINGS)
+    classifier_activation: str = _f("gelu", "ModernBERT: its heads' activation (masked LM "
+                                    "included)", ACTIVATIONS)
+    layer_types: tuple[str, ...] | None = _f(
+        None, "ModernBERT: each layer's attention, full_attention (every token) or "
+        "sliding_attention (a window of local_attention tokens)",
+        default_help="every third layer full from the first (global_attn_every_n_layers=3)")
+    global_rope_theta: float = _f(160_000.0, "ModernBERT: the rotary base of its full-attention "
+                                  "layers", check="positive")
+    local_rope_theta: float = _f(10_000.0, "ModernBERT: the rotary base of its sliding-window "
+                                 "layers", check="positive")
+    local_attention: int = _f(128, "ModernBERT: the sliding window of its local layers: a token "
+                              "attends to local_attention // 2 tokens on either side",
+                              check="positive")
+    mlp_dropout: float = _f(0.0, "ModernBERT: dropout inside its feed-forward",
+                            check="probability")
+    initializer_cutoff_factor: float = _f(2.0, "ModernBERT: initial weights are normal, cut off "
+                                          "at this many standard deviations", check="positive")
     # Not Hugging Face fields (COMPUTE_FIELDS): how bertjax computes, never what.
     # The dtype of activations and matmuls; parameters, softmax, LayerNorm statistics and logits
     # stay float32 whatever this says.
@@ -114,18 +148,16 @@ class BertConfig:
                 or self.embedding_size <= 0):
             raise InputError(f"BertConfig.embedding_size must be None or a positive integer, got "
                              f"{self.embedding_size!r}")
-        if self.embedding_size is not None and "embedding_size" in self.family.absent_fields:
-            raise InputError(f"BertConfig.embedding_size is ELECTRA's; a {self.model_type} has "
-                             "embeddings of hidden_size: leave it None")
+        self._check_foreign_fields()
         if self.hidden_size % self.num_attention_heads:
             raise InputError(
                 f"BertConfig.hidden_size ({self.hidden_size}) must be divisible by "
                 f"num_attention_heads ({self.num_attention_heads})"
             )
-        if self.hidden_act not in ACTIVATIONS:
-            raise InputError(
-                f"BertConfig.hidden_act {self.hidden_act!r} is not supported; use one of {ACTIVATIONS}"
-            )
+        for name in ("hidden_act", "classifier_activation"):
+            if getattr(self, name) not in ACTIVATIONS:
+                raise InputError(f"BertConfig.{name} {getattr(self, name)!r} is not supported; use "
+                                 f"one of {ACTIVATIONS}")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
@@ -154,6 +186,18 @@ class BertConfig:
         if self.attn_implementation not in ATTENTION_IMPLEMENTATIONS:
             raise InputError(f"BertConfig.attn_implementation {self.attn_implementation!r} is not one "
                              f"of {ATTENTION_IMPLEMENTATIONS}")
+        if self.family.encoder == "modernbert":
+            modernbert.check_config(self)
+
+    def _check_foreign_fields(self) -> None:
+        """Another family's fields (`Family.own_fields`) at their defaults: a BERT has no
+        embedding_size (ELECTRA's) and no ModernBERT switch."""
+        for name in foreign_fields(self.family):
+            default = _FIELDS[name].default
+            if getattr(self, name) != default:
+                owner = next(f.model_type for f in FAMILIES.values() if name in f.own_fields)
+                raise InputError(f"BertConfig.{name} is {owner}'s setting; a {self.model_type} "
+                                 f"has none: leave it at {default!r}")
 
     @property
     def head_dim(self) -> int:
@@ -190,6 +234,14 @@ class BertConfig:
         return limit
 
     @property
+    def attention_types(self) -> tuple[str, ...]:
+        """Each layer's attention (ModernBERT's `layer_types`, the default pattern where None;
+        every layer full for the other families)."""
+        if self.family.encoder != "modernbert":
+            return layer_pattern(self.num_hidden_layers, 1)
+        return self.layer_types or layer_pattern(self.num_hidden_layers)
+
+    @property
     def num_labels(self) -> int:
         return len(self.id2label)
 
@@ -217,15 +269,21 @@ class BertConfig:
         RoBERTa's config.json)."""
         family = self.family
         names = dict(family.config_names)
+        left_out = (*COMPUTE_FIELDS, "id2label", *family.absent_fields, *foreign_fields(family))
         fields = {names.get(f.name, f.name): getattr(self, f.name) for f in dataclasses.fields(self)
-                  if f.name not in (*COMPUTE_FIELDS, "id2label", *family.absent_fields)}
+                  if f.name not in left_out}
         if "embedding_size" in fields:  # ELECTRA's: written even when it is hidden_size (its
             fields["embedding_size"] = self.embedding_width  # config's default is 128)
-        if "classifier_dropout" in names and self.classifier_dropout is None:
-            fields[names["classifier_dropout"]] = self.classifier_dropout_prob  # no None there
+        if "layer_types" in fields:  # ModernBERT's: written out (transformers 5 reads the list)
+            fields["layer_types"] = list(self.attention_types)
+        if self.classifier_dropout is None and (
+                "classifier_dropout" in names or "classifier_dropout" in dict(family.config_defaults)):
+            # no None there (DistilBERT's seq_classif_dropout, ModernBERT's number)
+            fields[names.get("classifier_dropout", "classifier_dropout")] = self.classifier_dropout_prob
+        positions = {"position_embedding_type": "absolute"} if family.position_table else {}
         return {
             "architectures": [family.class_name(architecture)],
-            "position_embedding_type": "absolute",
+            **positions,
             **fields,
             "id2label": {str(i): name for i, name in enumerate(self.id2label)},
             "label2id": {name: i for i, name in enumerate(self.id2label)},
@@ -248,10 +306,12 @@ class BertConfig:
             raise InputError("config.json describes a decoder / cross-attention BERT; not supported")
         family = FAMILIES[model_type]
         data = {**dict(family.config_defaults), **data}  # transformers' defaults that differ
+        if family.config_reader is not None:  # ModernBERT's layer types and RoPE bases
+            data = family.config_reader(data)
         data = {**data, **{ours: data[theirs] for ours, theirs in family.config_names
                            if theirs in data}}
-        known = {f.name for f in dataclasses.fields(cls)} - {*COMPUTE_FIELDS, "id2label",
-                                                             *family.absent_fields}
+        known = {f.name for f in dataclasses.fields(cls)} - {
+            *COMPUTE_FIELDS, "id2label", *family.absent_fields, *foreign_fields(family)}
         kwargs = {k: v for k, v in data.items() if k in known}
         if not family.token_types:
             kwargs["type_vocab_size"] = 1
@@ -266,9 +326,12 @@ class BertConfig:
             kwargs.pop("pad_token_id", None)
         return cls(**{**kwargs, **overrides})
 
-    def save_hf_json(self, path: str | Path, architecture: str = "BertForPreTraining") -> None:
-        Path(path).write_text(json.dumps(self.to_hf_dict(architecture), indent=2, sort_keys=True)
-                              + "\n")
+    def save_hf_json(self, path: str | Path, architecture: str = "BertForPreTraining", *,
+                     token_ids: dict[str, int] | None = None) -> None:
+        """config.json for a checkpoint of `architecture`; `token_ids`: special tokens' ids its
+        family's config names (ModernBERT's cls_token_id, ...), from the tokenizer."""
+        data = {**self.to_hf_dict(architecture), **(token_ids or {})}
+        Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
     @classmethod
     def load_hf_json(cls, path: str | Path, **overrides: Any) -> BertConfig:
@@ -282,6 +345,9 @@ class BertConfig:
         except json.JSONDecodeError as err:
             raise InputError(f"{path} is not valid JSON: {err}") from err
         return cls.from_hf_dict(data, **overrides)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(BertConfig)}
 
 
 def _shape(layers: int, hidden: int, heads: int) -> dict[str, int]:

@@ -58,6 +58,20 @@ def check_family(model: ModelClass, config: BertConfig) -> None:
                          f"model_type={model.families[0]!r}")
 
 
+# The bare encoder class of each `Family.encoder`: what the heads' classes hold as `bert`.
+ENCODER_CLASSES = {"bert": "BertModel", "modernbert": "ModernBertModel"}
+
+
+def check_encoder(config: BertConfig, class_name: str) -> None:
+    """Refuse to build encoder `class_name` from the config of a family whose encoder is
+    another (a ModernBERT's is ModernBertModel), in one line naming the right one."""
+    right = ENCODER_CLASSES[config.family.encoder]
+    if right != class_name:
+        raise InputError(f"{class_name} is not a {config.model_type}'s encoder: build "
+                         f"{right} (the BertFor* classes pick the encoder of their config's "
+                         "family themselves)")
+
+
 def check_inputs(config: BertConfig, input_ids: Seen, token_type_ids: Seen | None,
                  attention_mask: Seen | None, *, packed: bool = False,
                  right_padding: bool = False) -> None:

@@ -1,13 +1,17 @@
-"""The BERT family as data: what RoBERTa, XLM-RoBERTa, DistilBERT and ELECTRA checkpoints do
-differently from BERT, one `Family` row each, by config.json's `model_type`. The encoder, the
-heads, the tokenizer and the name tables of `bertjax.io.names` read these rows; no model class is
-copied per family."""
+"""The BERT family as data: what RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA and ModernBERT
+checkpoints do differently from BERT, one `Family` row each, by config.json's `model_type`. The
+encoders, the heads, the tokenizer and the name tables of `bertjax.io.names` read these rows; no
+model class is copied per family. ModernBERT's layers differ in structure (pre-norm, rotary
+positions, gated feed-forward, local attention): its row names its own encoder module
+(`bertjax.modernbert`), which the heads' classes hold as they hold BERT's."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from bertjax.config import modernbert
 from bertjax.config.heads import pretraining_class
 
 
@@ -42,11 +46,24 @@ class Family:
     # ElectraForPreTraining): (bertjax's name, transformers')
     class_names: tuple[tuple[str, str], ...] = ()
     # config.json's names for BertConfig's fields where they differ (DistilBERT's `dim`, ...):
-    # (ours, theirs); and our fields its config.json does not have
+    # (ours, theirs); BERT's fields its config.json does not have; BertConfig's fields this
+    # family alone has (ELECTRA's embedding_size, ModernBERT's switches), which every other
+    # family refuses unless at their defaults (`foreign_fields`)
     config_names: tuple[tuple[str, str], ...] = ()
-    absent_fields: tuple[str, ...] = ("embedding_size",)  # ELECTRA's alone has embedding_size
+    absent_fields: tuple[str, ...] = ()
+    own_fields: tuple[str, ...] = ()
     # transformers' values of fields a config.json may leave out, where they are not BertConfig's
+    # (config.json's names)
     config_defaults: tuple[tuple[str, object], ...] = ()
+    # config.json -> the same with settings read into BertConfig's fields, refusing those
+    # bertjax does not compute (ModernBERT's layer types and RoPE bases: `config.modernbert`)
+    config_reader: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+    # config.json's special-token ids an export writes from its tokenizer: (key, role)
+    config_token_ids: tuple[tuple[str, str], ...] = ()
+    # the encoder and the heads' modules: BERT's (`bertjax.model`) or ModernBERT's
+    # (`bertjax.modernbert`); the same `BertFor*` classes hold either
+    encoder: str = "bert"
+    position_table: bool = True  # absolute positions in a table; ModernBERT's are rotary
     # the masked-LM head's activation: transformers' RoBERTa and ELECTRA heads use GELU whatever
     # hidden_act says; "" for hidden_act (BERT, DistilBERT)
     mlm_activation: str = ""
@@ -99,11 +116,26 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                          ("hidden_act", "activation"), ("hidden_dropout_prob", "dropout"),
                          ("attention_probs_dropout_prob", "attention_dropout"),
                          ("classifier_dropout", "seq_classif_dropout")),
-           absent_fields=("type_vocab_size", "layer_norm_eps", "embedding_size")),
+           absent_fields=("type_vocab_size", "layer_norm_eps")),
     Family("electra", "Electra", BERT_SPECIAL_TOKENS, base_pooler=False, pooler_activation="gelu",
-           classifier_head="gelu", absent_fields=(), config_defaults=(("embedding_size", 128),),
-           mlm_activation="gelu",
+           classifier_head="gelu", own_fields=("embedding_size",),
+           config_defaults=(("embedding_size", 128),), mlm_activation="gelu",
            class_names=(("BertForReplacedTokenDetection", "ElectraForPreTraining"),)),
+    # no token types, no next-sentence head, no pooler: its classifiers pool [CLS] or the mean
+    # of the tokens (`classifier_pooling`) through a head of their own (`bertjax.modernbert`)
+    Family("modernbert", "ModernBert", BERT_SPECIAL_TOKENS, token_types=False, base_pooler=False,
+           second_segment_type=0, config_names=modernbert.NAMES,
+           absent_fields=("type_vocab_size",), own_fields=modernbert.FIELDS,
+           config_defaults=modernbert.DEFAULTS, config_reader=modernbert.read_config,
+           config_token_ids=modernbert.TOKEN_IDS, encoder="modernbert", position_table=False,
+           class_names=(("BertTokenizer", "PreTrainedTokenizerFast"),)),
 )}
+
+
+def foreign_fields(family: Family) -> tuple[str, ...]:
+    """BertConfig's fields that other families alone have: `family`'s config.json has none of
+    them, and its configs keep them at their defaults."""
+    return tuple(dict.fromkeys(name for other in FAMILIES.values() for name in other.own_fields
+                               if name not in family.own_fields))
 
 

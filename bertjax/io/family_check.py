@@ -24,12 +24,16 @@ from bertjax.io.names import HF_FAMILY_NAMES
 _OWN_EXTRA = {"bert": ("cls.", "encoder.layer."), "roberta": ("encoder.layer.",),
               "xlm-roberta": ("encoder.layer.",), "distilbert": ("transformer.layer.",),
               "electra": ("discriminator_predictions.", "encoder.layer.")}
+# heads every family's checkpoints name alike, even where a family's table renames what is
+# under them (a ModernBERT's `classifier.` is its classifier head's last layer)
+_SHARED = ("classifier.", "qa_outputs.")
 
 
 @functools.cache
 def _marks() -> dict[str, tuple[str, ...]]:
     """model_type -> the name prefixes its checkpoints may have that some other family's lack."""
-    return {model_type: (names.prefix, *(theirs for theirs, _ in names.heads),
+    return {model_type: (names.prefix, *(theirs for theirs, _ in names.heads
+                                         if not theirs.startswith(_SHARED)),
                          *_OWN_EXTRA.get(model_type, ()))
             for model_type, names in HF_FAMILY_NAMES.items()}
 

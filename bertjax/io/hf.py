@@ -160,7 +160,7 @@ def read_hf(path: str | Path, config_data: Mapping[str, Any] | None = None,
     architecture = architecture_in(data)
     raw = read_hf_tensors(path)
     check_weights_family(raw, config.model_type, str(path / CONFIG))
-    tensors = {normalise_hf_key(from_family_name(k, config.model_type)): v
+    tensors = {normalise_hf_key(from_family_name(k, config.model_type, architecture)): v
                for k, v in raw.items()}
     _check_tied(tensors)
     arrays = {from_hf_name(k, architecture=architecture): v for k, v in tensors.items()
@@ -251,10 +251,21 @@ def write_hf(
     with atomic_directory(path, replace=True) as tmp:
         safetensors.numpy.save_file(tensors, tmp / SAFETENSORS, metadata={"format": "pt"})
         follow_umask(tmp / SAFETENSORS)  # safetensors creates it 0600
-        config.save_hf_json(tmp / CONFIG, architecture=model_cls.__name__)
+        # the class's row names it (ModernBertModel is a `BertModel`: the family's bare encoder)
+        spec = getattr(model_cls, "spec", None)
+        config.save_hf_json(tmp / CONFIG, architecture=spec.name if spec else model_cls.__name__,
+                            token_ids=_token_ids(config, tokenizer))
         if tokenizer is not None:
             _save_tokenizer(tokenizer, tmp, config)
     return path
+
+
+def _token_ids(config: BertConfig, tokenizer: Any) -> dict[str, int]:
+    """config.json's special-token ids the family's config has (`Family.config_token_ids`),
+    from `tokenizer` (none without one)."""
+    if tokenizer is None:
+        return {}
+    return {key: getattr(tokenizer.special, role) for key, role in config.family.config_token_ids}
 
 
 def _save_tokenizer(tokenizer: Any, directory: Path, config: BertConfig) -> None:

@@ -4,9 +4,9 @@ bertjax and bert_torch share module paths, so a parameter's PyTorch name is its 
 by dots with the leaf renamed by `LEAF_RENAMES`. Hugging Face names differ in module paths too;
 `HF_ENCODER_RENAMES` and `HF_HEAD_RENAMES` rewrite our PyTorch names into theirs and back, by
 pattern, under any encoder prefix; the other families' names (`roberta.`, DistilBERT's
-`transformer.layer.{i}.attention.q_lin`, ELECTRA's `generator_lm_head`) are read into BERT's and
-written back from them by `HF_FAMILY_NAMES`. This module imports no framework and knows no model
-class.
+`transformer.layer.{i}.attention.q_lin`, ELECTRA's `generator_lm_head`, ModernBERT's
+`model.layers.{i}.attn.Wqkv` and `head.dense`) are read into BERT's and written back from them by
+`HF_FAMILY_NAMES`. This module imports no framework and knows no model class.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import dataclasses
 import re
 from collections.abc import Iterable
 
-from bertjax.config.heads import HEADS, Head, classifier_of
+from bertjax.config.heads import HEADS, MODELS, Head, classifier_of
 
 # Flax leaf -> (PyTorch leaf, transposed?). Flax kernels are (in, out); torch weights (out, in).
 LEAF_RENAMES: dict[str, tuple[str, bool]] = {
@@ -55,11 +55,27 @@ HF_CLASSIFIER = "classifier."
 # read into BERT's (then ours, by the tables above) and written back the same way, so the tables
 # above serve every family. Per family: where its encoder is (for BERT's `bert.`), its encoder's
 # names relative to that (`{i}` a layer index), and its heads', as (theirs, BERT's) prefixes.
+# A ModernBERT's encoder names have no BERT counterpart: its table gives ours (`bertjax.modernbert`
+# names its layers as transformers does, its weights' leaves lower case), which the tables above
+# leave as they are.
 @dataclasses.dataclass(frozen=True)
 class FamilyNames:
     prefix: str = "bert."
     encoder: tuple[tuple[str, str], ...] = ()
     heads: tuple[tuple[str, str], ...] = ()
+    # heads named otherwise in the checkpoints of the classes with one of ours (`HEADS`'
+    # attribute -> (theirs, BERT's) prefixes), read before `heads`: ModernBERT's `head.` is the
+    # masked LM's transform there, a classifier's dense layer elsewhere, and its question
+    # answering's `classifier.` is BERT's `qa_outputs.`
+    class_heads: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+
+    def heads_of(self, architecture: str | None) -> tuple[tuple[str, str], ...]:
+        """The heads' names of a checkpoint of `architecture` (bertjax's class name): those of
+        its class's heads first."""
+        model = MODELS.get(architecture or "")
+        own = dict(self.class_heads)
+        return tuple(pair for head in (model.heads if model else ()) for pair in own.get(head, ())
+                     ) + self.heads
 
 
 _ROBERTA_NAMES = FamilyNames("roberta.", heads=(
@@ -95,6 +111,23 @@ HF_FAMILY_NAMES: dict[str, FamilyNames] = {
         ("generator_lm_head.weight", "cls.predictions.decoder.weight"),
         ("generator_lm_head.bias", "cls.predictions.bias"),
         ("sequence_summary.summary.", "bert.pooler.dense."),  # multiple choice's, + GELU
+    )),
+    "modernbert": FamilyNames("model.", encoder=(
+        ("embeddings.tok_embeddings.", "embeddings.word_embeddings."),
+        ("layers.{i}.attn.Wqkv.", "layers.{i}.attn.wqkv."),
+        ("layers.{i}.attn.Wo.", "layers.{i}.attn.wo."),
+        ("layers.{i}.mlp.Wi.", "layers.{i}.mlp.wi."),
+        ("layers.{i}.mlp.Wo.", "layers.{i}.mlp.wo."),
+    ), heads=(  # the classifiers' head: `classifier_of` says whose (sequence, token, choice)
+        ("head.dense.", "classifier.dense."),
+        ("head.norm.", "classifier.norm."),
+        ("classifier.", "classifier.out_proj."),
+        ("decoder.bias", "cls.predictions.bias"),
+        ("decoder.weight", "cls.predictions.decoder.weight"),
+    ), class_heads=(
+        ("mlm_head", (("head.dense.", "cls.predictions.transform.dense."),
+                      ("head.norm.", "cls.predictions.transform.LayerNorm."))),
+        ("qa_outputs", (("head.", "qa_outputs."), ("classifier.", "qa_outputs.out_proj."))),
     )),
 }
 # Hugging Face keys that carry no parameter of ours: a buffer, and the tied decoder.
@@ -198,25 +231,27 @@ _FAMILY_RULES = {model_type: (_compile(list(names.encoder), True),
 
 
 def _swap(name: str, table: Iterable[tuple[str, str]], reverse: bool) -> str | None:
-    """`name` with the first matching prefix of `table` swapped, None if none matches."""
-    for theirs, bert in table:
-        source, target = (bert, theirs) if reverse else (theirs, bert)
-        if name.startswith(source):
-            return target + name[len(source):]
-    return None
+    """`name` with the first matching prefix of `table` swapped (BERT's to theirs, `reverse`:
+    the longest matching one), None if none matches."""
+    pairs = [(bert, theirs) if reverse else (theirs, bert) for theirs, bert in table]
+    found = [(source, target) for source, target in pairs if name.startswith(source)]
+    if not found:
+        return None
+    source, target = max(found, key=lambda pair: len(pair[0])) if reverse else found[0]
+    return target + name[len(source):]
 
 
 def _encoder_rules(rules: _Rules, name: str) -> str:
     return next((p.sub(r, name, count=1) for p, r in rules if p.match(name)), name)
 
 
-def from_family_name(name: str, model_type: str) -> str:
-    """A Hugging Face name of a `model_type` checkpoint -> BERT's name for it
-    (`roberta.encoder...` -> `bert.encoder...`, `distilbert.transformer.layer.0.ffn.lin1.` ->
-    `bert.encoder.layer.0.intermediate.dense.`, `lm_head.dense.` -> `cls.predictions...`); a
-    bare encoder's name (no prefix) stays bare."""
+def from_family_name(name: str, model_type: str, architecture: str | None = None) -> str:
+    """A Hugging Face name of a `model_type` checkpoint of `architecture` (bertjax's class name)
+    -> BERT's name for it (`roberta.encoder...` -> `bert.encoder...`,
+    `distilbert.transformer.layer.0.ffn.lin1.` -> `bert.encoder.layer.0.intermediate.dense.`,
+    `lm_head.dense.` -> `cls.predictions...`); a bare encoder's name (no prefix) stays bare."""
     names = HF_FAMILY_NAMES[model_type]
-    head = _swap(name, names.heads, reverse=False)
+    head = _swap(name, names.heads_of(architecture), reverse=False)
     if head is not None:
         return head
     to_bert = _FAMILY_RULES[model_type][1]
@@ -229,7 +264,8 @@ def to_family_name(name: str, model_type: str) -> str:
     """BERT's Hugging Face name -> the `model_type` family's (the inverse of
     `from_family_name`)."""
     names = HF_FAMILY_NAMES[model_type]
-    head = _swap(name, names.heads, reverse=True)
+    head = _swap(name, names.heads + tuple(pair for _, table in names.class_heads
+                                           for pair in table), reverse=True)
     if head is not None:
         return head
     to_family = _FAMILY_RULES[model_type][0]

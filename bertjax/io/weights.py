@@ -294,13 +294,17 @@ def build_model(
         log.info("%s: left out the weights of %s (%s has no such head)", source,
                  ", ".join(left_out), model_cls.__name__)
     heads = head_prefixes(abstract)
-    missing = sorted(name for k, name in ours.items() if k not in arrays and name.startswith(heads))
+    held = _heads_named([n for k, n in ours.items() if k in arrays], heads)
+    # a head the weights hold none of is initialised; one they hold in part disagrees with the
+    # config (a ModernBERT bias switch, a width): the strict check below names what is missing
+    absent = tuple(h for h in heads if h.removesuffix(".") not in held)
+    missing = sorted(name for k, name in ours.items()
+                     if k not in arrays and absent and name.startswith(absent))
     fresh = _heads_named(missing, heads)
     if missing:
         state.update(_fresh_heads(missing, fresh, config, model_cls, seed=seed, source=source,
                                   missing_heads=missing_heads))
-    loaded = [h for h in _heads_named([n for k, n in ours.items() if k in arrays], heads)
-              if h not in fresh]
+    loaded = [h for h in held if h not in fresh]
     report = LoadReport(model_class=model_cls.__name__, loaded_heads=tuple(loaded),
                         initialised_heads=tuple(fresh), left_out_heads=tuple(left_out), seed=seed,
                         **(origin or {}))

@@ -1,5 +1,6 @@
 """The mirror does not drift (in the spirit of transformers' copy checker): `bertjax/model.py`
-and `bert_torch/model.py`, `bertjax/heads.py` and `bert_torch/heads.py` hold the same classes in
+and `bert_torch/model.py`, `bertjax/heads.py` and `bert_torch/heads.py`,
+`bertjax/modernbert.py` and `bert_torch/modernbert.py` hold the same classes in
 the same order, and each class sets the same attributes in the same order in its constructor.
 What is one framework's alone is listed here, with why; anything else that differs fails."""
 
@@ -11,12 +12,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PAIRS = [("bertjax/model.py", "bert_torch/model.py"), ("bertjax/heads.py", "bert_torch/heads.py")]
+PAIRS = [("bertjax/model.py", "bert_torch/model.py"), ("bertjax/heads.py", "bert_torch/heads.py"),
+         ("bertjax/modernbert.py", "bert_torch/modernbert.py")]
 # PyTorch's helper layers: float32-accumulating Linear and Embed stand in for nnx.Linear/nnx.Embed
 TORCH_ONLY_CLASSES = {"Linear", "Embed"}
 # Attributes of one framework alone: JAX's attention path choice (the mirror computes exactly
 # one way, the parity reference) and the LayerNorm's output dtype (torch casts at the call)
-FRAMEWORK_ONLY_ATTRIBUTES = {("BertAttention", "implementation"), ("LayerNorm", "out_dtype")}
+FRAMEWORK_ONLY_ATTRIBUTES = {("BertAttention", "implementation"), ("LayerNorm", "out_dtype"),
+                             ("ModernBertAttention", "implementation")}
 
 
 def constructor_attributes(source: str) -> list[tuple[str, list[str]]]:
