@@ -45,6 +45,7 @@ def test_umask_is_read_without_changing_it(mask):
     assert os.umask(mask) == mask  # it was left as it was
 
 
+@pytest.mark.slow
 def test_convert_follows_the_umask(tmp_path, mask, capsys):
     out = tmp_path / "hf"
     assert main(["convert", str(tiny_checkpoint()), str(out)]) == 0

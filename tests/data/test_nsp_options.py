@@ -38,6 +38,7 @@ def _halves(shards: Shards, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     return doc_a, doc_b, cut
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("not_next", ["far", "any"])
 def test_far_not_next_takes_b_from_the_other_half_of_the_corpus(not_next: str) -> None:
     """With "far", every NotNext B comes from the half of the corpus A is not in, while "any"

@@ -91,6 +91,7 @@ def test_an_id_missing_from_the_cache_offline_names_it_and_the_download(offline)
         bertjax.from_pretrained(MINILM, revision="v9")
 
 
+@pytest.mark.slow
 def test_one_set_of_weights_is_chosen_safetensors_first(offline, tmp_path) -> None:
     """A repository with every format: the loader reads safetensors; with only a
     pytorch_model.bin cached, that (a Hub download of `bin` only)."""
@@ -214,6 +215,7 @@ def _cli_without_hub(endpoint: str, cache: Path, *argv: str) -> subprocess.Compl
                           text=True, env=env, timeout=300)
 
 
+@pytest.mark.slow
 def test_a_missing_path_that_is_no_hub_id_fails_at_once(no_hub, tmp_path) -> None:
     """`similarity nosuchdir` asked the Hub for 26 s (22 warnings) before "not found"."""
     endpoint, seen = no_hub
