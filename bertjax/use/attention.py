@@ -80,9 +80,8 @@ def attention_maps(
     warn_cut(batch, [label], max_length, limit)
     tokens = batch.tokens[0]
     n = len(tokens)
-    types = batch.token_type_ids[0, :n]  # (S,) 0 on [CLS] A [SEP], 1 on B [SEP]
-    boundary = None if sentence_b is None else int(np.argmax(types == 1))
-    a_len = (n if boundary is None else boundary) - 2
+    boundary = None if sentence_b is None else _second_segment(batch.input_ids[0, :n], tokenizer)
+    a_len = (n if boundary is None else boundary) - 1 - tokenizer.family.pair_separators
     if a_len <= 0:
         raise InputError(f"sentence A has no tokens in this vocabulary: {sentence_a!r}")
     if boundary is not None and n - boundary - 1 <= 0:
@@ -93,3 +92,11 @@ def attention_maps(
     return AttentionMaps(tokens=tokens, boundary=boundary,
                          attentions=attentions.astype(np.float32, copy=False),
                          model=name or type(model).__name__)
+
+
+def _second_segment(ids: np.ndarray, tokenizer: Any) -> int:
+    """Where sentence B starts in [CLS] A [SEP] (more separators) B [SEP]: after A's first
+    separator and the family's others (RoBERTa's </s></s>), not where token types change
+    (RoBERTa's and ModernBERT's pairs are all type 0)."""
+    first_sep = int(np.argmax(ids == tokenizer.special.sep))
+    return first_sep + tokenizer.family.pair_separators
