@@ -24,6 +24,10 @@ class AttentionMaps:
     boundary: int | None  # index of the first token of sentence B; None for a single sentence
     attentions: np.ndarray  # (L, A, S, S) float32: [layer, head, query, key], rows sum to 1
     model: str = "BERT"  # what produced them, for titles
+    # per layer, how far a query sees: None for every token (global), or the tokens on either
+    # side of a sliding window (ModernBERT's local layers: `BertConfig.attention_windows`);
+    # None: every layer global
+    windows: tuple[int | None, ...] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.tokens)
@@ -32,6 +36,14 @@ class AttentionMaps:
                              f"expected (layers, heads, {n}, {n})")
         if self.boundary is not None and not 0 < self.boundary < n:
             raise InputError(f"boundary {self.boundary} is outside the {n} tokens")
+        if self.windows is not None and len(self.windows) != self.attentions.shape[0]:
+            raise InputError(f"{len(self.windows)} windows for {self.attentions.shape[0]} layers: "
+                             "give one per layer (None for a global one)")
+
+    @property
+    def windowed(self) -> bool:
+        """Whether some layer attends within a sliding window."""
+        return self.windows is not None and any(w is not None for w in self.windows)
 
     @property
     def num_layers(self) -> int:
@@ -91,7 +103,8 @@ def attention_maps(
     attentions = np.stack([np.asarray(a)[0, :, :n, :n] for a in out.attentions])  # (L, A, S, S)
     return AttentionMaps(tokens=tokens, boundary=boundary,
                          attentions=attentions.astype(np.float32, copy=False),
-                         model=name or type(model).__name__)
+                         model=name or type(model).__name__,
+                         windows=model.config.attention_windows)
 
 
 def _second_segment(ids: np.ndarray, tokenizer: Any) -> int:
