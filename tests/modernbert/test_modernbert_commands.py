@@ -280,6 +280,14 @@ def test_max_length_past_the_checkpoints_positions_is_one_line(argv, tmp_path, c
            "less" in err
 
 
+def test_answer_windows_past_the_checkpoints_positions_are_one_line(capsys):
+    assert main(["answer", str(directory("a", "BertForQuestionAnswering")), "--question", "Who?",
+                 "--context", "Hamlet.", "--max-seq-len", "65"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "max_seq_len 65 is longer than the model's 64 positions; pass 64 or less" in err
+
+
 def test_released_checkpoints_limit_is_transformers_8192_positions():
     """A config.json without max_position_embeddings (the released ones write 8192) has
     transformers' default: the limit every --max-length is checked against."""

@@ -164,3 +164,17 @@ def test_no_task_feeds_a_modernbert_token_types(task, tmp_path):
                  for k in ("input_ids", "attention_mask"))
     np.testing.assert_array_equal(model(ids, jnp.ones_like(ids), mask).sequence_output,
                                   model(ids, None, mask).sequence_output)
+
+
+def test_max_length_past_the_checkpoints_positions_is_one_line(tmp_path, capsys):
+    """Fixture a has 64 positions (its config.json's max_position_embeddings): --max-length 65
+    is refused in one line before anything is trained or written."""
+    out = tmp_path / "run"
+    assert main(["finetune", str(directory("a", "BertModel")), "--task", "classification",
+                 *_data("classification", tmp_path), "--output-dir", str(out),
+                 "--max-length", "65", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "--max-length 65 is longer than the model's 64 positions; pass --max-length 64 or " \
+           "less" in err
+    assert not out.exists()
