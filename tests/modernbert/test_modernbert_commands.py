@@ -1,7 +1,9 @@
 """A ModernBERT used by every command a BERT is: `embed` (mean and [CLS] pooling), `similarity`,
 `classify`, `tag`, `answer`, `choose` and `attention` give transformers 5's outputs on the
 fixtures of the matching class (use.json, written by scripts/dev/modernbert_use_outputs.py with
-the fixtures); `nsp` refuses in one line; `--max-length` past the checkpoint's positions is one
+the fixtures), `answer` transformers 4.57's question-answering pipeline's answers
+(tests/fixtures/modernbert_qa_pipeline, from a side environment: 5 has no such pipeline);
+`nsp` refuses in one line; `--max-length` past the checkpoint's positions is one
 line.
 
 Tolerance: 1e-5 absolute on vectors, logits, probabilities and attention weights (transformers'
@@ -17,7 +19,7 @@ import json
 import numpy as np
 import pytest
 import transformers
-from modernbert_fixtures import TOL, directory
+from modernbert_fixtures import FIXTURES, TOL, directory
 
 import bertjax
 from bertjax.cli.main import main
@@ -176,6 +178,25 @@ def test_answer_reads_transformers_logits(loaded, config):
                                 tokenizer.special.sep)
     assert abs(best[0]["score"] - expected) <= TOL
     assert best[0]["answer"] == ref["context"][best[0]["start"]:best[0]["end"]]
+
+
+QA_CASES = json.loads((FIXTURES.parent / "modernbert_qa_pipeline" / "answers.json").read_text(
+    encoding="utf-8"))["cases"]
+
+
+@pytest.mark.parametrize("max_tokens", [None, 128])
+@pytest.mark.parametrize("case", QA_CASES, ids=[f"{c['question']} {c['kwargs']}" for c in QA_CASES])
+def test_answers_equal_transformers_pipeline(loaded, case, max_tokens):
+    """transformers 4.57's question-answering pipeline (its last release) on config a: the same
+    answers, character offsets (byte-level pieces' leading spaces included) and order, scores
+    within 1e-5; windows of a long context, word alignment off and the empty answer included."""
+    model, tokenizer = loaded("a", "BertForQuestionAnswering")
+    ours = bertjax.answer(model, tokenizer, case["question"], case["context"], **case["kwargs"],
+                          max_tokens=max_tokens)
+    assert [(a["answer"], a["start"], a["end"]) for a in ours] == \
+        [(a["answer"], a["start"], a["end"]) for a in case["result"]]
+    np.testing.assert_allclose([a["score"] for a in ours], [a["score"] for a in case["result"]],
+                               rtol=0, atol=TOL)
 
 
 @pytest.mark.parametrize("config", CONFIGS)
