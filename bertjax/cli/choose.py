@@ -11,14 +11,18 @@ from bertjax.cli.errors import CommandError
 from bertjax.cli.model_options import add_model_argument, load_model_with, run_command
 from bertjax.errors import InputError
 
+DEFAULT_MAX_LENGTH = 128
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
     parser.add_argument("--context", required=True, help="the text the choices continue")
     parser.add_argument("--choice", action="append", default=[], metavar="TEXT",
                         help="a candidate (give two or more, each with --choice)")
-    parser.add_argument("--max-length", type=int_range(5), default=128,
-                        help="tokens per context + choice, longer pairs are cut (default 128)")
+    parser.add_argument("--max-length", type=int_range(5), default=None, metavar="TOKENS",
+                        help="tokens per context + choice, longer pairs are cut; at most the "
+                             f"model's positions (default: {DEFAULT_MAX_LENGTH}, or the model's "
+                             "positions if fewer)")
     parser.add_argument("--json", action="store_true",
                         help="print [{choice, index, probability}], most probable first")
 
@@ -32,9 +36,10 @@ def _choose(args: argparse.Namespace) -> int:
     if not 2 <= len(args.choice) <= MAX_CHOICES or not all(c.strip() for c in args.choice):
         raise CommandError(f"give 2 to {MAX_CHOICES} non-empty choices, each with --choice")
     model, tokenizer = load_model_with(args, "choice_classifier", "BertForMultipleChoice")
+    max_length = args.max_length or min(DEFAULT_MAX_LENGTH, model.config.max_sequence_length)
     example = ChoiceExample(args.context, tuple(args.choice), 0, "--context")
     try:
-        probs = predict_choices(model, tokenizer, [example], max_length=args.max_length,
+        probs = predict_choices(model, tokenizer, [example], max_length=max_length,
                                 warn=True, option="--max-length")[0]
     except InputError as err:
         raise CommandError(str(err)) from err

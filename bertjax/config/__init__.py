@@ -23,7 +23,7 @@ from typing import Any
 from bertjax.common.fields import option_field as _f
 from bertjax.config import modernbert
 from bertjax.config.families import FAMILIES, Family, foreign_fields
-from bertjax.config.modernbert import POOLINGS, layer_pattern
+from bertjax.config.modernbert import LOCAL, POOLINGS, layer_pattern
 from bertjax.errors import InputError
 
 # Activations both frameworks implement identically. "gelu" is the exact (erf) GELU, as in the
@@ -240,6 +240,14 @@ class BertConfig:
         if self.family.encoder != "modernbert":
             return layer_pattern(self.num_hidden_layers, 1)
         return self.layer_types or layer_pattern(self.num_hidden_layers)
+
+    @property
+    def attention_windows(self) -> tuple[int | None, ...]:
+        """How far each layer's queries see: None for every token (a global layer), or the
+        tokens on either side of a sliding-window layer (`local_attention // 2`, transformers'
+        `sliding_window`, as ModernBERT's encoders compute it)."""
+        return tuple(self.local_attention // 2 if kind == LOCAL else None
+                     for kind in self.attention_types)
 
     @property
     def num_labels(self) -> int:

@@ -24,6 +24,10 @@ class AttentionMaps:
     boundary: int | None  # index of the first token of sentence B; None for a single sentence
     attentions: np.ndarray  # (L, A, S, S) float32: [layer, head, query, key], rows sum to 1
     model: str = "BERT"  # what produced them, for titles
+    # per layer, how far a query sees: None for every token (global), or the tokens on either
+    # side of a sliding window (ModernBERT's local layers: `BertConfig.attention_windows`);
+    # None: every layer global
+    windows: tuple[int | None, ...] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.tokens)
@@ -32,6 +36,14 @@ class AttentionMaps:
                              f"expected (layers, heads, {n}, {n})")
         if self.boundary is not None and not 0 < self.boundary < n:
             raise InputError(f"boundary {self.boundary} is outside the {n} tokens")
+        if self.windows is not None and len(self.windows) != self.attentions.shape[0]:
+            raise InputError(f"{len(self.windows)} windows for {self.attentions.shape[0]} layers: "
+                             "give one per layer (None for a global one)")
+
+    @property
+    def windowed(self) -> bool:
+        """Whether some layer attends within a sliding window."""
+        return self.windows is not None and any(w is not None for w in self.windows)
 
     @property
     def num_layers(self) -> int:
@@ -80,9 +92,8 @@ def attention_maps(
     warn_cut(batch, [label], max_length, limit)
     tokens = batch.tokens[0]
     n = len(tokens)
-    types = batch.token_type_ids[0, :n]  # (S,) 0 on [CLS] A [SEP], 1 on B [SEP]
-    boundary = None if sentence_b is None else int(np.argmax(types == 1))
-    a_len = (n if boundary is None else boundary) - 2
+    boundary = None if sentence_b is None else _second_segment(batch.input_ids[0, :n], tokenizer)
+    a_len = (n if boundary is None else boundary) - 1 - tokenizer.family.pair_separators
     if a_len <= 0:
         raise InputError(f"sentence A has no tokens in this vocabulary: {sentence_a!r}")
     if boundary is not None and n - boundary - 1 <= 0:
@@ -92,4 +103,13 @@ def attention_maps(
     attentions = np.stack([np.asarray(a)[0, :, :n, :n] for a in out.attentions])  # (L, A, S, S)
     return AttentionMaps(tokens=tokens, boundary=boundary,
                          attentions=attentions.astype(np.float32, copy=False),
-                         model=name or type(model).__name__)
+                         model=name or type(model).__name__,
+                         windows=model.config.attention_windows)
+
+
+def _second_segment(ids: np.ndarray, tokenizer: Any) -> int:
+    """Where sentence B starts in [CLS] A [SEP] (more separators) B [SEP]: after A's first
+    separator and the family's others (RoBERTa's </s></s>), not where token types change
+    (RoBERTa's and ModernBERT's pairs are all type 0)."""
+    first_sep = int(np.argmax(ids == tokenizer.special.sep))
+    return first_sep + tokenizer.family.pair_separators

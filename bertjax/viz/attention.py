@@ -2,6 +2,10 @@
 page in the spirit of bertviz's head view (tokens in two columns joined by lines whose opacity is
 the attention weight, plus a heat-map view). The page is `head_view.html` beside this module.
 
+A model with sliding-window layers (ModernBERT's local layers, `AttentionMaps.windows`) has each
+layer's window in its PNG title, the window's edges dotted on its heat maps (no key outside them
+has weight) and named in the page's layer menu.
+
 Layers and heads are numbered from 1 in everything a person reads (file names, titles, the
 `layer` argument of `plot_layer`, the command line); array indices are 0-based as usual.
 Matplotlib is used through its Agg canvas directly (no pyplot, no global backend switch).
@@ -37,6 +41,7 @@ MAX_FIGURE_INCHES = 32.0  # long inputs shrink their panels rather than grow pas
 LABEL_CHARS = 14  # longer token labels are cut (with an ellipsis) in the PNGs
 CMAP = "Blues"  # heat maps: white = no attention, dark blue = the layer's largest weight
 BOUNDARY_COLOR = "#d62728"  # the line between sentence A and sentence B
+WINDOW_COLOR = "#7f7f7f"  # the edges of a sliding window (ModernBERT's local layers)
 HTML_MAX_WEIGHTS = 2_400_000  # attention weights the HTML page holds at most (about 32 MB)
 HTML_BYTES_PER_WEIGHT = 13.3  # measured: all-MiniLM-L6-v2, 512 tokens, 250.5 MB / 18.9 M weights
 # one colour per head, shared by the PNG titles and the HTML page (bertviz uses d3's category10)
@@ -107,6 +112,7 @@ def plot_layer(maps: AttentionMaps, layer: int, path: str | os.PathLike) -> Path
     if not 1 <= layer <= maps.num_layers:
         raise InputError(f"layer {layer} does not exist: the model has layers 1 to {maps.num_layers}")
     att = maps.attentions[layer - 1]  # (A, S, S)
+    window = None if maps.windows is None else maps.windows[layer - 1]
     labels = [_label(t) for t in maps.tokens]
     grid = grid_layout(maps.num_tokens, maps.num_heads, max(map(len, labels)))
     colors = head_colors(maps.num_heads)
@@ -130,19 +136,47 @@ def plot_layer(maps: AttentionMaps, layer: int, path: str | os.PathLike) -> Path
         if maps.boundary is not None:
             ax.axhline(maps.boundary - 0.5, color=BOUNDARY_COLOR, lw=0.9, ls="--")
             ax.axvline(maps.boundary - 0.5, color=BOUNDARY_COLOR, lw=0.9, ls="--")
+        if window is not None:
+            for xs, ys in window_edges(maps.num_tokens, window):
+                ax.plot(xs, ys, color=WINDOW_COLOR, lw=0.8, ls=":")
         if h % grid.cols == 0:
             ax.set_ylabel("query (attends from)", fontsize=8)
         if h + grid.cols >= maps.num_heads:  # lowest panel of its column
             ax.set_xlabel("key (attends to)", fontsize=8)
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")  # type: ignore[arg-type]
     split = "" if maps.boundary is None else "; red dashes: start of sentence B"
-    fig.suptitle(f"{_short(maps.model)}: layer {layer} of {maps.num_layers}, {maps.num_heads} heads, "
-                 f"{maps.num_tokens} tokens{split}", fontsize=11)
+    fig.suptitle(f"{_short(maps.model)}: layer {layer} of {maps.num_layers}{layer_kind(maps, layer)}"
+                 f", {maps.num_heads} heads, {maps.num_tokens} tokens{split}", fontsize=11)
 
     with atomic_file(path) as tmp:
         fig.savefig(tmp, format="png", dpi=DPI, facecolor="white",
                     metadata={"Software": GENERATOR})
     return Path(path)
+
+
+def layer_kind(maps: AttentionMaps, layer: int) -> str:
+    """How a title names layer `layer`'s (1-based) attention where some layer of the model is
+    windowed (ModernBERT's): " (global)" or " (sliding window: 4 tokens either side, gray
+    dots)"; "" for a model whose every layer is global (BERT's)."""
+    if not maps.windows or not maps.windowed:
+        return ""
+    window = maps.windows[layer - 1]
+    return (" (global)" if window is None else
+            f" (sliding window: {window} tokens either side, gray dots)")
+
+
+def window_edges(num_tokens: int, window: int) -> list[tuple[list[float], list[float]]]:
+    """The edges of a sliding window on an (S, S) heat map, as (xs, ys) staircases along the
+    cell borders: query i sees keys i - window to i + window, none outside (weight 0)."""
+    edges = []
+    for side in (-1, 1):
+        xs, ys = [], []
+        for i in range(num_tokens):
+            x = min(max(i + side * (window + 0.5), -0.5), num_tokens - 0.5)
+            xs += [x, x]
+            ys += [i - 0.5, i + 0.5]
+        edges.append((xs, ys))
+    return edges
 
 
 def plot_all(maps: AttentionMaps, out_dir: str | os.PathLike, layers: list[int] | None = None
@@ -185,7 +219,9 @@ def page_data(maps: AttentionMaps) -> str:
     layers = ",".join("[" + ",".join(matrix(m) for m in heads) + "]" for heads in att)
     head = json.dumps({"model": maps.model, "tokens": maps.tokens, "boundary": maps.boundary,
                        "num_layers": maps.num_layers, "num_heads": maps.num_heads,
-                       "colors": head_colors(maps.num_heads)})
+                       "colors": head_colors(maps.num_heads),
+                       "windows": list(maps.windows) if maps.windows and maps.windowed
+                       else None})
     text = head[:-1] + ',"attentions":[' + layers + "]}"
     # "</script>" or "<!--" in a token must not end the element: \u escapes are still JSON
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")

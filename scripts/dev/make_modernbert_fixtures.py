@@ -37,8 +37,9 @@ It writes tests/fixtures/modernbert/<a|b>/<ClassName>/: config.json, model.safet
 tokenizer.json, tokenizer_config.json, outputs.npz (inputs, float32 and float64 outputs, fixed
 loss weights zero at padded positions of per-token fields, float32 gradients under
 model.safetensors' names; as the families' fixtures) and, for ModernBertForMaskedLM,
-fill_mask.json (pipeline("fill-mask", top_k=5)); plus <a|b>/keys.txt and versions.json. A rerun
-writes the same files.
+fill_mask.json (pipeline("fill-mask", top_k=5)), for the other classes use.json (what the
+`bertjax` commands are compared with: scripts/dev/modernbert_use_outputs.py); plus
+<a|b>/keys.txt and versions.json. A rerun writes the same files.
 
 Options: --out DIR (default tests/fixtures/modernbert beside this script).
 """
@@ -72,6 +73,7 @@ from make_family_fixtures import (  # noqa: E402  (the families' helpers: same f
     training_text,
     versions,
 )
+from modernbert_use_outputs import write_use_outputs  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 from tokenizers import AddedToken, processors  # noqa: E402
 from transformers import ModernBertConfig, PreTrainedTokenizerFast  # noqa: E402
@@ -274,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             make_class(spec, head, index, tok, directory, keys)
             if head == "ForMaskedLM":
                 fill_mask(directory, tok)
+            write_use_outputs(directory, head)
         (out / name / "keys.txt").write_text("\n".join(keys), encoding="utf-8")
     info = versions()
     (out / "versions.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")

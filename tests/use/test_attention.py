@@ -13,6 +13,7 @@ import json
 import os
 import re
 import warnings
+from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
@@ -99,6 +100,19 @@ def test_boundary_is_the_first_token_of_sentence_b(peaky, pair_maps):
         tokenizer.encode_batch([B])[0][0])
     single = attention_maps(*peaky, A)
     assert single.boundary is None and single.tokens == t[:pair_maps.boundary]
+
+
+def test_a_roberta_pair_starts_sentence_b_after_its_two_separators():
+    """RoBERTa's pairs are <s> A </s></s> B </s>, every token of type 0: sentence B starts after
+    the separators, as transformers' tokenizer pairs them (the fixture transformers 5 wrote)."""
+    import transformers
+
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "families" / "roberta" / "RobertaModel"
+    maps = attention_maps(*from_pretrained(path, model_cls=BertModel), "To be or not", "that is")
+    hf = transformers.AutoTokenizer.from_pretrained(path)
+    pair, b = hf("To be or not", "that is"), hf("that is", add_special_tokens=False)
+    assert maps.boundary == len(pair["input_ids"]) - len(b["input_ids"]) - 1  # B, then </s>
+    assert maps.tokens[maps.boundary - 2:maps.boundary] == ["</s>", "</s>"]
 
 
 def test_long_text_is_cut_with_a_warning_naming_it(peaky):
