@@ -213,7 +213,8 @@ ADDED_LATER: dict[str, Any] = {"model.local_attention_layers": 0, "data.text_fie
                                "train.mlm_loss_weight": 1.0, "train.nsp_loss_weight": 1.0,
                                "data.not_next": "any", "model.model_type": "bert",
                                "train.objective": "mlm+nsp", "optim.warmup_fraction": None,
-                               "model.generator_size": None, "train.rtd_loss_weight": 50.0}
+                               "model.generator_size": None, "train.rtd_loss_weight": 50.0,
+                               "optim.schedule": "linear", "optim.decay_fraction": None}
 # ELECTRA's generator: its size as a share of the discriminator's, where a run leaves it out
 GENERATOR_SIZE = 0.25
 
@@ -255,6 +256,7 @@ class RunConfig:
         if self.electra:
             sections["model"]["generator_size"] = self.model.generator_size or GENERATOR_SIZE
         sections["data"]["max_predictions"] = self.data.predictions
+        sections["optim"]["decay_fraction"] = self.optim.decay_share
         return sections
 
     def __eq__(self, other: object) -> bool:
