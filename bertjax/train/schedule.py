@@ -142,7 +142,8 @@ def warmup_stable_decay_factor(step: int, warmup_steps: int, decay_steps: int,
     """WSD's multiplier for the update after `step` updates: the warm-up's `step / warmup_steps`,
     else 1 until the last `decay_steps` updates, then `1 - sqrt(t)` with `t` the share of the
     decay done, reaching 0 at `total_steps` (the smaller of the two where a warm-up runs into
-    the decay). `1 - sqrt(t)` is written `(1 - t) / (1 + sqrt(t))`, exact in float32 too near 0."""
+    the decay). `1 - sqrt(t)` is written `(1 - t) / (1 + sqrt(t))`, which float32 keeps
+    within 1e-7 (relative) near 0 too."""
     warm = step / warmup_steps if step < warmup_steps else 1.0
     start = total_steps - decay_steps
     if decay_steps == 0 or step < start:
