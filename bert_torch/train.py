@@ -2,8 +2,9 @@
 
 Only AdamW has a mirror here (`bertjax.train.optim` also offers Adam, LAMB and SGD): it is
 the BERT recipe and what `parity.training` compares. The settings come from the same
-`OptimConfig` and the learning rate from the same `warmup_linear_decay_factor` as the Optax side
-(`bertjax.train.schedule` imports no framework), so there is one place for each fact.
+`OptimConfig` and the learning rate from the same `learning_rate_factor` (linear decay or WSD) as
+the Optax side (`bertjax.train.schedule` imports no framework), so there is one place for each
+fact.
 
 Matching `optax.adamw(mask=decay_mask)`: `torch.optim.AdamW` applies the same decoupled decay
 (`p -= lr * wd * p`, with the parameters before the update) and the same epsilon placement
@@ -25,8 +26,7 @@ from bertjax.train.schedule import (
     OptimConfig,
     applies_weight_decay,
     check_steps,
-    warmup_linear_decay_factor,
-    warmup_of,
+    learning_rate_factor,
 )
 
 __all__ = ["OptimConfig", "decay_parameter_names", "make_optimizer", "train_step"]
@@ -45,11 +45,11 @@ def decay_parameter_names(model: nn.Module) -> tuple[list[str], list[str]]:
 def make_optimizer(
     model: nn.Module, config: OptimConfig, total_steps: int
 ) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW with BERT's decay groups, and the warm-up/linear-decay schedule over `total_steps`
-    updates as a `LambdaLR`.
+    """AdamW with BERT's decay groups, and the config's schedule (warm-up, then linear decay or
+    WSD) over `total_steps` updates as a `LambdaLR`.
 
     Call `scheduler.step()` after each `optimizer.step()` (as `train_step` does): the first
-    update then uses `warmup_linear_decay_factor(0, ...)`, like the Optax schedule's count 0.
+    update then uses `learning_rate_factor(config, 0, ...)`, like the Optax schedule's count 0.
     """
     if config.optimizer != "adamw":
         raise ValueError(f"bert_torch mirrors only the AdamW optimizer, not {config.optimizer!r}")
@@ -65,9 +65,8 @@ def make_optimizer(
         eps=config.eps,
     )
     check_steps(total_steps)
-    warmup, total = warmup_of(config, total_steps), total_steps
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: warmup_linear_decay_factor(step, warmup, total)
+        optimizer, lambda step: learning_rate_factor(config, step, total_steps)
     )
     return optimizer, scheduler
 

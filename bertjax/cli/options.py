@@ -43,9 +43,11 @@ def add_settings_arguments(
     defaults: Any = None,
     exclude: tuple[str, ...] = (),
     parsers: Mapping[str, Callable[[str], Any]] | None = None,
+    notes: Mapping[str, str] | None = None,
 ) -> None:
     """`--config`, `--print-config` and an option per setting of `klass` not in `exclude` (by
-    dotted name); `parsers` parse the items of repeatable options (`--set NAME=VALUE`)."""
+    dotted name); `parsers` parse the items of repeatable options (`--set NAME=VALUE`); `notes`
+    (by dotted name) follow an option's default in its help ("default: 0.4; modernbert: 0.3")."""
     parser.allow_abbrev = False  # --optim.learning must not silently mean --optim.learning-rate
     parser.add_argument("--config", metavar="FILE", dest=CONFIG_DEST, default=None,
                         help="read settings from a TOML, YAML or JSON file (options given "
@@ -62,12 +64,14 @@ def add_settings_arguments(
         if section is not None and section not in groups:
             groups[section] = parser.add_argument_group(f"[{section}] options", titles[section])
         group = parser if section is None else groups[section]
-        _add_option(group, option, (parsers or {}).get(option.name))
+        _add_option(group, option, (parsers or {}).get(option.name),
+                    (notes or {}).get(option.name))
 
 
-def _add_option(group: Any, option: Option, item_parser: Callable[[str], Any] | None) -> None:
+def _add_option(group: Any, option: Option, item_parser: Callable[[str], Any] | None,
+                note: str | None = None) -> None:
     kwargs: dict[str, Any] = {"dest": option.name, "default": argparse.SUPPRESS,
-                              "help": option_help(option)}
+                              "help": option_help(option, note)}
     if option.metadata.get("repeatable"):
         kwargs.update(action="append", type=item_parser, metavar=option.metadata.get("metavar"))
     elif option.type is tuple:  # several values, each one of them or a comma-separated few
@@ -105,8 +109,9 @@ def _value_parser(option: Option) -> Callable[[str], Any]:
     return parse
 
 
-def option_help(option: Option) -> str:
-    """The help and its default, escaped for argparse: "tokens per sequence (default: 128)"."""
+def option_help(option: Option, note: str | None = None) -> str:
+    """The help and its default (and `note` after it), escaped for argparse: "tokens per
+    sequence (default: 128)"."""
     meta = option.metadata
     if "default_help" in meta:
         default = meta["default_help"]
@@ -115,7 +120,8 @@ def option_help(option: Option) -> str:
         default = f"{cpu} on CPU, {accelerator} on GPU/TPU"
     else:
         default = _show(option.default) if option.default not in (None, ()) else None
-    text = option.help if default is None else f"{option.help} (default: {default})"
+    said = ([] if default is None else [f"default: {default}"]) + ([note] if note else [])
+    text = f"{option.help} ({'; '.join(said)})" if said else option.help
     return text.replace("%", "%%")  # argparse %-formats help strings
 
 

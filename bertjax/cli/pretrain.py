@@ -1,6 +1,7 @@
 """`bertjax pretrain`: pre-train BERT (MLM + NSP) with evaluation, checkpoints and exact resume;
 `--train.objective mlm` pre-trains a masked LM alone (RoBERTa's recipe, any
-`--model.model-type`).
+`--model.model-type`); `--model.model-type modernbert` takes ModernBERT's recipe for the options
+left out (`bertjax.runs.recipes`).
 
 With no arguments it pre-trains the `mini` preset on the bundled Shakespeare corpus (its time on
 2 CPU cores is in the README), writing everything under runs/pretrain.
@@ -12,19 +13,30 @@ import argparse
 import os
 import shlex
 import sys
+import textwrap
 
 from bertjax.cli.argtypes import non_negative_int, positive_float, positive_int
 from bertjax.cli.errors import CommandError
 from bertjax.cli.interrupts import EXIT_INTERRUPTED, ctrl_c_stops
 from bertjax.cli.options import add_settings_arguments, print_config, settings_from_args
 from bertjax.common.caches import user_cache_directory
-from bertjax.common.options import options
+from bertjax.common.options import load_file, options
 from bertjax.jobs.stop import NOTHING_TO_SAVE, Interrupted, StopRequest
 from bertjax.runs import config as rc
 from bertjax.runs.layout import RunDir, describe
+from bertjax.runs.recipes import RECIPES, asked_model_type, recipe_comment, recipe_notes
 
 DEFAULT_OUTPUT_DIR = "runs/pretrain"
 DATA_CACHE = "BERTJAX_DATA_CACHE"  # where runs keep their prepared data (jobs.pretrain.data_cache)
+
+
+def _recipes(indent: str) -> str:
+    """The epilog's lines on each family's recipe (`bertjax.runs.recipes`)."""
+    lines = (f"--model.model-type {model_type}: " + ", ".join(
+        f"{name}={value}" for name, value in values.items()) for model_type, values in RECIPES.items())
+    return "\n".join(textwrap.fill(line, width=96, initial_indent=indent,
+                                   subsequent_indent=indent + "  ") for line in lines)
+
 
 EPILOG = f"""\
 configuration:
@@ -34,6 +46,10 @@ configuration:
   --resume continues the newest good checkpoint in --output-dir. With no config file and no
   overrides it reuses the saved configuration; otherwise the requested configuration must equal
   the saved one, and every differing field is named.
+
+recipes: a family with a pre-training recipe of its own takes it for every option not given
+  (on the command line or in --config); --print-config shows the result:
+{_recipes("  ")}
 
 outputs (in --output-dir):
 {describe("  ")}
@@ -77,7 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="total processes (env BERTJAX_NUM_PROCESSES)")
     group.add_argument("--process-id", type=non_negative_int, default=None,
                        help="this process's index, 0-based (env BERTJAX_PROCESS_ID)")
-    add_settings_arguments(parser, rc.RunConfig)
+    add_settings_arguments(parser, rc.RunConfig, notes=recipe_notes())
 
 
 def _env_int(name: str, option: str) -> int | None:
@@ -96,10 +112,15 @@ def _env_int(name: str, option: str) -> int | None:
 
 
 def requested_config(args: argparse.Namespace) -> rc.RunConfig | None:
-    """Defaults <- --config <- options; None for a bare --resume (no --config, no option), which
-    continues with the run's own configuration (the job reads it: `jobs.pretrain.start`)."""
+    """Defaults (the recipe of the family asked for: `rc.recipe`) <- --config <- options; None
+    for a bare --resume (no --config, no option), which continues with the run's own
+    configuration (the job reads it: `jobs.pretrain.start`)."""
     given = args.config is not None or any(hasattr(args, o.name) for o in options(rc.RunConfig))
-    return None if args.resume and not given else settings_from_args(args, rc.RunConfig)
+    if args.resume and not given:
+        return None
+    in_file = load_file(args.config, rc.RunConfig) if args.config is not None else {}
+    asked = asked_model_type(in_file, {"model.model_type": getattr(args, "model.model_type", None)})
+    return settings_from_args(args, rc.RunConfig, base=rc.recipe(asked))
 
 
 def _printed_config(args: argparse.Namespace, config: rc.RunConfig | None) -> rc.RunConfig:
@@ -115,7 +136,8 @@ def _printed_config(args: argparse.Namespace, config: rc.RunConfig | None) -> rc
 def run(args: argparse.Namespace) -> int:
     config = requested_config(args)  # a bad option or --config file: one line
     if args.print_config:
-        print(print_config(_printed_config(args, config)), end="")
+        printed = _printed_config(args, config)
+        print(recipe_comment(printed.model_type) + print_config(printed), end="")
         return 0
     # Ctrl-C goes to the job's StopRequest from here on, before JAX is imported: until the job
     # starts nothing is written, so it ends the process at once

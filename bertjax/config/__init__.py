@@ -264,10 +264,17 @@ class BertConfig:
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> BertConfig:
-        """One of PRESETS (tiny, mini, small, medium, base, large), with optional overrides."""
+        """One of PRESETS (tiny, mini, small, medium, base, large), with optional overrides; a
+        `model_type` among them whose family has presets of its own (`Family.preset`:
+        ModernBERT's released shapes) gets its family's preset of that size."""
         if name not in PRESETS:
             raise InputError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
-        return cls(**{**PRESETS[name], **overrides})
+        model_type = overrides.get("model_type", "bert")
+        family = FAMILIES.get(model_type) if isinstance(model_type, str) else None
+        sizes = PRESETS[name]
+        if family is not None and family.preset is not None:
+            sizes = family.preset(name, sizes)
+        return cls(**{**sizes, **overrides})
 
     # --- Hugging Face config.json -------------------------------------------------------------
 

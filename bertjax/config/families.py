@@ -60,6 +60,9 @@ class Family:
     config_reader: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
     # config.json's special-token ids an export writes from its tokenizer: (key, role)
     config_token_ids: tuple[tuple[str, str], ...] = ()
+    # the family's preset of a size: (name, `PRESETS[name]`) -> BertConfig's fields (ModernBERT's
+    # released shapes and norm epsilon: `config.modernbert.preset`); None: the sizes as they are
+    preset: Callable[[str, Mapping[str, Any]], dict[str, Any]] | None = None
     # the encoder and the heads' modules: BERT's (`bertjax.model`) or ModernBERT's
     # (`bertjax.modernbert`); the same `BertFor*` classes hold either
     encoder: str = "bert"
@@ -127,7 +130,8 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
            second_segment_type=0, config_names=modernbert.NAMES,
            absent_fields=("type_vocab_size",), own_fields=modernbert.FIELDS,
            config_defaults=modernbert.DEFAULTS, config_reader=modernbert.read_config,
-           config_token_ids=modernbert.TOKEN_IDS, encoder="modernbert", position_table=False,
+           config_token_ids=modernbert.TOKEN_IDS, preset=modernbert.preset, encoder="modernbert",
+           position_table=False,
            class_names=(("BertTokenizer", "PreTrainedTokenizerFast"),)),
 )}
 

@@ -40,6 +40,9 @@ SHAPES: dict[str, dict[str, int]] = {
     "large": {"hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16,
               "intermediate_size": 2624},
 }
+# A preset's feed-forward width as a share of its hidden size where no checkpoint gives it:
+# ModernBERT-base's (1152 / 768; its gated Wi is twice as wide).
+FEED_FORWARD_SHARE = 1.5
 
 # BertConfig's fields that are ModernBERT's alone (refused for the other families unless at
 # their defaults, which are transformers').
@@ -74,6 +77,19 @@ INERT: dict[str, str] = {
     "reference_compile": "transformers 4's torch.compile switch: the same outputs",
     "tie_word_embeddings": "true: the decoder is the word embeddings (refused when false)",
 }
+
+
+def preset(name: str, sizes: Mapping[str, Any]) -> dict[str, Any]:
+    """ModernBERT's preset of the size `name` (bertjax.config.PRESETS' `sizes`, which name no
+    family): the released checkpoint's shape, vocabulary and positions for base and large
+    (SHAPES and transformers' defaults), else those sizes with ModernBERT-base's feed-forward
+    share; its norm epsilon (1e-5) either way."""
+    defaults = dict(DEFAULTS)
+    out = {**sizes, "layer_norm_eps": defaults["norm_eps"]}
+    if name in SHAPES:
+        return {**out, **SHAPES[name], "vocab_size": defaults["vocab_size"],
+                "max_position_embeddings": defaults["max_position_embeddings"]}
+    return {**out, "intermediate_size": round(FEED_FORWARD_SHARE * sizes["hidden_size"])}
 
 
 def init_std(initializer_range: float, layers: int, hidden: int, role: str) -> float:

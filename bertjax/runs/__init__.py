@@ -4,6 +4,8 @@
                 it (`RunDir`, `Survey`), read-only
     config.py   a run's configuration (`RunConfig`: model, data, optim and train sections), as
                 run_config.json and every checkpoint keep it
+    recipes.py  a family's pre-training recipe (ModernBERT's): the options a run of it takes where
+                it leaves them out
 
 The loaders (`bertjax.io.runs`) and the jobs (`bertjax.jobs.pretrain`) both import it; it imports
 neither, nor any framework: only `bertjax.data`, the model core's config, the training library's

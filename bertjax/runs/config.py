@@ -16,7 +16,9 @@ Next-sentence prediction stays at chance in this budget, even trained alone
 
 `train.objective=mlm` pre-trains a masked LM alone, RoBERTa's recipe (full-sentence segments,
 no pairs, no NSP head: `bertjax.data.segments`), for any family of `PRETRAIN_FAMILIES`
-(`model.model_type`); a family pre-trained without a next-sentence head (RoBERTa) needs it.
+(`model.model_type`); a family pre-trained without a next-sentence head (RoBERTa) needs it. A
+family with a recipe of its own (ModernBERT's: `bertjax.runs.recipes`) takes it for the options
+a run leaves out (`recipe`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from bertjax.config.heads import DISCRIMINATOR, MODELS, pretraining_class
 from bertjax.data.pair_packing import PACKINGS
 from bertjax.data.pairs import NOT_NEXT_CHOICES
 from bertjax.errors import InputError
+from bertjax.runs.recipes import asked_model_type, recipe_values
 from bertjax.train.choices import OBJECTIVES, PARALLEL_CHOICES, PRNG_IMPLS
 from bertjax.train.schedule import OptimConfig
 
@@ -67,7 +70,8 @@ _ModelFields = dataclasses.make_dataclass("_ModelFields", [
         "architecture: positions from pad + 1, one token type, special tokens <s> </s> <pad> "
         "<unk> <mask> in a WordPiece vocabulary, not their byte-level BPE or SentencePiece), "
         "distilbert and electra (their architectures as masked LMs) have no next-sentence head "
-        "and train with train.objective=mlm; electra with train.objective=electra too",
+        "and train with train.objective=mlm; electra with train.objective=electra too; "
+        "modernbert takes ModernBERT's recipe for the options left out (bertjax.runs.recipes)",
         PRETRAIN_FAMILIES, default_help="bert; electra for train.objective=electra")),
     ("generator_size", float | None, _f(
         None, "train.objective=electra: the generator's hidden size (and heads) as a share of "
@@ -77,7 +81,8 @@ _ModelFields = dataclasses.make_dataclass("_ModelFields", [
         None, "initialise the heads of the first N layers (all, if the model has fewer) to "
         "attend to the pieces 1 and 2 to either side (bertjax.train.local_init); 0: BERT's "
         "random init", check="non_negative",
-        default_help="4 for the mini preset (the default recipe, tuned for it), 0 for the others")),
+        default_help="4 for the mini preset (the default recipe, tuned for it), 0 for the others "
+        "and for a family without a position table (modernbert)")),
     *((name, _BERT_HINTS[name] | None, dataclasses.field(default=None, metadata={
         **BERT_FIELDS[name].metadata,
         "default_help": BERT_FIELDS[name].metadata.get("default_help") or "the preset's"}))
@@ -98,9 +103,13 @@ class ModelSection(_ModelFields):  # type: ignore[misc,valid-type]  # made from 
 
     @property
     def local_layers(self) -> int:
-        """`local_attention_layers`, its default resolved for the preset (`RECIPE_LOCAL_LAYERS`)."""
+        """`local_attention_layers`, its default resolved for the preset (`RECIPE_LOCAL_LAYERS`;
+        0 for a family whose positions are not a table: ModernBERT's are rotary)."""
         if self.local_attention_layers is not None:
             return self.local_attention_layers
+        family = FAMILIES.get(self.model_type or "bert")
+        if family is not None and not family.position_table:
+            return 0
         return RECIPE_LOCAL_LAYERS.get(self.preset, 0)
 
     def bert_fields(self) -> dict[str, Any]:
@@ -213,7 +222,8 @@ ADDED_LATER: dict[str, Any] = {"model.local_attention_layers": 0, "data.text_fie
                                "train.mlm_loss_weight": 1.0, "train.nsp_loss_weight": 1.0,
                                "data.not_next": "any", "model.model_type": "bert",
                                "train.objective": "mlm+nsp", "optim.warmup_fraction": None,
-                               "model.generator_size": None, "train.rtd_loss_weight": 50.0}
+                               "model.generator_size": None, "train.rtd_loss_weight": 50.0,
+                               "optim.schedule": "linear", "optim.decay_fraction": None}
 # ELECTRA's generator: its size as a share of the discriminator's, where a run leaves it out
 GENERATOR_SIZE = 0.25
 
@@ -255,6 +265,7 @@ class RunConfig:
         if self.electra:
             sections["model"]["generator_size"] = self.model.generator_size or GENERATOR_SIZE
         sections["data"]["max_predictions"] = self.data.predictions
+        sections["optim"]["decay_fraction"] = self.optim.decay_share
         return sections
 
     def __eq__(self, other: object) -> bool:
@@ -272,8 +283,10 @@ class RunConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str | None = None) -> RunConfig:
         """A run from `{section: {field: value}}` (run_config.json, a config file) over the
-        defaults; every name and value checked."""
-        return build(cls, flatten(data), source=source)
+        defaults (`recipe`: its family's recipe where it has one); every name and value
+        checked."""
+        values = flatten(data)
+        return build(cls, values, base=recipe(asked_model_type(values)), source=source)
 
     @property
     def model_type(self) -> str:
@@ -339,11 +352,20 @@ def generator_config(config: RunConfig, discriminator: BertConfig) -> BertConfig
         embedding_size=discriminator.embedding_width)
 
 
+def recipe(model_type: object = None) -> RunConfig:
+    """A run's defaults: `DEFAULTS`, with the recipe of `model_type`'s family where it has one
+    (`bertjax.runs.recipes`: ModernBERT's), what the options given are read over."""
+    values = recipe_values(model_type)
+    return build(RunConfig, {"model.model_type": model_type, **values}) if values else RunConfig()
+
+
 def load(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
-    """Defaults, then the file (if any), then `{"section.field": value}` overrides."""
-    config = RunConfig()
+    """Defaults (`recipe`, for the family the file or the overrides name), then the file (if
+    any), then `{"section.field": value}` overrides."""
+    values = load_file(path, RunConfig) if path is not None else {}
+    config = recipe(asked_model_type(values, overrides))
     if path is not None:
-        config = build(RunConfig, load_file(path, RunConfig), base=config, source=f"--config {path}")
+        config = build(RunConfig, values, base=config, source=f"--config {path}")
     return build(RunConfig, overrides, base=config) if overrides else config
 
 
@@ -399,6 +421,10 @@ def validate(config: RunConfig) -> None:
         raise InputError("train.mlm_loss_weight and train.nsp_loss_weight weigh the parts of "
                          f"train.objective='mlm+nsp', not of {t.objective!r}: leave them out")
     _validate_electra(config)
+    if config.model.local_attention_layers and not config.family.position_table:
+        raise InputError(f"model.local_attention_layers={config.model.local_attention_layers} "
+                         f"initialises heads through a position table, which {model_type} "
+                         "(rotary positions) has none of: leave it out")
     if d.predictions > d.seq_len:
         raise InputError(
             f"data.max_predictions ({d.predictions}) exceeds data.seq_len ({d.seq_len})")

@@ -5,6 +5,9 @@ the modules that implement each choice check their tables against the same tuple
 from __future__ import annotations
 
 OPTIMIZERS = ("adamw", "adam", "lamb", "sgd")  # bertjax.train.optim
+# The learning rate after the warm-up (bertjax.train.schedule): linear decay, or
+# warm-up-stable-decay
+SCHEDULES = ("linear", "wsd")
 PARALLEL_CHOICES = ("none", "pmap", "mesh")  # bertjax.train.parallel.STRATEGIES
 # JAX's PRNG implementations for dropout: threefry (JAX's default, counter-based, many integer
 # ops per bit), rbg and unsafe_rbg (XLA's RngBitGenerator: far cheaper on GPUs and TPUs).

@@ -9,6 +9,7 @@ gradients itself (see `bertjax.train.step`), so one call is one optimizer update
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -18,23 +19,46 @@ import optax
 from bertjax.config import per_layer_shape, stacked_at
 from bertjax.errors import InputError
 from bertjax.train.choices import OPTIMIZERS
-from bertjax.train.schedule import OptimConfig, applies_weight_decay, check_steps, warmup_of
+from bertjax.train.schedule import (
+    OptimConfig,
+    applies_weight_decay,
+    check_steps,
+    decay_of,
+    warmup_of,
+)
 
 __all__ = ["OPTIMIZERS", "OptimConfig", "current_learning_rate", "decay_mask",
            "learning_rate_schedule", "make_optimizer"]
 
 
 def learning_rate_schedule(config: OptimConfig, total_steps: int) -> optax.Schedule:
-    """`peak * warmup_linear_decay_factor(step)` (bertjax.train.schedule) for traced steps, over
-    `total_steps` updates."""
+    """`peak * learning_rate_factor(step)` (bertjax.train.schedule: linear decay or WSD) for
+    traced steps, over `total_steps` updates."""
     check_steps(total_steps)
     peak, warmup, total = config.learning_rate, warmup_of(config, total_steps), total_steps
+    if config.schedule == "wsd":
+        return _warmup_stable_decay(peak, warmup, decay_of(config, total_steps), total)
 
     def schedule(step: jax.Array) -> jax.Array:
         step = jnp.asarray(step, jnp.float32)
         warm = step / max(warmup, 1)
         decay = jnp.maximum(0.0, (total - step) / max(1, total - warmup))
         return peak * jnp.where(step < warmup, warm, decay)
+
+    return schedule
+
+
+def _warmup_stable_decay(peak: float, warmup: int, decay: int, total: int) -> optax.Schedule:
+    """`peak * warmup_stable_decay_factor(step)` for traced steps: the warm-up's ramp, the peak,
+    then `1 - sqrt` of the share of the decay done, as `(1 - t) / (1 + sqrt(t))`."""
+    start = total - decay if decay else math.inf
+
+    def schedule(step: jax.Array) -> jax.Array:
+        step = jnp.asarray(step, jnp.float32)
+        warm = jnp.minimum(1.0, step / max(warmup, 1)) if warmup else jnp.float32(1.0)
+        done = jnp.clip((step - start) / max(decay, 1), 0.0, 1.0)
+        cool = jnp.maximum(0.0, (total - step) / max(decay, 1)) / (1.0 + jnp.sqrt(done))
+        return peak * jnp.where(step < start, warm, jnp.minimum(warm, cool))
 
     return schedule
 
@@ -97,7 +121,7 @@ def _flattened(c: OptimConfig, lr: optax.Schedule) -> optax.GradientTransformati
 
 
 def make_optimizer(config: OptimConfig, total_steps: int) -> optax.GradientTransformation:
-    """Clip by global norm, then the chosen optimizer with the warm-up/decay schedule over
+    """Clip by global norm, then the chosen optimizer with its learning-rate schedule over
     `total_steps` updates (`config.flatten`: the same over one vector of every gradient,
     `_flattened`)."""
     lr = learning_rate_schedule(config, total_steps)

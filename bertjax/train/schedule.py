@@ -2,19 +2,26 @@
 no framework import, so `bert_torch.train` builds its PyTorch mirror from the same `OptimConfig`,
 rule and formula.
 
-Linear warm-up from 0 to the peak over `warmup_steps`, then linear decay to 0 at `total_steps`,
-as the original BERT and `transformers.get_linear_schedule_with_warmup`. `step` counts the
-optimizer updates already done, so the first update uses `step = 0` (learning rate 0 when there is
-a warm-up, exactly like both of those).
+Linear warm-up from 0 to the peak over `warmup_steps`, then (`schedule`) either linear decay to 0
+at `total_steps`, as the original BERT and `transformers.get_linear_schedule_with_warmup`, or
+warm-up-stable-decay (WSD: the peak until the last `decay_fraction` of the updates, then a
+1 - sqrt decay to 0, as ModernBERT; Hägele et al., 2024). `step` counts the optimizer updates
+already done, so the first update uses `step = 0` (learning rate 0 when there is a warm-up,
+exactly like both of those).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from bertjax.common.options import check, option_field
 from bertjax.errors import InputError
-from bertjax.train.choices import OPTIMIZERS
+from bertjax.train.choices import OPTIMIZERS, SCHEDULES
+
+# The share of the updates WSD's final decay takes when `decay_fraction` is left out: the
+# cool-down Hägele et al. (2024) found to match a cosine schedule's loss.
+WSD_DECAY_FRACTION = 0.2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,8 +37,8 @@ class OptimConfig:
     """
 
     optimizer: str = option_field("adamw", "optimizer", OPTIMIZERS)
-    learning_rate: float = option_field(1e-4, "peak learning rate (linear warm-up, then linear "
-                                        "decay to 0 at the last update)", check="positive")
+    learning_rate: float = option_field(1e-4, "peak learning rate, reached after the warm-up "
+                                        "(schedule: what follows)", check="positive")
     # the warm-up in updates or as a share of them: giving one turns the other off
     warmup_steps: int | None = option_field(
         None, "linear warm-up, in updates (not with warmup_fraction)", check="non_negative",
@@ -39,6 +46,14 @@ class OptimConfig:
     warmup_fraction: float | None = option_field(
         None, "linear warm-up, as a share of the updates (not with warmup_steps)",
         check="probability", excludes="warmup_steps")
+    schedule: str = option_field(
+        "linear", "after the warm-up: linear, decay to 0 at the last update (BERT's); wsd, "
+        "warm-up-stable-decay: the peak until the last decay_fraction of the updates, then a "
+        "1-sqrt decay to 0 (ModernBERT's)", SCHEDULES)
+    decay_fraction: float | None = option_field(
+        None, "schedule=wsd: the share of the updates its final decay takes (0: the peak to the "
+        "end, to be decayed by a later run)", check="fraction",
+        default_help=f"{WSD_DECAY_FRACTION} with wsd")
     weight_decay: float = option_field(0.01, "decoupled weight decay (not on biases and "
                                        "LayerNorm)", check="non_negative")
     b1: float = option_field(0.9, "Adam beta1", check="probability")
@@ -60,9 +75,21 @@ class OptimConfig:
         if self.warmup_steps is not None and self.warmup_fraction is not None:
             raise InputError(f"warmup_steps ({self.warmup_steps}) and warmup_fraction "
                              f"({self.warmup_fraction}) both set the warm-up: give one of them")
+        if self.decay_fraction is not None and self.schedule != "wsd":
+            raise InputError(f"decay_fraction ({self.decay_fraction}) sets the wsd schedule's "
+                             f"decay, and schedule is {self.schedule!r}: pass schedule wsd, or "
+                             "leave decay_fraction out")
         if self.flatten and self.optimizer == "lamb":
             raise InputError("flatten takes adam, adamw or sgd: LAMB's trust ratio is per layer; "
                              "leave flatten off with lamb")
+
+    @property
+    def decay_share(self) -> float | None:
+        """`decay_fraction`, its default resolved: `WSD_DECAY_FRACTION` for wsd where unset;
+        None for the linear schedule."""
+        if self.schedule != "wsd":
+            return None
+        return WSD_DECAY_FRACTION if self.decay_fraction is None else self.decay_fraction
 
 
 def warmup_of(config: OptimConfig, total_steps: int) -> int:
@@ -71,6 +98,23 @@ def warmup_of(config: OptimConfig, total_steps: int) -> int:
     if config.warmup_steps is not None:
         return config.warmup_steps
     return round((config.warmup_fraction or 0.0) * total_steps)
+
+
+def decay_of(config: OptimConfig, total_steps: int) -> int:
+    """The updates WSD's final decay takes over `total_steps` updates: `decay_share` of them
+    (rounded); 0 for the linear schedule, which has no such phase."""
+    return round((config.decay_share or 0.0) * total_steps)
+
+
+def learning_rate_factor(config: OptimConfig, step: int, total_steps: int) -> float:
+    """Multiplier of the peak learning rate for the update after `step` updates of
+    `total_steps`, by `config.schedule` (what `bert_torch.train` gives its LambdaLR; the Optax
+    schedule computes the same in float32)."""
+    warmup = warmup_of(config, total_steps)
+    if config.schedule == "wsd":
+        return warmup_stable_decay_factor(step, warmup, decay_of(config, total_steps),
+                                          total_steps)
+    return warmup_linear_decay_factor(step, warmup, total_steps)
 
 
 def check_steps(total_steps: int) -> None:
@@ -91,3 +135,18 @@ def warmup_linear_decay_factor(step: int, warmup_steps: int, total_steps: int) -
     if step < warmup_steps:
         return step / warmup_steps
     return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+
+def warmup_stable_decay_factor(step: int, warmup_steps: int, decay_steps: int,
+                               total_steps: int) -> float:
+    """WSD's multiplier for the update after `step` updates: the warm-up's `step / warmup_steps`,
+    else 1 until the last `decay_steps` updates, then `1 - sqrt(t)` with `t` the share of the
+    decay done, reaching 0 at `total_steps` (the smaller of the two where a warm-up runs into
+    the decay). `1 - sqrt(t)` is written `(1 - t) / (1 + sqrt(t))`, which float32 keeps
+    within 1e-7 (relative) near 0 too."""
+    warm = step / warmup_steps if step < warmup_steps else 1.0
+    start = total_steps - decay_steps
+    if decay_steps == 0 or step < start:
+        return warm
+    done = min(1.0, (step - start) / decay_steps)
+    return min(warm, max(0.0, (total_steps - step) / decay_steps) / (1.0 + math.sqrt(done)))

@@ -188,8 +188,9 @@ def test_optim_section_is_the_optimizers_own_config() -> None:
     assert isinstance(cfg.optim, OptimConfig)
     assert cfg.optim == OptimConfig(learning_rate=5e-4, warmup_steps=250)
     assert list(cfg.to_dict()["optim"]) == ["optimizer", "learning_rate", "warmup_steps",
-                                            "warmup_fraction", "weight_decay", "b1", "b2", "eps",
-                                            "clip_norm", "grad_accum_steps", "flatten"]
+                                            "warmup_fraction", "schedule", "decay_fraction",
+                                            "weight_decay", "b1", "b2", "eps", "clip_norm",
+                                            "grad_accum_steps", "flatten"]
     assert rc.RunConfig.from_dict(cfg.to_dict()) == cfg
     by_name = {o.name: o for o in options(rc.RunConfig)}
     assert "optim.total_steps" not in by_name

@@ -96,16 +96,38 @@ def test_a_config_json_without_settings_has_transformers_defaults():
 
 @pytest.mark.parametrize("size", ["base", "large"])
 def test_the_released_shapes_are_transformers_defaults_and_large(size):
-    """SHAPES (for presets): base is ModernBertConfig's defaults; large is ModernBERT-large's
-    published shape (28 layers of 1024, 16 heads, 2624 wide)."""
-    c = BertConfig(model_type="modernbert", vocab_size=50368, max_position_embeddings=8192,
-                   **SHAPES[size])
+    """The presets base and large of a ModernBERT (`config.modernbert.preset`): base is
+    ModernBertConfig's defaults (ModernBERT-base's config); large is ModernBERT-large's
+    published shape (28 layers of 1024, 16 heads, 2624 wide) with the same vocabulary,
+    positions, window, norm and rotary bases."""
+    c = BertConfig.from_preset(size, model_type="modernbert")
+    assert {k: getattr(c, k) for k in SHAPES[size]} == SHAPES[size]
+    hf = transformers.ModernBertConfig(**SHAPES[size])
+    rope = {t: hf.rope_parameters[t]["rope_theta"] for t in ("full_attention", "sliding_attention")}
+    assert (c.vocab_size, c.max_position_embeddings, c.layer_norm_eps, c.local_attention,
+            c.global_rope_theta, c.local_rope_theta) == (
+        hf.vocab_size, hf.max_position_embeddings, hf.norm_eps, hf.local_attention,
+        rope["full_attention"], rope["sliding_attention"])
     if size == "base":
-        hf = transformers.ModernBertConfig()
+        default = transformers.ModernBertConfig()
         assert (c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
-                c.intermediate_size) == (hf.hidden_size, hf.num_hidden_layers,
-                                         hf.num_attention_heads, hf.intermediate_size)
+                c.intermediate_size) == (default.hidden_size, default.num_hidden_layers,
+                                         default.num_attention_heads, default.intermediate_size)
+    assert list(c.attention_types) == hf.layer_types
     assert c.attention_types[0] == c.attention_types[-1] == "full_attention"  # 22, 28: 3k + 1
+
+
+def test_the_smaller_presets_keep_their_sizes_with_modernberts_feed_forward_share():
+    """mini (the pre-training default) and the others: PRESETS' layers, width and heads, the
+    feed-forward 1.5x the width (ModernBERT-base's 1152 / 768), ModernBERT's norm epsilon; a
+    BERT's presets unchanged."""
+    mini = BertConfig.from_preset("mini", model_type="modernbert")
+    assert (mini.num_hidden_layers, mini.hidden_size, mini.num_attention_heads,
+            mini.intermediate_size, mini.layer_norm_eps) == (4, 256, 4, 384, 1e-5)
+    tiny = BertConfig.from_preset("tiny", model_type="modernbert", vocab_size=99)
+    assert (tiny.intermediate_size, tiny.max_position_embeddings, tiny.vocab_size) == (192, 128, 99)
+    bert = BertConfig.from_preset("mini")
+    assert (bert.intermediate_size, bert.layer_norm_eps) == (1024, 1e-12)
 
 
 REFUSED = [

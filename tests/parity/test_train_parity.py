@@ -1,5 +1,6 @@
 """Optax training against its PyTorch mirror (`bert_torch.train`): parameters after one AdamW
-update, losses over 20 updates, the learning-rate schedule and the weight-decay selection.
+update, losses over 20 updates (and over 8 on the warm-up-stable-decay schedule), both
+learning-rate schedules and the weight-decay selection.
 
 All runs: tiny preset, same initial weights (seed 0), real Shakespeare batches (padded rows,
 empty prediction slots, both NSP labels), float32, no dropout, highest matmul precision. Each
@@ -23,7 +24,7 @@ from bertjax.config import BertConfig
 from bertjax.heads import BertForPreTraining
 from bertjax.io.names import torch_name
 from bertjax.train.optim import OptimConfig, decay_mask, learning_rate_schedule
-from bertjax.train.schedule import warmup_linear_decay_factor
+from bertjax.train.schedule import learning_rate_factor
 from parity.noise import bar
 from parity.training import (
     LOSS_TOLERANCE,
@@ -116,13 +117,30 @@ def test_twenty_steps_with_warmup_decay_and_clipping_give_the_same_losses(batche
     assert report.passed, report.format()
 
 
-@pytest.mark.parametrize("warmup,total", [(5, 20), (0, 7), (3, 4)])
-def test_schedule_formula_optax_and_lambdalr_agree_at_every_step(warmup, total):
-    optim = OptimConfig(learning_rate=1e-3, warmup_steps=warmup)
+@pytest.mark.slow
+def test_eight_steps_of_wsd_give_the_same_losses_and_rates(batches):
+    # warm-up over 2 updates, the peak, the last half decaying (1-sqrt), every update clipped
+    optim = OptimConfig(learning_rate=1e-3, warmup_steps=2, schedule="wsd", decay_fraction=0.5,
+                        clip_norm=CLIP)
+    report = train_parity(TINY, optim, batches=batches[:8], total_steps=8)
+    rates = report.learning_rates[:, 1]
+    assert rates[0] == 0 and rates[2] == rates[3] == rates[4] == 1e-3 > rates[5] > rates[7] > 0
+    assert np.allclose(report.learning_rates[:, 0], rates, rtol=1e-6, atol=0)
+    assert report.losses_passed, report.losses
+    assert not _params_within(report.last_step_diff, report.last_step_noise, PARAM_TOL_20)
+    assert report.passed, report.format()
+
+
+@pytest.mark.parametrize("warmup,total,decay", [
+    (5, 20, None), (0, 7, None), (3, 4, None),  # linear
+    (5, 20, 0.2), (0, 7, 0.5), (3, 4, 1.0)])  # wsd: the last decay of the updates, 1-sqrt
+def test_schedule_formula_optax_and_lambdalr_agree_at_every_step(warmup, total, decay):
+    optim = OptimConfig(learning_rate=1e-3, warmup_steps=warmup, decay_fraction=decay,
+                        schedule="linear" if decay is None else "wsd")
     optax_schedule = learning_rate_schedule(optim, total)
     optimizer, scheduler = torch_optimizer(torch.nn.Linear(2, 2), optim, total)
     for step in range(total + 3):  # past the end too: the rate stays 0
-        formula = optim.learning_rate * warmup_linear_decay_factor(step, warmup, total)
+        formula = optim.learning_rate * learning_rate_factor(optim, step, total)
         assert float(optax_schedule(step)) == pytest.approx(formula, rel=1e-6, abs=1e-12)
         assert scheduler.get_last_lr()[0] == pytest.approx(formula, rel=1e-12, abs=0)
         assert optimizer.param_groups[0]["lr"] == scheduler.get_last_lr()[0]
