@@ -121,6 +121,7 @@ def format_table(report: dict[str, Any]) -> str:
     mode = "training step (forward, backward, AdamW)" if s["mode"] == "train" else \
         "inference forward"
     threads = report["threads"]
+    counted = report.get("model_flops_counted_as", "BERT's")  # a report from before it was kept
     out = [
         f"bertjax bench {s['mode']}: {mode}",
         f"model: preset {s['preset']} (L{c['num_hidden_layers']} H{c['hidden_size']} "
@@ -133,7 +134,7 @@ def format_table(report: dict[str, Any]) -> str:
         f"each (median, p10-p90; host ms: until the step call returned); pipelined: {s['steps']} "
         "steps, one sync at the end",
         f"model FLOPs: {_si(report['model_flops_per_token'])}FLOP/token "
-        f"({'3x forward, ' if s['mode'] == 'train' else ''}BERT's count for every row, so MFU "
+        f"({'3x forward, ' if s['mode'] == 'train' else ''}{counted} count for every row, so MFU "
         "ratios equal speed ratios)",
         f"MFU against: measured GEMM {gemm['dtype']} {gemm['size']}^3 through JAX "
         f"{_si(gemm['flops_per_s'])}FLOP/s; datasheet "

@@ -1,0 +1,116 @@
+"""The benchmarks on a ModernBERT: ModernBERT's FLOP formula against the jaxpr's matmuls.
+Tiny sizes: no test asserts a speed."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from bench_helpers import dot_flops
+from flax import nnx
+
+from bertjax.bench.batch import MODEL_KEYS, pretraining_batch
+from bertjax.bench.flops import model_flops_per_token, window_pairs
+from bertjax.config import BertConfig
+from bertjax.heads import BertForMaskedLM
+from bertjax.train.objectives import MASKED_LM
+
+# the tiny preset as a ModernBERT: two layers (global, then local), a window of 2 on either side
+MODERNBERT = ["--set", "model_type=modernbert", "--set", "local_attention=4"]
+TINY = ["--preset", "tiny", "--seq", "16", "--batch", "2", "--steps", "1", "--warmup", "0",
+        "--gemm-size", "64", "--threads", "1", *MODERNBERT]
+LOCAL = ("full_attention", "sliding_attention", "sliding_attention")
+ALL_BIASES = dict(norm_bias=True, attention_bias=True, mlp_bias=True, classifier_bias=True,
+                  decoder_bias=False)
+
+
+def tiny_config(**overrides: object) -> BertConfig:
+    """What `bench` builds from TINY (and `overrides`), at dropout 0."""
+    return BertConfig.from_preset("tiny", model_type="modernbert", local_attention=4,
+                                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                                  **overrides)
+
+
+# --- model FLOPs ------------------------------------------------------------------------------
+
+
+def test_window_pairs_count_the_band() -> None:
+    """The (query, key) pairs at most `window` apart, against the band counted cell by cell."""
+    for S in (1, 2, 5, 16, 33):
+        for window in (None, 0, 1, 3, 8, 40):
+            rows = np.arange(S)
+            band = np.abs(rows[:, None] - rows[None, :]) <= (S if window is None else window)
+            assert window_pairs(S, window) == int(band.sum()), (S, window)
+
+
+def test_modernbert_base_flops_by_hand() -> None:
+    """ModernBERT-base's shape (22 layers, every third global, a window of 64 on either side),
+    seq 512, 77 predictions, written out per token: 2 x (4 H^2 + 3 H I) per layer, every layer
+    whole; attention 4 H S on the 8 global layers and 4 H x pairs / S on the 14 local ones; the
+    MLM head 2 (H^2 + H V) x 77/512; no pooler and no NSP."""
+    config = BertConfig(model_type="modernbert", vocab_size=50368, hidden_size=768,
+                        num_hidden_layers=22, num_attention_heads=12, intermediate_size=1152,
+                        max_position_embeddings=8192, type_vocab_size=1)
+    assert config.attention_windows.count(None) == 8 and config.attention_windows.count(64) == 14
+    H, S = 768, 512
+    pairs = 512 + 2 * sum(512 - d for d in range(1, 65))  # |i - j| <= 64
+    assert pairs == 512 * 129 - 64 * 65
+    forward = (22 * 2 * (4 * H * H + 3 * H * 1152) + 8 * 4 * H * S + 14 * 4 * H * pairs / S
+               + 2 * (H * H + H * 50368) * 77 / S)
+    assert model_flops_per_token(config, S, 77, training=False) == pytest.approx(forward, rel=1e-12)
+    assert model_flops_per_token(config, S, 77, training=True) == pytest.approx(3 * forward,
+                                                                               rel=1e-12)
+    # a window covering the sequence: every layer attends as a global one
+    wide = config.replace(local_attention=2 * S)
+    assert model_flops_per_token(wide, S, 77, training=False) == pytest.approx(
+        forward + 14 * 4 * H * (S - pairs / S), rel=1e-12)
+
+
+def _tiny_masked_lm(seq: int, batch: int, predictions: int, **overrides: object):
+    config = tiny_config(num_hidden_layers=3, layer_types=LOCAL, **overrides)
+    graphdef, params = nnx.split(BertForMaskedLM(config, rngs=nnx.Rngs(0)), nnx.Param)
+    data = {k: jnp.asarray(v) for k, v in pretraining_batch(config, batch, seq, predictions).items()
+            if k in MODEL_KEYS and k != "next_sentence_label"}
+
+    def forward(params):
+        out = nnx.merge(graphdef, params)(data["input_ids"], None, data["attention_mask"],
+                                          data["masked_positions"])
+        return out.mlm_logits
+
+    def loss(params):  # the bench's objective (`bertjax.bench.jax_rows`)
+        sums = MASKED_LM.forward_sums(nnx.merge(graphdef, params), data, None)
+        return MASKED_LM.loss(sums, MASKED_LM.counts(data))
+
+    return config, params, forward, loss
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("overrides", [{}, ALL_BIASES], ids=["defaults", "every-bias"])
+@pytest.mark.parametrize(("seq", "batch", "predictions"), [(16, 4, 2), (24, 2, 5)])
+def test_flop_formula_counts_every_matmul_of_a_modernbert(seq, batch, predictions,
+                                                          overrides) -> None:
+    """The formula against the matmul FLOPs of bertjax's ModernBERT masked LM (its jaxpr),
+    forward and forward + backward. Allowed slack, each term exact: the scores bertjax computes
+    outside a local layer's window and masks (its exact path computes the whole S x S; the
+    formula counts the window's pairs), three times in training; and in the backward the
+    ones-vector matmuls of `numerics.add_broadcast` / `scale_broadcast`: the decoder bias's
+    gradient (2 V per prediction, when `decoder_bias`) and every LayerNorm's scale (and bias,
+    with `norm_bias`) gradient, 2 H (4 H) per row it normalises: every token in the embeddings,
+    each layer's two norms but the first layer's attention norm, and the final norm; the MLM
+    head's norm at the predictions."""
+    config, params, forward, loss = _tiny_masked_lm(seq, batch, predictions, **overrides)
+    tokens, H, L, V = batch * seq, config.hidden_size, config.num_hidden_layers, config.vocab_size
+    assert config.attention_windows == (None, 2, 2)
+    outside_window = sum(4 * H * batch * (seq * seq - window_pairs(seq, w))
+                         for w in config.attention_windows)
+    normalised_rows = tokens * (2 * L + 1) + batch * predictions
+    ones_gradients = ((2 * batch * predictions * V if config.decoder_bias else 0)
+                      + (4 if config.norm_bias else 2) * H * normalised_rows)
+    counted_forward = dot_flops(jax.make_jaxpr(forward)(params).jaxpr)
+    counted_training = dot_flops(jax.make_jaxpr(jax.grad(loss))(params).jaxpr)
+    formula_forward = model_flops_per_token(config, seq, predictions, training=False) * tokens
+    formula_training = model_flops_per_token(config, seq, predictions, training=True) * tokens
+    assert counted_forward - formula_forward == outside_window
+    assert counted_training - formula_training == 3 * outside_window + ones_gradients
+    assert formula_training == 3 * formula_forward
