@@ -11,7 +11,7 @@ ROW_FIELDS = {
     "vs_hf_compiled_row", "model_flops_per_token", "achieved_flops_per_s", "mfu_vs_gemm",
     "mfu_vs_datasheet", "median_step_s", "median_dispatch_s", "p10_step_s", "p90_step_s",
     "pipelined_step_s", "pipelined_tokens_per_s", "first_step_s", "peak_memory_bytes",
-    "memory_source", "loss", "parameters", "matmul_precision", "xla_options",
+    "memory_source", "loss", "parameters", "model_class", "matmul_precision", "xla_options",
     "host_memory", "device", "versions", "step_times_s",
 }
 

@@ -55,6 +55,8 @@ def summarize_row(
         "memory_source": raw["memory_source"],
         "loss": raw.get("loss"),
         "parameters": raw["parameters"],
+        # the class the row ran: bertjax's and bert_torch's with the family, transformers' own
+        "model_class": raw.get("model_class"),
         "matmul_precision": raw["matmul_precision"],  # float32 matmuls: JAX's / torch's setting
         "xla_options": raw.get("xla_options"),  # bertjax rows: XLA_FLAGS and the step's options
         # bertjax rows: what bertjax.train.host_memory.keep_freed_memory did; PyTorch rows run as shipped

@@ -227,6 +227,8 @@ def _check_report(report: dict, out: str, mode: str, names: list[str]) -> None:
     for r in report["rows"]:
         assert set(r) == ROW_FIELDS, r["row"]
         assert r["parameters"] == n_params  # every child built the --set num_hidden_layers=1 model
+        assert r["model_class"] == ("BertForPreTraining" if r["impl"].startswith("hf-")
+                                    else "BertForPreTraining (bert)")
         assert len(r["step_times_s"]) == 2
         assert r["median_step_s"] == pytest.approx(float(np.median(r["step_times_s"])))
         assert r["tokens_per_s"] == pytest.approx(4 * 16 / r["median_step_s"])

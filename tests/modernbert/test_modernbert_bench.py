@@ -1,20 +1,33 @@
-"""The benchmarks on a ModernBERT: ModernBERT's FLOP formula against the jaxpr's matmuls.
-Tiny sizes: no test asserts a speed."""
+"""The benchmarks on a ModernBERT: `bertjax bench train|infer --set model_type=modernbert` runs a
+ModernBERT in every row (transformers' `ModernBertForMaskedLM`, the MLM loss alone on every
+side, counted the same way), and ModernBERT's FLOP formula against the jaxpr's matmuls. Tiny
+sizes: no test asserts a speed."""
 
 from __future__ import annotations
+
+import contextlib
+import json
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from bench_helpers import dot_flops
+import torch
+from bench_helpers import ROW_FIELDS, dot_flops
 from flax import nnx
 
+from bertjax.bench import jax_rows, torch_rows
 from bertjax.bench.batch import MODEL_KEYS, pretraining_batch
 from bertjax.bench.flops import model_flops_per_token, window_pairs
+from bertjax.bench.timing import RowSpec
+from bertjax.cli.main import main
 from bertjax.config import BertConfig
 from bertjax.heads import BertForMaskedLM
+from bertjax.io.hf import read_hf_tensors
+from bertjax.io.weights import save_model
 from bertjax.train.objectives import MASKED_LM
+from bertjax.train.parallel import SingleDevice
+from bertjax.train.schedule import OptimConfig
 
 # the tiny preset as a ModernBERT: two layers (global, then local), a window of 2 on either side
 MODERNBERT = ["--set", "model_type=modernbert", "--set", "local_attention=4"]
@@ -114,3 +127,122 @@ def test_flop_formula_counts_every_matmul_of_a_modernbert(seq, batch, prediction
     assert counted_forward - formula_forward == outside_window
     assert counted_training - formula_training == 3 * outside_window + ones_gradients
     assert formula_training == 3 * formula_forward
+
+
+# --- the rows count the same loss -------------------------------------------------------------
+
+
+def _spec(impl: str, mode: str, config: BertConfig) -> RowSpec:
+    return RowSpec(cores=(), threads=1, impl=impl, mode=mode, dtype="float32", config=config,
+                   seq=16, batch=3, predictions=3, steps=1, warmup=0, seed=0, optim=OptimConfig(),
+                   compile_backend="eager", prng_impl="threefry2x32", device="cpu")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("overrides", [{}, ALL_BIASES], ids=["defaults", "every-bias"])
+def test_transformers_row_is_modernbert_with_bertjax_loss(tmp_path, monkeypatch,
+                                                          overrides) -> None:
+    """The transformers row's model is a `ModernBertForMaskedLM` whose weights are a bertjax
+    ModernBERT's, name for name and shape for shape (`load_state_dict`); given the same weights
+    and batch, its training step's loss (transformers' own, from `labels`) is bertjax's training
+    row's (the MLM loss over the masked positions), and its inference logits at the masked
+    positions are bertjax's."""
+    config = tiny_config(**overrides)
+    save_model(BertForMaskedLM(config, rngs=nnx.Rngs(1)), tmp_path / "hf")
+    weights = {k: torch.from_numpy(v) for k, v in read_hf_tensors(tmp_path / "hf").items()}
+    built = torch_rows._transformers_model
+
+    def with_bertjax_weights(config: BertConfig, device: torch.device):
+        hf = built(config, device)
+        missing, unexpected = hf.load_state_dict(weights, strict=False)
+        assert set(missing) <= {"decoder.weight"} and not unexpected, (missing, unexpected)
+        return hf
+
+    monkeypatch.setattr(torch_rows, "_transformers_model", with_bertjax_weights)
+    losses, logits = {}, {}
+    for mode in ("train", "infer"):
+        spec = _spec("hf-eager", mode, config)
+        batch = torch_rows._torch_batch(spec, torch.device("cpu"))
+        hf, step = torch_rows._transformers_step(spec, batch, torch.device("cpu"),
+                                                 contextlib.nullcontext)
+        assert type(hf).__name__ == "ModernBertForMaskedLM"
+        assert hf.config.sparse_prediction  # at the labelled positions, as bertjax
+        theirs = step()
+        if mode == "train":
+            losses["hf"] = float(theirs)
+        else:
+            positions = batch["masked_positions"].long()[:, :, None].expand(-1, -1, theirs.shape[-1])
+            logits["hf"] = torch.gather(theirs, 1, positions).numpy()
+
+        strategy = SingleDevice()
+        host = pretraining_batch(config, spec.batch, spec.seq, spec.predictions, spec.seed)
+        ours_batch = strategy.shard_batch({k: host[k] for k in MODEL_KEYS[:-1]})
+        build = jax_rows._training_step if mode == "train" else jax_rows._inference_step
+        with jax.default_matmul_precision("highest"):
+            # the same weights again (the training step donates the model's arrays)
+            out = build(spec, BertForMaskedLM(config, rngs=nnx.Rngs(1)), strategy, ours_batch)()
+        if mode == "train":
+            losses["bertjax"] = float(out["loss"])
+        else:
+            assert out[1] is None  # no next-sentence head
+            logits["bertjax"] = np.asarray(out[0])
+    assert losses["hf"] == pytest.approx(losses["bertjax"], rel=1e-5)
+    np.testing.assert_allclose(logits["hf"], logits["bertjax"], atol=1e-4, rtol=1e-5)
+
+
+# --- end to end -------------------------------------------------------------------------------
+
+
+def _run(argv: list[str], capsys) -> tuple[int, str, str]:
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _check_rows(report: dict, mode: str, names: list[str]) -> None:
+    """Every row's fields, the same ModernBERT (parameters) in each, its class, the formula."""
+    config = tiny_config()
+    assert report["config"]["model_type"] == "modernbert"
+    assert report["config"]["local_attention"] == 4
+    assert report["model_flops_per_token"] == pytest.approx(
+        model_flops_per_token(config, 16, 2, training=mode == "train"))
+    assert report["model_flops_counted_as"] == "ModernBERT's"
+    assert [r["row"] for r in report["rows"]] == names
+    n_params = sum(int(x.size) for x in jax.tree.leaves(
+        nnx.state(BertForMaskedLM(config, rngs=nnx.Rngs(0)), nnx.Param)))
+    classes = {"bertjax": "BertForMaskedLM (modernbert)", "hf-eager": "ModernBertForMaskedLM",
+               "hf-compiled": "ModernBertForMaskedLM", "bert_torch": "BertForMaskedLM (modernbert)"}
+    for r in report["rows"]:
+        assert set(r) == ROW_FIELDS, r["row"]
+        assert r["model_class"] == classes[r["impl"]], r["row"]
+        assert r["parameters"] == n_params, r["row"]
+        assert len(r["step_times_s"]) == 1 and r["tokens_per_s"] > 0
+        assert r["achieved_flops_per_s"] == pytest.approx(report["model_flops_per_token"]
+                                                          * r["tokens_per_s"])
+        if mode == "train":  # the MLM loss alone: ~ ln(1024) at initialisation, no NSP part
+            assert 5.5 < r["loss"] < 8.5, r["row"]
+        else:
+            assert r["loss"] is None
+
+
+@pytest.mark.slow
+def test_bench_train_runs_a_modernbert_in_every_row(tmp_path, capsys) -> None:
+    path = tmp_path / "train.json"
+    code, out, err = _run(["bench", "train", *TINY, "--dtype", "float32", "--compile-backend",
+                           "eager", "--json", str(path)], capsys)
+    assert code == 0, err
+    report = json.loads(path.read_text())
+    _check_rows(report, "train", ["bertjax fp32", "hf-eager fp32", "hf-compiled fp32",
+                                  "bert_torch fp32"])
+    assert report["skipped"] == [] and report["failed"] == []
+    assert "ModernBERT's count for every row" in out
+
+
+@pytest.mark.slow
+def test_bench_infer_runs_a_modernbert_in_every_row(tmp_path, capsys) -> None:
+    path = tmp_path / "infer.json"
+    code, _, err = _run(["bench", "infer", *TINY, "--dtype", "float32", "--impl",
+                         "bertjax,hf-eager,bert_torch", "--json", str(path)], capsys)
+    assert code == 0, err
+    _check_rows(json.loads(path.read_text()), "infer",
+                ["bertjax fp32", "hf-eager fp32", "bert_torch fp32"])
