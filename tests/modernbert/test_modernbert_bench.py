@@ -1,7 +1,8 @@
 """The benchmarks on a ModernBERT: `bertjax bench train|infer --set model_type=modernbert` runs a
 ModernBERT in every row (transformers' `ModernBertForMaskedLM`, the MLM loss alone on every
-side, counted the same way), and ModernBERT's FLOP formula against the jaxpr's matmuls. Tiny
-sizes: no test asserts a speed."""
+side, counted the same way), ModernBERT's FLOP formula against the jaxpr's matmuls, and
+`bertjax bench embed` beside transformers' `ModernBertModel`. Tiny sizes: no test asserts a
+speed."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 import torch
 from bench_helpers import ROW_FIELDS, dot_flops
 from flax import nnx
+from modernbert_fixtures import directory
 
 from bertjax.bench import jax_rows, torch_rows
 from bertjax.bench.batch import MODEL_KEYS, pretraining_batch
@@ -246,3 +248,25 @@ def test_bench_infer_runs_a_modernbert_in_every_row(tmp_path, capsys) -> None:
     assert code == 0, err
     _check_rows(json.loads(path.read_text()), "infer",
                 ["bertjax fp32", "hf-eager fp32", "bert_torch fp32"])
+
+
+@pytest.mark.slow
+def test_bench_embed_beside_transformers_modernbert(tmp_path, capsys) -> None:
+    """`bench embed` on a ModernBERT directory (fixture b: every switch turned, a window shorter
+    than most lines): the packed and sorted bertjax rows give transformers' `ModernBertModel`'s
+    vectors."""
+    path = tmp_path / "embed.json"
+    code, out, err = _run(["bench", "embed", "--model", str(directory("b", "BertModel")),
+                           "--lines", "12", "--repeats", "1", "--batch-size", "4",
+                           "--json", str(path)], capsys)
+    assert code == 0, err
+    report = json.loads(path.read_text())
+    assert report["transformers_class"] == "ModernBertModel"
+    assert report["bertjax_class"] == "ModernBertModel"  # bertjax.modernbert's encoder
+    assert [r["row"] for r in report["rows"]] == ["bertjax (jit, packed)", "bertjax (jit)",
+                                                  "transformers eager (sdpa)"]
+    for row in report["rows"][:2]:
+        assert row["max_abs_diff"] < 1e-5, row
+        assert row["sentences_per_s"] > 0
+    assert report["packed_batches"] >= 1 and report["lines"] == 12
+    assert "bertjax ModernBertModel, transformers ModernBertModel; " in out
