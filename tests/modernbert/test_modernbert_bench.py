@@ -1,8 +1,8 @@
 """The benchmarks on a ModernBERT: `bertjax bench train|infer --set model_type=modernbert` runs a
 ModernBERT in every row (transformers' `ModernBertForMaskedLM`, the MLM loss alone on every
-side, counted the same way), ModernBERT's FLOP formula against the jaxpr's matmuls, and
-`bertjax bench embed` beside transformers' `ModernBertModel`. Tiny sizes: no test asserts a
-speed."""
+side, counted the same way), ModernBERT's FLOP formula against the jaxpr's matmuls,
+`bertjax bench embed` beside transformers' `ModernBertModel`, and `bertjax parity --hf` on a
+ModernBERT checkpoint. Tiny sizes: no test asserts a speed."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from bench_helpers import ROW_FIELDS, dot_flops
 from flax import nnx
 from modernbert_fixtures import directory
 
+import bertjax
 from bertjax.bench import jax_rows, torch_rows
 from bertjax.bench.batch import MODEL_KEYS, pretraining_batch
 from bertjax.bench.flops import model_flops_per_token, window_pairs
@@ -270,3 +271,28 @@ def test_bench_embed_beside_transformers_modernbert(tmp_path, capsys) -> None:
         assert row["sentences_per_s"] > 0
     assert report["packed_batches"] >= 1 and report["lines"] == 12
     assert "bertjax ModernBertModel, transformers ModernBertModel; " in out
+
+
+# --- parity --hf ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("fixture", "name"), [("a", "BertForMaskedLM"),
+                                               ("b", "BertForSequenceClassification")])
+def test_parity_hf_passes_every_tensor_of_a_modernbert_checkpoint(capsys, fixture, name) -> None:
+    """`bertjax parity --hf DIR` on a ModernBERT written by transformers 5: every output,
+    attention map, hidden state and gradient of the mirror within the parity rule, rows longer
+    than the window (fixture a: 8, b: 5)."""
+    code = main(["parity", "--hf", str(directory(fixture, name)), "--seq-len", "24"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    lines = out.splitlines()
+    assert lines[0].startswith(f"bertjax vs bert_torch: {directory(fixture, name)}, {name}; ")
+    rows = lines[2:-1]
+    assert lines[-1] == f"{len(rows)} passed, 0 failed"
+    assert all(line.split()[-1] == "ok" for line in rows)
+    tensors = {line.split()[0] for line in rows}
+    assert {"attentions.3", "hidden_states.4"} <= tensors
+    model, _ = bertjax.from_pretrained(directory(fixture, name))
+    parameters = nnx.to_flat_state(nnx.state(model, nnx.Param))
+    assert len([t for t in tensors if t.startswith("grad.")]) == len(parameters)  # every one
