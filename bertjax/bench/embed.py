@@ -102,8 +102,8 @@ def run_embed_benchmark(
     with contextlib.ExitStack() as stack:
         ours, tokenizer, hf_dir = _bertjax_model(model_dir, stack)
         theirs, device = _transformers_model(hf_dir, attn_implementation)
-    max_length = min(sentence_transformers_settings(model_dir).get("max_length", 10**9),
-                     model_max_length(ours))
+        settings = sentence_transformers_settings(hf_dir)  # a Hub id's: in its cached directory
+    max_length = min(settings.get("max_length", 10**9), model_max_length(ours))
 
     def run_bertjax(packed_by: int | None = None) -> np.ndarray:
         return embed(ours, tokenizer, lines, pooling="mean", normalize=True,

@@ -16,6 +16,7 @@ import pytest
 import torch
 from bench_helpers import ROW_FIELDS, dot_flops
 from flax import nnx
+from hub_helpers import add_to_cache
 from modernbert_fixtures import directory
 
 import bertjax
@@ -252,18 +253,31 @@ def test_bench_infer_runs_a_modernbert_in_every_row(tmp_path, capsys) -> None:
 
 
 @pytest.mark.slow
-def test_bench_embed_beside_transformers_modernbert(tmp_path, capsys) -> None:
-    """`bench embed` on a ModernBERT directory (fixture b: every switch turned, a window shorter
-    than most lines): the packed and sorted bertjax rows give transformers' `ModernBertModel`'s
-    vectors."""
+def test_bench_embed_beside_transformers_modernbert(tmp_path, capsys, monkeypatch) -> None:
+    """`bench embed` on a ModernBERT by Hub id (fixture b in a Hub cache, as a sentence-
+    transformers model of 48 tokens: every switch turned, a window shorter than the lines): the
+    packed and sorted bertjax rows give transformers' `ModernBertModel`'s vectors, and the
+    maximum length is the one its cached directory's sentence-transformers settings give."""
+    from huggingface_hub import constants
+
+    fixture = directory("b", "BertModel")
+    (tmp_path / "modules.json").write_text(json.dumps(
+        [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]))
+    (tmp_path / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 48}))
+    files = {p.name: p for p in fixture.iterdir() if p.suffix != ".npz"}
+    add_to_cache(tmp_path / "hub", "bertjax-tests/modernbert-b", files | {
+        name: tmp_path / name for name in ("modules.json", "sentence_bert_config.json")})
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     path = tmp_path / "embed.json"
-    code, out, err = _run(["bench", "embed", "--model", str(directory("b", "BertModel")),
-                           "--lines", "12", "--repeats", "1", "--batch-size", "4",
-                           "--json", str(path)], capsys)
+    code, out, err = _run(["bench", "embed", "--model", "bertjax-tests/modernbert-b", "--lines",
+                           "12", "--repeats", "1", "--batch-size", "4", "--json", str(path)],
+                          capsys)
     assert code == 0, err
     report = json.loads(path.read_text())
     assert report["transformers_class"] == "ModernBertModel"
     assert report["bertjax_class"] == "ModernBertModel"  # bertjax.modernbert's encoder
+    assert report["max_length"] == 48
     assert [r["row"] for r in report["rows"]] == ["bertjax (jit, packed)", "bertjax (jit)",
                                                   "transformers eager (sdpa)"]
     for row in report["rows"][:2]:
