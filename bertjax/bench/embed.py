@@ -83,11 +83,11 @@ def run_embed_benchmark(
     """Sentences/s of bertjax (packed by `max_tokens`, None: no packed row; and in sorted
     padded batches) and of transformers embedding `lines` (mean pooling, normalised).
 
-    `model`: a Hugging Face BERT directory (default all-MiniLM-L6-v2) or a `bertjax pretrain` run
-    directory (its best checkpoint); `attn_implementation`:
-    transformers' attention ("sdpa", its default, or "eager"). Returns the rates, their ratio,
-    the batch shapes, the max abs difference between the rows' vectors (and the vectors with
-    `keep_vectors`); prints a table unless `quiet`.
+    `model`: a Hugging Face directory of any family bertjax has, ModernBERT's too (default
+    all-MiniLM-L6-v2), or a `bertjax pretrain` run directory (its best checkpoint);
+    `attn_implementation`: transformers' attention ("sdpa", its default, or "eager"). Returns
+    the rates, their ratio, the batch shapes, the max abs difference between the rows' vectors
+    (and the vectors with `keep_vectors`); prints a table unless `quiet`.
     """
     import torch  # optional dependency (bertjax[bench])
     import transformers
@@ -102,8 +102,8 @@ def run_embed_benchmark(
     with contextlib.ExitStack() as stack:
         ours, tokenizer, hf_dir = _bertjax_model(model_dir, stack)
         theirs, device = _transformers_model(hf_dir, attn_implementation)
-    max_length = min(sentence_transformers_settings(model_dir).get("max_length", 10**9),
-                     model_max_length(ours))
+        settings = sentence_transformers_settings(hf_dir)  # a Hub id's: in its cached directory
+    max_length = min(settings.get("max_length", 10**9), model_max_length(ours))
 
     def run_bertjax(packed_by: int | None = None) -> np.ndarray:
         return embed(ours, tokenizer, lines, pooling="mean", normalize=True,
@@ -126,6 +126,9 @@ def run_embed_benchmark(
     result: dict[str, Any] = {
         "model": str(model_dir),
         "model_name": "all-MiniLM-L6-v2" if model is None else model_dir.name,
+        # the encoders the rows ran: bertjax's (BertModel, ModernBertModel), transformers' AutoModel
+        "bertjax_class": type(ours).__name__,
+        "transformers_class": type(theirs).__name__,
         "lines": len(lines), "batch_size": batch_size, "max_length": max_length,
         "max_tokens": max_tokens, "repeats": repeats, **_batch_statistics(batches),
         **({} if max_tokens is None else _packed_statistics(tokenizer, lines, max_length,
@@ -277,7 +280,9 @@ def format_table(result: dict[str, Any]) -> str:
         lines.append(f"{row['row']:<28} {row['sentences_per_s']:>11.1f} {row['median_s']:>9.2f} "
                      f"{row['min_s']:>8.2f} {row['max_s']:>8.2f} {row['first_s']:>8.2f} "
                      f"{ratio:>15} {diff:>10}")
-    lines.append(f"bertjax / transformers: {result['ratio']:.2f}x (the first row); "
+    classes = (f"bertjax {result['bertjax_class']}, transformers {result['transformers_class']}; "
+               if "transformers_class" in result else "")  # a result from before they were kept
+    lines.append(f"bertjax / transformers: {result['ratio']:.2f}x (the first row); {classes}"
                  f"{result['device']}")
     return "\n".join(lines)
 

@@ -1,4 +1,4 @@
-"""Model FLOPs of BERT pre-training and the datasheet peaks of known accelerators.
+"""Model FLOPs of BERT and ModernBERT pre-training and the datasheet peaks of known accelerators.
 
 Model FLOPs are the BERT algorithm's matmul FLOPs (as in PaLM's MFU definition): those the losses
 need, counted once from the configuration and used for every row. transformers' extra MLM logits
@@ -17,7 +17,8 @@ from bertjax.config import BertConfig
 def model_flops_per_token(
     config: BertConfig, seq_len: int, predictions: int, *, training: bool
 ) -> float:
-    """Matmul FLOPs per token of one BERT pre-training forward (or forward + backward).
+    """Matmul FLOPs per token of one BERT pre-training forward (or forward + backward); a
+    ModernBERT config's are `modernbert_flops_per_token`.
 
     With L layers, H hidden, I intermediate, V vocabulary, S tokens per sequence and P masked
     positions per sequence, and 2 FLOPs per multiply-add:
@@ -38,6 +39,8 @@ def model_flops_per_token(
     are elementwise and left out. Training is 3x the forward: the backward pass computes two
     matmuls for each forward one (gradients of both operands), attention's included.
     """
+    if config.family.encoder == "modernbert":
+        return modernbert_flops_per_token(config, seq_len, predictions, training=training)
     L, H, I = config.num_hidden_layers, config.hidden_size, config.intermediate_size
     V, S, P = config.vocab_size, seq_len, predictions
     R = min(1.0, (1 + P) / S)  # the last layer's rows per token
@@ -46,6 +49,48 @@ def model_flops_per_token(
     mlm_head = 2 * (H * H + H * V) * P / S
     pooler_nsp = 2 * (H * H + 2 * H) / S
     forward = encoder + attention + mlm_head + pooler_nsp
+    return 3 * forward if training else forward
+
+
+def counted_as(config: BertConfig) -> str:
+    """Whose count `model_flops_per_token` makes for `config`, as the report names it."""
+    return "ModernBERT's" if config.family.encoder == "modernbert" else "BERT's"
+
+
+def window_pairs(seq_len: int, window: int | None) -> int:
+    """The (query, key) pairs of one sequence of `seq_len` tokens at most `window` tokens apart
+    (None: every pair, S^2): S + 2 (S-1 + S-2 + ... + S-m) with m = min(window, S - 1)."""
+    m = seq_len - 1 if window is None else min(window, seq_len - 1)
+    return seq_len + m * (2 * seq_len - m - 1)
+
+
+def modernbert_flops_per_token(
+    config: BertConfig, seq_len: int, predictions: int, *, training: bool
+) -> float:
+    """Matmul FLOPs per token of one ModernBERT masked-LM forward (or forward + backward), counted
+    as `model_flops_per_token` counts BERT's:
+
+    - encoder weights, per token and layer: `wqkv` H x 3H, `wo` H x H, the gated `wi` H x 2I and
+      the MLP's `wo` I x H: 2 * (4 H^2 + 3 H I). Every layer at every token (bertjax's ModernBERT
+      runs its last layer whole, as transformers' does).
+    - attention scores q.k and the context probs.v: 2 * 2 H per (query, key) pair. A global
+      layer's query sees the S keys; a local layer's only those within `local_attention // 2`
+      tokens on either side (fewer at the sequence's ends, `window_pairs`), so a local layer
+      counts 4 H * window_pairs / S per token. bertjax's attention paths and transformers'
+      eager and sdpa attention compute every score and mask those outside the window (a kernel
+      that skips masked blocks, as flash attention's sliding window does, saves them): the
+      count is what the model needs, not what an implementation computes.
+    - MLM head at the P masked positions only: dense H x H and the decoder tied to the word
+      embeddings H x V: 2 (H^2 + H V) P / S.
+    - no pooler, no next-sentence head, no token types; rotary positions, norms and the GELU
+      gate are elementwise, the embeddings a gather. Training is 3x the forward.
+    """
+    L, H, I = config.num_hidden_layers, config.hidden_size, config.intermediate_size
+    V, S, P = config.vocab_size, seq_len, predictions
+    encoder = L * 2 * (4 * H * H + 3 * H * I)
+    attention = sum(4 * H * window_pairs(S, w) / S for w in config.attention_windows)
+    mlm_head = 2 * (H * H + H * V) * P / S
+    forward = encoder + attention + mlm_head
     return 3 * forward if training else forward
 
 

@@ -128,6 +128,7 @@ def bertjax_row(spec: RowSpec) -> dict[str, Any]:
     model = MODEL_CLASSES[spec.config.family.pretraining_class](spec.config,
                                                                 rngs=nnx.Rngs(spec.seed))
     parameters = sum(int(x.size) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    model_class = f"{type(model).__name__} ({spec.config.model_type})"
     build = _training_step if spec.mode == "train" else _inference_step
     step = build(spec, model, strategy, batch)
     del model  # the step holds what it needs; the model's arrays go with the first donation
@@ -148,6 +149,7 @@ def bertjax_row(spec: RowSpec) -> dict[str, Any]:
         "memory_source": memory_source,
         "loss": float(last[0]["loss"]) if spec.mode == "train" else None,
         "parameters": parameters,
+        "model_class": model_class,
         "matmul_precision": str(jax.config.jax_default_matmul_precision  # type: ignore[attr-defined]
                                 or "default"),
         "xla_options": {"XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),  # the forward: a plain jit

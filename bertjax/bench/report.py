@@ -55,6 +55,8 @@ def summarize_row(
         "memory_source": raw["memory_source"],
         "loss": raw.get("loss"),
         "parameters": raw["parameters"],
+        # the class the row ran: bertjax's and bert_torch's with the family, transformers' own
+        "model_class": raw.get("model_class"),
         "matmul_precision": raw["matmul_precision"],  # float32 matmuls: JAX's / torch's setting
         "xla_options": raw.get("xla_options"),  # bertjax rows: XLA_FLAGS and the step's options
         # bertjax rows: what bertjax.train.host_memory.keep_freed_memory did; PyTorch rows run as shipped
@@ -121,6 +123,7 @@ def format_table(report: dict[str, Any]) -> str:
     mode = "training step (forward, backward, AdamW)" if s["mode"] == "train" else \
         "inference forward"
     threads = report["threads"]
+    counted = report.get("model_flops_counted_as", "BERT's")  # a report from before it was kept
     out = [
         f"bertjax bench {s['mode']}: {mode}",
         f"model: preset {s['preset']} (L{c['num_hidden_layers']} H{c['hidden_size']} "
@@ -133,7 +136,7 @@ def format_table(report: dict[str, Any]) -> str:
         f"each (median, p10-p90; host ms: until the step call returned); pipelined: {s['steps']} "
         "steps, one sync at the end",
         f"model FLOPs: {_si(report['model_flops_per_token'])}FLOP/token "
-        f"({'3x forward, ' if s['mode'] == 'train' else ''}BERT's count for every row, so MFU "
+        f"({'3x forward, ' if s['mode'] == 'train' else ''}{counted} count for every row, so MFU "
         "ratios equal speed ratios)",
         f"MFU against: measured GEMM {gemm['dtype']} {gemm['size']}^3 through JAX "
         f"{_si(gemm['flops_per_s'])}FLOP/s; datasheet "

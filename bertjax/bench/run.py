@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import bertjax
-from bertjax.bench.flops import datasheet_peak, model_flops_per_token
+from bertjax.bench.flops import counted_as, datasheet_peak, model_flops_per_token
 from bertjax.bench.options import (
     HF_IMPLS,
     INSTALL_HINT,
@@ -201,7 +201,8 @@ def build_report(
 ) -> dict[str, Any]:
     """Everything the run measured, derived and skipped, as one JSON-ready dict."""
     assert s.batch is not None and s.predictions is not None  # resolved
-    flops = model_flops_per_token(s.bert_config(), s.seq, s.predictions, training=s.mode == "train")
+    config = s.bert_config()
+    flops = model_flops_per_token(config, s.seq, s.predictions, training=s.mode == "train")
     peak = datasheet_peak(device["device_kind"]) if device["platform"] != "cpu" else None
     rows = [summarize_row(row, result, tokens_per_step=s.batch * s.seq, flops_per_token=flops,
                           gemm_flops_per_s=gemm["flops_per_s"],
@@ -212,7 +213,7 @@ def build_report(
     return {
         "benchmark": s.mode,
         "settings": s.to_json(),
-        "config": dataclasses.asdict(s.bert_config()),
+        "config": dataclasses.asdict(config),
         "device": device,
         "threads": {
             "count": s.threads, "cores": cores, "env": dict.fromkeys(THREAD_ENV, str(s.threads)),
@@ -223,8 +224,10 @@ def build_report(
                            f"{s.threads}, torch.set_num_threads({s.threads})",
         },
         "model_flops_per_token": flops,
-        "model_flops_note": "BERT's matmul FLOPs (bertjax.bench.flops.model_flops_per_token), the "
-                            "same for every row: MFU ratios equal tokens/s ratios",
+        "model_flops_counted_as": counted_as(config),
+        "model_flops_note": f"{counted_as(config)} matmul FLOPs (bertjax.bench.flops."
+                            "model_flops_per_token), the same for every row: MFU ratios equal "
+                            "tokens/s ratios",
         "tokens_per_step": s.batch * s.seq,
         "gemm": gemm,
         "datasheet_peak": {"name": peak[0], "flops_per_s": peak[1], "dtype": "bfloat16 dense"}

@@ -1,12 +1,16 @@
 """Child process: the PyTorch rows. transformers' `BertForPreTraining` eager (SDPA attention) or
-under `torch.compile`, and the `bert_torch` mirror; training step or inference forward.
+under `torch.compile`, and the `bert_torch` mirror; training step or inference forward. A family
+pre-trained without NSP (RoBERTa, ModernBERT, ...) runs its masked LM instead
+(`RobertaForMaskedLM`, `ModernBertForMaskedLM`): the MLM loss alone, in every row.
 
 transformers' row is built from `BertConfig.to_hf_dict()` and trains as a transformers user
-would: `labels` (-100 except at the masked positions) and `next_sentence_label` give the loss,
-then `loss.backward()`, the same global-norm clip as bertjax (transformers' Trainer clips at 1.0
-by default too) and `torch.optim.AdamW` (fused on CUDA) with BERT's decay groups. By its design
-it computes MLM logits at every position, not only the masked ones. bert_torch's row runs
-`bert_torch.train.make_optimizer` / `train_step`, which syncs every step (it returns floats).
+would: `labels` (-100 except at the masked positions) and `next_sentence_label` (BERT) give the
+loss, then `loss.backward()`, the same global-norm clip as bertjax (transformers' Trainer clips
+at 1.0 by default too) and `torch.optim.AdamW` (fused on CUDA) with BERT's decay groups. By its
+design BERT's computes MLM logits at every position, not only the masked ones; where the model
+can predict at the labelled positions alone (ModernBERT's `sparse_prediction`, its pre-training
+setting) it does, as bertjax does: the same loss, the baseline's faster way. bert_torch's row
+runs `bert_torch.train.make_optimizer` / `train_step`, which syncs every step (it returns floats).
 
 On an NVIDIA GPU the bfloat16 rows run under `torch.autocast(bfloat16)`.
 
@@ -54,13 +58,16 @@ def _import_transformers() -> Any:
 
 
 def _transformers_model(config: BertConfig, device: Any) -> Any:
-    """transformers' BertForPreTraining, or the family's masked LM (RobertaForMaskedLM, ...)
-    for a family pre-trained without NSP."""
+    """transformers' BertForPreTraining, or the family's masked LM (RobertaForMaskedLM,
+    ModernBertForMaskedLM, ...) for a family pre-trained without NSP; predicting at the labelled
+    positions alone where its config can (`sparse_prediction`: with `labels` only)."""
     transformers = _import_transformers()
     name = config.family.pretraining_class
     data = config.to_hf_dict(name)
     hf_config = transformers.AutoConfig.for_model(data.pop("model_type"),
                                                   **{**data, "attn_implementation": "sdpa"})
+    if hasattr(hf_config, "sparse_prediction"):
+        hf_config.sparse_prediction = True
     return getattr(transformers, config.family.class_name(name))(hf_config).to(device)
 
 
@@ -215,6 +222,8 @@ def torch_row(spec: RowSpec) -> dict[str, Any]:
         "memory_source": source,
         "loss": float(last[0]) if spec.mode == "train" else None,
         "parameters": sum(p.numel() for p in model.parameters()),  # tied weights counted once
+        "model_class": (f"{type(model).__name__} ({spec.config.model_type})"
+                        if spec.impl == "bert_torch" else type(model).__name__),
         "matmul_precision": torch.get_float32_matmul_precision(),
         "device": f"torch {device.type} {name}".strip(),
         "torch_threads": torch.get_num_threads(),

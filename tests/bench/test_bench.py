@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from bench_helpers import ROW_FIELDS, dot_flops
 from flax import nnx
-from jax.extend import core as jax_core
 
 from bertjax.bench.batch import MODEL_KEYS, default_predictions, pretraining_batch
 from bertjax.bench.flops import datasheet_peak, model_flops_per_token
@@ -27,35 +27,9 @@ from bertjax.losses import pretraining_loss
 
 TINY = ["--preset", "tiny", "--seq", "16", "--batch", "4", "--steps", "2", "--warmup", "1",
         "--gemm-size", "128"]
-ROW_FIELDS = {
-    "row", "impl", "dtype", "tokens_per_s", "vs_hf_eager", "vs_hf_eager_row", "vs_hf_compiled",
-    "vs_hf_compiled_row", "model_flops_per_token", "achieved_flops_per_s", "mfu_vs_gemm",
-    "mfu_vs_datasheet", "median_step_s", "median_dispatch_s", "p10_step_s", "p90_step_s",
-    "pipelined_step_s", "pipelined_tokens_per_s", "first_step_s", "peak_memory_bytes",
-    "memory_source", "loss", "parameters", "matmul_precision", "xla_options", "host_memory",
-    "device", "versions", "step_times_s",
-}
 
 
 # --- model FLOPs ------------------------------------------------------------------------------
-
-
-def _dot_flops(jaxpr: jax_core.Jaxpr) -> int:
-    """2 x multiply-adds of every dot_general in a jaxpr, nested jaxprs included."""
-    total = 0
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "dot_general":
-            (contract, _), _ = eqn.params["dimension_numbers"]
-            lhs = eqn.invars[0].aval.shape
-            out = eqn.outvars[0].aval.shape
-            total += 2 * int(np.prod(out)) * int(np.prod([lhs[d] for d in contract]))
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, list | tuple) else [value]:
-                if isinstance(sub, jax_core.ClosedJaxpr):
-                    total += _dot_flops(sub.jaxpr)
-                elif isinstance(sub, jax_core.Jaxpr):
-                    total += _dot_flops(sub)
-    return total
 
 
 def _tiny_forward(seq: int, batch: int, predictions: int):
@@ -93,8 +67,8 @@ def test_flop_formula_counts_every_matmul_of_the_model(seq, batch, predictions) 
     normalised_rows = tokens * (2 * L - 1) + 2 * batch * (predictions + 1) + batch * predictions
     ones_gradients = (2 * batch * predictions * config.vocab_size + 2 * H * tokens
                       + 4 * H * normalised_rows)
-    counted_forward = _dot_flops(jax.make_jaxpr(forward)(params).jaxpr)
-    counted_training = _dot_flops(jax.make_jaxpr(jax.grad(loss))(params).jaxpr)
+    counted_forward = dot_flops(jax.make_jaxpr(forward)(params).jaxpr)
+    counted_training = dot_flops(jax.make_jaxpr(jax.grad(loss))(params).jaxpr)
     formula_forward = model_flops_per_token(config, seq, predictions, training=False) * tokens
     formula_training = model_flops_per_token(config, seq, predictions, training=True) * tokens
     assert counted_forward - formula_forward in (0, one_hot)
@@ -253,6 +227,8 @@ def _check_report(report: dict, out: str, mode: str, names: list[str]) -> None:
     for r in report["rows"]:
         assert set(r) == ROW_FIELDS, r["row"]
         assert r["parameters"] == n_params  # every child built the --set num_hidden_layers=1 model
+        assert r["model_class"] == ("BertForPreTraining" if r["impl"].startswith("hf-")
+                                    else "BertForPreTraining (bert)")
         assert len(r["step_times_s"]) == 2
         assert r["median_step_s"] == pytest.approx(float(np.median(r["step_times_s"])))
         assert r["tokens_per_s"] == pytest.approx(4 * 16 / r["median_step_s"])
