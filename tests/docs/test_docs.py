@@ -128,9 +128,11 @@ def template(tmp_path_factory) -> Path:
         assert main(["vocab", "--out", "vocab", "--vocab-size", "200"]) == 0
     _write_examples(root)
     _write_corpora(root)
-    families = Path(__file__).resolve().parents[1] / "fixtures"  # docs/families.md's RoBERTa, two formats
+    families = Path(__file__).resolve().parents[1] / "fixtures"  # docs/families.md's models
     shutil.copytree(families / "flax_v4_families" / "roberta" / "FlaxRobertaForMaskedLM",
                     root / "my-flax-roberta")
+    shutil.copytree(families / "modernbert" / "a" / "ModernBertForMaskedLM",  # and its ModernBERT
+                    root / "my-modernbert")
     cache = root.parent / "hub"
     roberta = families / "families" / "roberta" / "RobertaForMaskedLM"
     add_to_cache(cache, "FacebookAI/roberta-base", {p.name: p for p in roberta.iterdir()
