@@ -130,9 +130,10 @@ class BenchSettings:
     def bert_config(self, dtype: str = "float32") -> BertConfig:
         """The preset, then dropout, then the --set overrides, then `dtype` (resolved settings)."""
         assert self.preset is not None and self.dropout is not None, "resolve() first"
-        config = BertConfig.from_preset(self.preset).replace(
-            hidden_dropout_prob=self.dropout, attention_probs_dropout_prob=self.dropout)
+        model_type = dict(self.overrides).get("model_type", "bert")  # its family's preset
         try:
+            config = BertConfig.from_preset(self.preset, model_type=model_type).replace(
+                hidden_dropout_prob=self.dropout, attention_probs_dropout_prob=self.dropout)
             config = config.replace(**dict(self.overrides))
         except (TypeError, ValueError) as err:
             raise BenchError(f"--set: {err}") from err
