@@ -1,6 +1,7 @@
 """`bertjax parity`: compare bertjax with its PyTorch mirror and print a per-tensor table: a random
-preset's BertForPreTraining, or any model (`--hf`: a Hugging Face directory, a Hub id or a run)
-as the class it is."""
+preset of a family (`--model-type`) as the class it pre-trains (BERT's BertForPreTraining, a
+masked LM for the families without next-sentence prediction), or any model (`--hf`: a Hugging
+Face directory, a Hub id or a run) as the class it is."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from bertjax.cli.argtypes import int_range, non_negative_int, positive_float, positive_int
 from bertjax.cli.errors import CommandError, describe
 from bertjax.config import PRESETS
+from bertjax.config.families import FAMILIES
 from bertjax.data.pairs import MIN_SEQ_LEN as PAIR_MIN_SEQ_LEN
 from bertjax.errors import InputError
 from parity.noise import NOISE_FACTOR
@@ -22,6 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default=None, choices=sorted(PRESETS),
                         help="model size to initialise randomly (default: tiny; not with --hf, "
                              "whose model has its own size)")
+    parser.add_argument("--model-type", default=None, choices=sorted(FAMILIES),
+                        help="the family of the random preset (default: bert); a family with "
+                             "shapes of its own (modernbert: base and large as released) gets "
+                             "them; not with --hf")
     parser.add_argument("--hf", metavar="MODEL", default=None,
                         help="compare this model instead of a random preset, whatever its class: "
                              "a Hugging Face BERT directory, a Hub id (organisation/name) or a "
@@ -80,18 +86,19 @@ def _check_options(args: argparse.Namespace, model: Any, seq_len: int) -> int:
     from parity.tensors import masked_lm
 
     check_max_length(seq_len, model.config.max_sequence_length, "--seq-len")
-    name = type(model).__name__
-    if args.train_steps and name != "BertForPreTraining":
-        raise CommandError(f"--train-steps trains BERT's pre-training objective, which needs a "
-                           f"BertForPreTraining; {args.hf} is a {name}: leave out --train-steps, "
-                           "or pass a pre-training checkpoint (a `bertjax pretrain` run)")
+    name = model.config.family.class_name(type(model).__name__)  # transformers' name
+    what = args.hf or f"the {model.config.model_type} preset"
+    if args.train_steps and not type(model).spec.pretraining:
+        raise CommandError(f"--train-steps trains BERT's pre-training objective (masked LM and "
+                           f"next sentence); {what} is a {name}: leave out --train-steps, "
+                           "or pass a BERT pre-training checkpoint (a `bertjax pretrain` run)")
     if not masked_lm(model):
         unused = [o for o, given in (("--num-predictions", args.num_predictions is not None),
                                      ("--no-masked-positions", args.no_masked_positions)) if given]
         if unused:
             raise CommandError(f"{' and '.join(unused)} {'set' if len(unused) > 1 else 'sets'} "
                                "the masked-LM head's positions; "
-                               f"{args.hf} is a {name}, which has none: leave "
+                               f"{what} is a {name}, which has none: leave "
                                f"{'them' if len(unused) > 1 else 'it'} out")
         return 1
     predictions = args.num_predictions or min(DEFAULT_PREDICTIONS, seq_len - 1)
@@ -117,6 +124,9 @@ def run(args: argparse.Namespace) -> int:
     if args.hf is not None and args.preset is not None:
         raise CommandError(f"--preset sets the size of a randomly initialised model; --hf "
                            f"{args.hf} is compared at its own size: leave out --preset (or --hf)")
+    if args.hf is not None and args.model_type is not None:
+        raise CommandError(f"--model-type sets the family of a randomly initialised model; --hf "
+                           f"{args.hf} has its own: leave out --model-type (or --hf)")
     return run_command("parity", _parity, args)
 
 
@@ -124,16 +134,20 @@ def _parity(args: argparse.Namespace) -> int:
     from flax import nnx
 
     from bertjax.config import BertConfig
-    from bertjax.heads import BertForPreTraining
+    from bertjax.heads import model_class
     from parity.tensors import compare, random_batch
 
     if args.hf:
         model, source = _load(args)
         source += f", {type(model).__name__}"
     else:
-        preset = args.preset or "tiny"
-        model = BertForPreTraining(BertConfig.from_preset(preset), rngs=nnx.Rngs(args.seed))
-        source = f"preset {preset!r}, random init (seed {args.seed})"
+        preset, model_type = args.preset or "tiny", args.model_type or "bert"
+        config = BertConfig.from_preset(preset, model_type=model_type)
+        cls = model_class(config.family.pretraining_class, model_type)
+        model = cls(config, rngs=nnx.Rngs(args.seed))
+        name = config.family.class_name(cls.__name__)
+        source = (f"{model_type} preset {preset!r} ({config.num_hidden_layers} layers, hidden "
+                  f"{config.hidden_size}), {name}, random init (seed {args.seed})")
     seq_len = args.seq_len
     predictions = _check_options(args, model, seq_len)
     batch = random_batch(model.config, batch_size=args.batch_size, seq_len=seq_len,

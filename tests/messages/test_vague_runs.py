@@ -61,6 +61,23 @@ def test_parity_refuses_a_preset_beside_a_model(run, capsys):
     assert snapshot(run) == before
 
 
+
+def test_parity_refuses_a_family_beside_a_model(run, capsys):
+    """--model-type names a random preset's family; a model given by --hf has its own."""
+    line = refused(["parity", "--hf", str(run), "--model-type", "modernbert"], capsys)
+    assert line == (f"bertjax parity: error: --model-type sets the family of a randomly "
+                    f"initialised model; --hf {run} has its own: leave out --model-type (or --hf)")
+
+
+def test_parity_refuses_train_steps_on_a_preset_without_next_sentence(capsys):
+    """--train-steps trains MLM + NSP; a ModernBERT preset is pre-trained as a masked LM."""
+    line = refused(["parity", "--preset", "tiny", "--model-type", "modernbert",
+                    "--train-steps", "2"], capsys)
+    assert line == ("bertjax parity: error: --train-steps trains BERT's pre-training objective "
+                    "(masked LM and next sentence); the modernbert preset is a ModernBertForMaskedLM: "
+                    "leave out --train-steps, or pass a BERT pre-training checkpoint (a `bertjax "
+                    "pretrain` run)")
+
 def test_parity_on_a_damaged_run_warns_in_one_line(run, capsys):
     """It printed Python's raw warning with a source line under it."""
     target = max((run / "checkpoints" / "6" / "state").rglob("d/*"),

@@ -310,3 +310,28 @@ def test_parity_hf_passes_every_tensor_of_a_modernbert_checkpoint(capsys, fixtur
     model, _ = bertjax.from_pretrained(directory(fixture, name))
     parameters = nnx.to_flat_state(nnx.state(model, nnx.Param))
     assert len([t for t in tensors if t.startswith("grad.")]) == len(parameters)  # every one
+
+
+# --- parity --preset --model-type ---------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_parity_preset_of_a_modernbert_shape_passes_every_tensor(capsys) -> None:
+    """`bertjax parity --preset mini --model-type modernbert`: ModernBERT's mini shape (4 layers,
+    global and local alternating, window 64 on either side) as the masked LM it pre-trains as,
+    rows of 160 tokens (past the window), every output, attention map, hidden state and gradient
+    within the parity rule (1e-5, or 3x the mirror's own float32 noise)."""
+    code = main(["parity", "--preset", "mini", "--model-type", "modernbert", "--seq-len", "160"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    lines = out.splitlines()
+    assert lines[0].startswith("bertjax vs bert_torch: modernbert preset 'mini' (4 layers, hidden "
+                               "256), ModernBertForMaskedLM, random init (seed 0); batch 2x160")
+    rows = lines[2:-1]
+    assert lines[-1] == f"{len(rows)} passed, 0 failed"
+    tensors = {line.split()[0] for line in rows}
+    assert {"mlm_logits", "attentions.1", "hidden_states.4", "grad.bert.layers.1.attn.wqkv.weight",
+            "grad.mlm_head.transform.weight"} <= tensors
+    config = BertConfig.from_preset("mini", model_type="modernbert")
+    assert config.attention_types[1] == "sliding_attention" and config.local_attention // 2 < 160
+

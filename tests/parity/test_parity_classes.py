@@ -71,8 +71,8 @@ def test_parity_of_a_run_directory_and_its_steps(tmp_path, capsys):
                                  "{model} is a BertForSequenceClassification, which has none: "
                                  "leave it out"),
     (["--no-masked-positions"], "--no-masked-positions sets the masked-LM head's positions"),
-    (["--train-steps", "2"], "--train-steps trains BERT's pre-training objective, which needs a "
-                             "BertForPreTraining; {model} is a BertForSequenceClassification"),
+    (["--train-steps", "2"], "--train-steps trains BERT's pre-training objective (masked LM and "
+                             "next sentence); {model} is a BertForSequenceClassification"),
     (["--step", "3"], "{model} is not one: leave out --step"),
 ])
 def test_options_that_do_nothing_for_the_class_are_refused(tmp_path, capsys, extra, message):
