@@ -24,6 +24,7 @@ from bertjax.config.checks import check_encoder, check_pooler_inputs
 from bertjax.config.heads import ENCODER, MODELS, ModelClass
 
 T = TypeVar("T")
+M = TypeVar("M", bound=nnx.Module)
 
 
 @struct.dataclass
@@ -288,14 +289,20 @@ class BertPooler(nnx.Module):
         return jnp.where(cls_positions[:, :, None] >= 0, pooled, 0)
 
 
+def stack_modules(modules: list[M]) -> M:
+    """One module of the same structure as each of `modules` whose parameters hold them all, each
+    leaf (N, ...) in their order: what a scan over layers scans over, stacked once at
+    initialisation, never again in a forward pass."""
+    stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves),
+                           *(nnx.state(m) for m in modules))  # each leaf (N, ...)
+    return nnx.merge(nnx.graphdef(modules[0]), stacked)
+
+
 def _stacked_layers(config: BertConfig, rngs: nnx.Rngs) -> BertLayer:
     """One `BertLayer` whose parameters hold all `num_hidden_layers` layers, each leaf (L, ...):
-    what `config.scan_layers` scans over. The layers are initialised as the loop's (same random
-    numbers in the same order) and stacked once here, never again in a forward pass."""
-    layers = [BertLayer(config, rngs=rngs) for _ in range(config.num_hidden_layers)]
-    stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves),
-                           *(nnx.state(m) for m in layers))  # each leaf (L, ...)
-    return nnx.merge(nnx.graphdef(layers[0]), stacked)
+    what `config.scan_layers` scans over, initialised as the loop's (same random numbers in the
+    same order)."""
+    return stack_modules([BertLayer(config, rngs=rngs) for _ in range(config.num_hidden_layers)])
 
 
 class BertModel(nnx.Module):

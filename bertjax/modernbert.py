@@ -10,7 +10,9 @@ from BERT (transformers' `modeling_modernbert.py`, Warner et al. 2024):
   tables computed once per forward (`rotary_tables`), not per layer;
 - alternating attention (`config.attention_types`): global layers attend to every token, local
   ones to `local_attention // 2` tokens on either side (`attention.local_mask`, or
-  `local_window_size` on the fused path), in packed rows inside each sequence;
+  `local_window_size` on the fused path), in packed rows inside each sequence and under
+  `scan_layers` (the first layer, which differs, runs before a scan over the others, each global
+  or local through `lax.cond`);
 - one `wqkv` projection, a gated GELU feed-forward (`wi` to twice the intermediate size, `wo`);
 - no token types and no pooler: the classifiers pool [CLS] or the tokens' mean
   (`classifier_pooling`, `ModernBertPooling`, in the encoder's pooler slot, weightless) and
@@ -20,8 +22,7 @@ from BERT (transformers' `modeling_modernbert.py`, Warner et al. 2024):
 
 The heads' classes (`bertjax.heads`) hold this encoder as `bert` for a ModernBERT config and pick
 these heads' modules for it, as they pick RoBERTa's classifier. Attention's arithmetic
-(`bertjax.attention`) and the numerics (`bertjax.numerics`) are BERT's. `scan_layers` is refused
-(`BertConfig`): the layers differ in structure.
+(`bertjax.attention`) and the numerics (`bertjax.numerics`) are BERT's.
 
 Shapes: B batch, S sequence, H hidden, A heads, D head dim, I intermediate, V vocabulary,
 K packed sequences per row.
@@ -39,11 +40,11 @@ from flax import nnx
 
 from bertjax import inputs, numerics
 from bertjax.attention import exact_attention, fused_attention, local_mask, take_rows
-from bertjax.config import BertConfig
+from bertjax.config import STACK_FROM, BertConfig
 from bertjax.config.checks import check_encoder, check_pooler_inputs
 from bertjax.config.heads import ENCODER, MODELS, ModelClass
 from bertjax.config.modernbert import GLOBAL, LOCAL, init_std
-from bertjax.model import BertOutput, LayerNorm, embedding_rows, linear, present
+from bertjax.model import BertOutput, LayerNorm, embedding_rows, linear, present, stack_modules
 
 Rotary = tuple[jax.Array, jax.Array]  # cos, sin: (S, D) or (B, S, D), float32
 
@@ -114,14 +115,16 @@ class ModernBertAttention(nnx.Module):
     """Self-attention through one `wqkv` projection, rotary positions on the queries and keys,
     then `wo`; a local layer's queries attend within `window` tokens on either side. Returns
     (output, probabilities); the paths are BERT's (`bertjax.model.BertAttention`): exact, or
-    fused (`jax.nn.dot_product_attention`, with `local_window_size` for a local layer)."""
+    fused (`jax.nn.dot_product_attention`, with `local_window_size` for a local layer). A scan
+    model's stacked layer is told at each call whether it is local (`local`)."""
 
     def __init__(self, config: BertConfig, *, local: bool, rngs: nnx.Rngs):
         h = config.hidden_size
         self.num_heads = config.num_attention_heads
         self.head_dim = config.head_dim
         self.implementation = config.attn_implementation
-        self.window = config.local_attention // 2 if local else None  # transformers' sliding_window
+        self.local_window = config.local_attention // 2  # transformers' sliding_window
+        self.window = self.local_window if local else None
         self.wqkv = linear(config, h, 3 * h, rngs, use_bias=config.attention_bias,
                            kernel_init=_init(config, "in"))
         self.wo = linear(config, h, h, rngs, use_bias=config.attention_bias,
@@ -131,20 +134,22 @@ class ModernBertAttention(nnx.Module):
 
     def __call__(self, x: jax.Array, attention_mask: jax.Array, rotary: Rotary, *,
                  deterministic: bool = True, rngs: nnx.Rngs | None = None,
-                 output_probs: bool = True) -> tuple[jax.Array, jax.Array | None]:
+                 output_probs: bool = True, local: bool | None = None,
+                 ) -> tuple[jax.Array, jax.Array | None]:
+        window = self.window if local is None else self.local_window if local else None
         B, S, H = x.shape
         qkv = self.wqkv(x).reshape(B, S, 3, self.num_heads, self.head_dim)  # (B, S, 3, A, D)
         q, k = rotate(qkv[:, :, 0], rotary), rotate(qkv[:, :, 1], rotary)  # (B, S, A, D)
         v = qkv[:, :, 2]  # (B, S, A, D)
         packed = attention_mask.ndim == 3
-        mask = attention_mask if self.window is None else local_mask(attention_mask, self.window)
+        mask = attention_mask if window is None else local_mask(attention_mask, window)
         drops_probs = not deterministic and self.attention_dropout.rate > 0
         cudnn = (numerics.cudnn_attention_applies(q.dtype, self.head_dim) and not packed
-                 and self.window is None)  # cuDNN has no two-sided window without causality
+                 and window is None)  # cuDNN has no two-sided window without causality
         if numerics.use_fused_attention(self.implementation, drops_probs, output_probs, cudnn,
                                         packed):
             context = (fused_attention(q, k, v, mask, cudnn) if packed else
-                       fused_attention(q, k, v, attention_mask, cudnn, self.window))
+                       fused_attention(q, k, v, attention_mask, cudnn, window))
             probs = None
         else:
             def dropout(p: jax.Array) -> jax.Array:
@@ -179,7 +184,7 @@ class ModernBertMLP(nnx.Module):
 class ModernBertLayer(nnx.Module):
     """Pre-norm block: x + attention(norm(x)), then + MLP(norm(.)). The first layer's attention
     norm is the identity (`attn_norm` None): the embeddings' norm precedes it. Global or local
-    attention as `config.attention_types` says for layer `index`."""
+    attention as `config.attention_types` says for layer `index`, or as `local` says."""
 
     def __init__(self, config: BertConfig, index: int, *, rngs: nnx.Rngs):
         self.attn_norm = _norm(config, rngs) if index else None
@@ -190,10 +195,11 @@ class ModernBertLayer(nnx.Module):
 
     def __call__(self, x: jax.Array, attention_mask: jax.Array, rotary: Rotary, *,
                  deterministic: bool = True, rngs: nnx.Rngs | None = None,
-                 output_probs: bool = True) -> tuple[jax.Array, jax.Array | None]:
+                 output_probs: bool = True, local: bool | None = None,
+                 ) -> tuple[jax.Array, jax.Array | None]:
         h = x if self.attn_norm is None else self.attn_norm(x)
         attended, probs = self.attn(h, attention_mask, rotary, deterministic=deterministic,
-                                    rngs=rngs, output_probs=output_probs)
+                                    rngs=rngs, output_probs=output_probs, local=local)
         x = x + attended  # (B, S, H)
         return x + self.mlp(self.mlp_norm(x), deterministic=deterministic, rngs=rngs), probs
 
@@ -237,7 +243,9 @@ class ModernBertModel(nnx.Module):
     head runs there alone); every layer computes every row. Packed rows (`sequence_ids`,
     `position_ids`, `cls_positions`) as BERT's: attention and local windows stay inside each
     sequence, rotary positions restart per sequence. `remat` recomputes each layer in the
-    backward pass.
+    backward pass. Under `scan_layers` the layers are `layers.0` and one module stacking the
+    others (`layers.from_1`, each leaf (L - 1, ...)); conversion and checkpoints name them per
+    layer all the same.
     """
 
     base_model_prefix: ClassVar[str] = ""
@@ -249,8 +257,9 @@ class ModernBertModel(nnx.Module):
         check_encoder(config, "ModernBertModel")
         self.config = config
         self.embeddings = ModernBertEmbeddings(config, rngs=rngs)
-        self.layers = nnx.List([ModernBertLayer(config, i, rngs=rngs)
-                                for i in range(config.num_hidden_layers)])
+        layers = [ModernBertLayer(config, i, rngs=rngs) for i in range(config.num_hidden_layers)]
+        self.layers: nnx.List[ModernBertLayer] | nnx.Dict = (
+            _scan_layers(layers) if config.scan_layers else nnx.List(layers))
         self.final_norm = _norm(config, rngs)
         if add_pooling_layer is None:
             add_pooling_layer = config.family.base_pooler
@@ -283,7 +292,8 @@ class ModernBertModel(nnx.Module):
         thetas = {GLOBAL: self.config.global_rope_theta, LOCAL: self.config.local_rope_theta}
         rotary = {kind: rotary_tables(self.config, thetas[kind], input_ids.shape[1], positions)
                   for kind in sorted(set(self.config.attention_types))}  # once per forward, per base
-        x, hidden, probs = self._layers(x, mask, rotary, keys, deterministic, output_attentions)
+        x, hidden, probs = self._layers(x, mask, rotary, keys, deterministic, output_attentions,
+                                        output_hidden_states)
         x = self.final_norm(x)
         pooled = (None if self.pooler is None else
                   self.pooler(x, attention_mask, sequence_ids, cls_positions))
@@ -298,26 +308,82 @@ class ModernBertModel(nnx.Module):
 
     def _layers(self, x: jax.Array, mask: jax.Array, rotary: dict[str, Rotary],
                 keys: jax.Array | None, deterministic: bool, output_probs: bool,
-                ) -> tuple[jax.Array, list[jax.Array], list[jax.Array | None]]:
-        """Every layer in turn, each rematerialised in the backward pass with `config.remat`:
-        the output, the hidden states (embeddings first) and each layer's probabilities."""
-        hidden, probs = [x], []
-        for i, module in enumerate(self.layers):
-            graphdef, state = nnx.split(module)
-            kind = self.config.attention_types[i]
+                output_hidden: bool) -> tuple[jax.Array, list[jax.Array], list[jax.Array | None]]:
+        """Every layer in turn, or the first and a scan over the others (`scan_layers`), each
+        rematerialised in the backward pass with `config.remat`: the output, the hidden states
+        (embeddings first; all of them in a loop) and each layer's probabilities."""
+        types = self.config.attention_types
 
-            def layer(state: nnx.State, x: jax.Array, key: jax.Array | None,
-                      graphdef: nnx.GraphDef = graphdef, kind: str = kind) -> tuple[jax.Array, Any]:
+        def step(module: ModernBertLayer, x: jax.Array, key: jax.Array | None,
+                 local: bool) -> tuple[jax.Array, Any]:
+            graphdef, state = nnx.split(module)
+
+            def layer(state: nnx.State, x: jax.Array, key: jax.Array | None) -> tuple[Any, Any]:
                 rngs = None if key is None else nnx.Rngs(dropout=key)
-                return nnx.merge(graphdef, state)(x, mask, rotary[kind], deterministic=deterministic,
-                                                  rngs=rngs, output_probs=output_probs)
+                return nnx.merge(graphdef, state)(
+                    x, mask, rotary[LOCAL if local else GLOBAL], deterministic=deterministic,
+                    rngs=rngs, output_probs=output_probs, local=local)
 
             run: Callable[..., tuple[jax.Array, Any]] = (
                 jax.checkpoint(layer) if self.config.remat else layer)
-            x, p = run(state, x, None if keys is None else keys[i + 1])
+            return run(state, x, key)
+
+        if isinstance(self.layers, nnx.Dict):  # scan_layers
+            return self._scan(self.layers, step, x, keys, output_probs, output_hidden)
+        hidden, probs = [x], []
+        for i, module in enumerate(self.layers):
+            x, p = step(module, x, None if keys is None else keys[i + 1], types[i] == LOCAL)
             hidden.append(x)
             probs.append(p)
         return x, hidden, probs
+
+    def _scan(self, layers: nnx.Dict, step: Callable[..., tuple[jax.Array, Any]], x: jax.Array,
+              keys: jax.Array | None, output_probs: bool, output_hidden: bool,
+              ) -> tuple[jax.Array, list[jax.Array], list[jax.Array | None]]:
+        """The first layer, then `lax.scan` over the stacked others as they are held (no
+        stacking in the forward), each global or local as `config.attention_types` says: one
+        `lax.cond` per layer where both kinds are stacked, which runs only the layer's own
+        branch (a local layer's window on the fused path)."""
+        types = self.config.attention_types
+        embedded = x
+        x, first = step(layers["0"], x, None if keys is None else keys[1], types[0] == LOCAL)
+        rest = f"{STACK_FROM}1"
+        if rest not in layers:  # one layer: nothing to scan
+            return x, [embedded, x], [first]
+        graphdef, stacked = nnx.split(layers[rest])  # each leaf (L - 1, ...)
+        kinds = set(types[1:])
+        local = jnp.asarray([t == LOCAL for t in types[1:]])  # (L - 1,)
+
+        def body(x: jax.Array, per_layer: tuple[nnx.State, Any, jax.Array]) -> tuple[Any, Any]:
+            state, key, is_local = per_layer
+            module = nnx.merge(graphdef, state)
+
+            def branch(kind: bool) -> Callable[[jax.Array], tuple[jax.Array, Any]]:
+                def run(x: jax.Array) -> tuple[jax.Array, Any]:
+                    x, p = step(module, x, key, kind)
+                    return x, p if output_probs else None  # the fused path has none
+                return run
+
+            if len(kinds) == 1:
+                x, p = branch(LOCAL in kinds)(x)
+            else:
+                x, p = jax.lax.cond(is_local, branch(True), branch(False), x)
+            # stack only what was asked for: (L - 1, B, S, H) and (L - 1, B, A, S, S) are large
+            return x, (x if output_hidden else None, p)
+
+        after_first = x
+        x, (xs, ps) = jax.lax.scan(body, x, (stacked, None if keys is None else keys[2:], local))
+        hidden = [embedded, after_first, *xs] if output_hidden else []  # (L - 1, ...) per layer
+        return x, hidden, [first, *ps] if output_probs else []
+
+
+def _scan_layers(layers: list[ModernBertLayer]) -> nnx.Dict:
+    """A scan model's layers: the first (which has no attention norm) as it is, the others
+    stacked into one module (`model.stack_modules`), `layers.0` and `layers.from_1`."""
+    held = {"0": layers[0]}
+    if len(layers) > 1:
+        held[f"{STACK_FROM}1"] = stack_modules(layers[1:])
+    return nnx.Dict(held)
 
 
 # --- the heads' modules where ModernBERT's differ (`bertjax.heads` picks them by family) -------

@@ -393,8 +393,11 @@ PRESETS: dict[str, dict[str, Any]] = {
 # --- parameter paths ---------------------------------------------------------------------------
 
 # The encoder's layer stack: `layers.{i}.…` in a loop model; under `config.scan_layers` one module
-# `layers.…` whose parameters are stacked (L, ...). Both have the same per-layer PyTorch names.
+# `layers.…` whose parameters are stacked (L, ...), or, where the first layer differs from the rest
+# (ModernBERT's has no attention norm), `layers.0.…` and one module `layers.from_1.…` stacking
+# layers 1 to L - 1. All have the same per-layer PyTorch names.
 LAYERS = "layers"
+STACK_FROM = "from_"  # `layers.from_{k}`: a stack whose first layer is layer k
 
 
 def _part(key: Any) -> str:
@@ -408,13 +411,26 @@ def _part(key: Any) -> str:
 
 def stacked_at(path: Iterable[Any]) -> int | None:
     """Where the layer index belongs in the path of a scan model's stacked (L, ...) parameter
-    (right after `layers`); None for every other parameter, `layers.{i}.…` of a loop model
-    included. Takes Flax paths, checkpoint paths (indices as strings) and JAX key paths."""
+    (right after `layers`, or in place of `from_{k}`); None for every other parameter,
+    `layers.{i}.…` of a loop model included. Takes Flax paths, checkpoint paths (indices as
+    strings) and JAX key paths."""
     parts = [_part(p) for p in path]
     for i in range(len(parts) - 1):
         if parts[i] == LAYERS and not parts[i + 1].isdigit():
             return i + 1
     return None
+
+
+def layer_path(path: tuple[Any, ...], index: int) -> tuple[Any, ...]:
+    """The loop model's path of the `index`-th layer of the stacked parameter at `path` (a
+    `stacked_at` one): `layers.{index}.…`, or `layers.{k + index}.…` for a stack `from_{k}`."""
+    at = stacked_at(path)
+    assert at is not None, f"{path} is not a stacked parameter's path"
+    part = _part(path[at])
+    start = part.removeprefix(STACK_FROM)
+    if part.startswith(STACK_FROM) and start.isdigit():
+        return (*path[:at], int(start) + index, *path[at + 1:])
+    return (*path[:at], index, *path[at:])
 
 
 def per_layer_shape(path: Iterable[Any], shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -102,9 +102,7 @@ def init_std(initializer_range: float, layers: int, hidden: int, role: str) -> f
 
 
 def check_config(config: BertConfig) -> None:
-    """A ModernBERT BertConfig's own fields: in range, one layer type per layer, and no
-    `scan_layers` (its layers differ: the first has no attention norm, global and local ones
-    alternate, so they are not one stacked layer)."""
+    """A ModernBERT BertConfig's own fields: in range, one layer type per layer."""
     types = config.layer_types
     if types is not None and (len(types) != config.num_hidden_layers
                               or any(t not in LAYER_TYPES for t in types)):
@@ -122,10 +120,6 @@ def check_config(config: BertConfig) -> None:
                              f"{getattr(config, name)!r}")
     if not 0.0 <= config.mlp_dropout < 1.0:
         raise InputError(f"BertConfig.mlp_dropout must be in [0, 1), got {config.mlp_dropout!r}")
-    if config.scan_layers:
-        raise InputError("scan_layers is not available for modernbert: its layers differ (the "
-                         "first has no attention norm; global and sliding-window ones alternate), "
-                         "so they cannot be one stacked layer; leave it off (remat works)")
 
 
 def layer_pattern(layers: int, every: int = GLOBAL_EVERY) -> tuple[str, ...]:

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from bertjax.config import BertConfig, stacked_at
+from bertjax.config import BertConfig, layer_path, stacked_at
 from bertjax.config.families import FAMILIES
 from bertjax.config.heads import MODELS, Model, ModelClass, class_with_head
 from bertjax.errors import InputError
@@ -41,12 +41,11 @@ log = logging.getLogger("bertjax.io")
 
 
 def _layer_paths(path: tuple[Any, ...], shape: tuple[int, ...]) -> list[tuple[int | None, tuple]]:
-    """[(None, path)] for a plain parameter; [(i, path with `i` after `layers`) for i < L] for a
-    scan model's stacked (L, ...) one: the paths of the loop model's parameters."""
-    at = stacked_at(path)
-    if at is None:
+    """[(None, path)] for a plain parameter; [(i, the loop model's path of its layer i) for i <
+    L] for a scan model's stacked (L, ...) one (`config.layer_path`)."""
+    if stacked_at(path) is None:
         return [(None, tuple(path))]
-    return [(i, (*path[:at], i, *path[at:])) for i in range(shape[0])]
+    return [(i, layer_path(tuple(path), i)) for i in range(shape[0])]
 
 
 class _Entry(NamedTuple):

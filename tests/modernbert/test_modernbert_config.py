@@ -154,12 +154,6 @@ def test_settings_bertjax_does_not_compute_are_refused_in_one_line(change, messa
     assert "\n" not in str(err.value)
 
 
-def test_scan_layers_is_refused_for_modernbert_in_one_line():
-    with pytest.raises(InputError, match="scan_layers is not available for modernbert") as err:
-        config(scan_layers=True)
-    assert "\n" not in str(err.value)
-
-
 @pytest.mark.slow
 def test_remat_gives_the_loop_gradients():
     ids = jnp.asarray(np.random.default_rng(0).integers(1, 97, size=(2, 16)), jnp.int32)
