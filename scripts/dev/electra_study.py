@@ -7,6 +7,7 @@ test score).
 
     python scripts/dev/electra_study.py --out runs/electra-study
     python scripts/dev/electra_study.py --out runs/electra-study --seeds 0 --tasks shakespeare-genres
+    python scripts/dev/electra_study.py --out runs/electra-study --objectives electra bert
 
 Each step is a `bertjax` command in its own process, one after another (time nothing else
 beside it); a run whose directory already holds a summary.json is read, not run again, so the
@@ -68,11 +69,12 @@ def run(cmd: list[str], out: Path) -> dict:
     return summary
 
 
-def study(out: Path, seeds: list[int], tasks: list[str]) -> list[dict]:
+def study(out: Path, seeds: list[int], tasks: list[str], objectives: list[str]) -> list[dict]:
     reference_steps = rc.RunConfig().train.steps
     budget = reference_steps * flops_per_step([], rc.RunConfig().data.vocab_size)
     rows = []
-    for name, options in OBJECTIVES.items():
+    for name in objectives:
+        options = OBJECTIVES[name]
         steps = round(budget / flops_per_step(options, rc.RunConfig().data.vocab_size))
         for seed in seeds:
             run_dir = out / f"{name}-{seed}"
@@ -114,9 +116,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/electra-study"))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--objectives", nargs="+", default=list(OBJECTIVES),
+                        choices=list(OBJECTIVES), help="which, in this order (default: all)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    print(table(study(args.out, args.seeds, args.tasks), args.tasks))
+    rows = study(args.out, args.seeds, args.tasks, args.objectives)
+    print(table(rows, args.tasks))
 
 
 if __name__ == "__main__":
