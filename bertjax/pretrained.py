@@ -104,9 +104,11 @@ def from_pretrained(
     check_load_arguments("from_pretrained", model_cls, missing_heads, config_overrides)
     source = locate(path, revision=revision)
     if source.kind == RUN:
+        assert source.run is not None  # `locate` read its run_config.json
         model, tokenizer, report = load_run_model(
-            source, step=step, model_cls=model_cls or default_class(source), seed=seed,
-            missing_heads=missing_heads, **config_overrides)
+            source, step=step, seed=seed, missing_heads=missing_heads,
+            model_cls=_family_class(model_cls or default_class(source), source.run.model_type),
+            **config_overrides)
         return (model, tokenizer, report) if output_loading_info else (model, tokenizer)
     if step is not None:
         raise InputError(f"{source.given} is not a `bertjax pretrain` run directory: step={step} "
@@ -224,11 +226,20 @@ def _load_hf(source: ModelSource, model_cls: type[Model] | None, seed: int,
     """A Hugging Face source as `model_cls` (None: the class config.json names; `BertModel`:
     the family's bare encoder, a ModernBERT's ModernBertModel)."""
     source_cls = named_class(source)
-    if model_cls is not None and MODEL_CLASSES.get(model_cls.spec.name) is model_cls:
-        model_cls = model_class(model_cls.spec.name, str((source.config or {}).get("model_type")))
+    if model_cls is not None:
+        model_cls = _family_class(model_cls, str((source.config or {}).get("model_type")))
     return load_model(source, model_cls or source_cls or default_class(source),
                       source_cls=source_cls, seed=seed, missing_heads=missing_heads,
                       **config_overrides)
+
+
+def _family_class(model_cls: type[Model], model_type: str) -> type[Model]:
+    """`model_cls` as a model of the family `model_type` holds it: bertjax's class of that name
+    is the family's (`BertModel`: a ModernBERT's bare encoder is ModernBertModel); a class of
+    the user's own stays as it is."""
+    if MODEL_CLASSES.get(model_cls.spec.name) is model_cls:
+        return model_class(model_cls.spec.name, model_type)
+    return model_cls
 
 
 def save_pretrained(model: Model, directory: str | Path, tokenizer: Any = None, *,

@@ -244,3 +244,19 @@ def test_an_interrupted_run_resumes_bitwise(run, tmp_path) -> None:
     assert records[0] == records[1]
     assert read_jsonl(run[0] / "metrics.jsonl", "eval") == read_jsonl(tmp_path / "run" /
                                                                        "metrics.jsonl", "eval")
+
+
+@pytest.mark.slow
+def test_the_run_loads_as_its_bare_encoder_and_bench_embed_reads_it(run, tmp_path, capsys) -> None:
+    """`from_pretrained(RUN, model_cls=BertModel)` is the family's bare encoder, ModernBertModel
+    (it built BERT's, which refused the config), and `bench embed --model RUN` times it beside
+    transformers' ModernBertModel with the same vectors (1e-5)."""
+    model, _ = bertjax.from_pretrained(run[0], model_cls=bertjax.BertModel)
+    assert type(model).__name__ == "ModernBertModel" and model.config.model_type == "modernbert"
+    path = tmp_path / "embed.json"
+    assert main(["bench", "embed", "--model", str(run[0]), "--lines", "12", "--repeats", "1",
+                 "--batch-size", "4", "--json", str(path)]) == 0, capsys.readouterr().err
+    report = json.loads(path.read_text())
+    assert report["bertjax_class"] == report["transformers_class"] == "ModernBertModel"
+    for row in report["rows"][:2]:
+        assert row["max_abs_diff"] < 1e-5, row
