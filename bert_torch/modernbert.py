@@ -94,7 +94,8 @@ class ModernBertAttention(nn.Module):
         h = config.hidden_size
         self.num_heads = config.num_attention_heads
         self.head_dim = config.head_dim
-        self.window = config.local_attention // 2 if local else None
+        self.local_window = config.local_attention // 2  # transformers' sliding_window
+        self.window = self.local_window if local else None
         self.wqkv = linear(config, h, 3 * h, bias=config.attention_bias, init=_init(config, "in"))
         self.wo = linear(config, h, h, bias=config.attention_bias, init=_init(config, "out"))
         self.attention_dropout = nn.Dropout(config.attention_probs_dropout_prob)
