@@ -209,5 +209,5 @@ def test_a_scan_run_checkpoints_loads_per_layer_and_converts(tmp_path: Path, cap
     assert "loads it as ModernBertForMaskedLM" in capsys.readouterr().out
     hf = transformers.AutoModelForMaskedLM.from_pretrained(hf_dir).eval()
     with torch.no_grad():
-        theirs = hf(torch.from_numpy(np.asarray(ids))).logits[0].numpy()
+        theirs = hf(torch.tensor(np.asarray(ids))).logits[0].numpy()
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=TOL)
