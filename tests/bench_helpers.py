@@ -1,11 +1,15 @@
-"""What the tests of `bertjax bench train|infer` share (no tests here): the fields every row of
-a report has, and the matmul FLOPs of a jaxpr, counted independently of `bertjax.bench.flops`."""
+"""What the tests of `bertjax bench train|infer` share (no tests here): the options of a bench
+run small enough for a test, the fields every row of a report has, and the matmul FLOPs of a
+jaxpr, counted independently of `bertjax.bench.flops`."""
 
 from __future__ import annotations
 
 import numpy as np
 from jax.extend import core as jax_core
 
+# a `bench train|infer` run in seconds: the tiny preset, a few short steps, a small GEMM
+TINY = ["--preset", "tiny", "--seq", "16", "--batch", "4", "--steps", "2", "--warmup", "1",
+        "--gemm-size", "128"]
 ROW_FIELDS = {
     "row", "impl", "dtype", "tokens_per_s", "vs_hf_eager", "vs_hf_eager_row", "vs_hf_compiled",
     "vs_hf_compiled_row", "model_flops_per_token", "achieved_flops_per_s", "mfu_vs_gemm",

@@ -3,7 +3,8 @@
 `tiny_checkpoint()` is a small random BERT with a WordPiece vocabulary trained on two scenes of
 Shakespeare, saved as a Hugging Face directory (what `bertjax convert` writes), made once per
 process. `tiny_run(path)` copies a 6-step run there, pre-trained once per test run
-(`built_once`); `state_leaves(tree)` are a state's arrays on the host, to compare two states.
+(`built_once`); `state_leaves(tree)` are a state's arrays on the host, to compare two states;
+`qa_records(n, seed)` are question-answering examples whose answer is a name put in the lines.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import fcntl
 import functools
 import itertools
 import os
+import random
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -26,6 +28,7 @@ from bertjax import BertConfig, BertForPreTraining, save_pretrained
 from bertjax.common.caches import user_cache_directory
 from bertjax.config.heads import MODELS
 from bertjax.data import Tokenizer, corpus_documents
+from bertjax.data.squad import QAExample
 
 _TMP = Path(tempfile.mkdtemp(prefix="bertjax-use-tests-"))
 # the run's shared cache of pre-training data (tests/conftest.py), where `bertjax pretrain` finds
@@ -38,6 +41,26 @@ def sentences(n: int = 400) -> list[str]:
     """The first `n` sentences of the held-out plays."""
     docs = corpus_documents("shakespeare", split="eval")
     return list(itertools.islice((s for d in docs for s in d), n))
+
+
+QA_NAMES = ["Prospero", "Miranda", "Caliban", "Ariel", "Titania", "Oberon"]  # not in the lines
+
+
+def qa_records(n: int, seed: int, impossible: float = 0.0) -> list[QAExample]:
+    """Contexts of 3 to 6 lines with a name put in one (none, for a share `impossible`)."""
+    rng, lines = random.Random(seed), sentences(400)
+    out = []
+    for i in range(n):
+        chosen = [rng.choice(lines) for _ in range(rng.randint(3, 6))]
+        name = rng.choice(QA_NAMES)
+        if rng.random() >= impossible:
+            k = rng.randrange(len(chosen))
+            chosen[k] = f"{chosen[k]} {name} said so."
+        context = " ".join(chosen)
+        at = context.find(f" {name} said so.")
+        answers = ((name, at + 1),) if at >= 0 else ()
+        out.append(QAExample(f"{seed}-{i}", "Who said so?", context, answers, f"q{i}"))
+    return out
 
 
 @functools.cache

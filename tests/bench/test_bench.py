@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from bench_helpers import ROW_FIELDS, dot_flops
+from bench_helpers import ROW_FIELDS, TINY, dot_flops
 from flax import nnx
 
 from bertjax.bench.batch import MODEL_KEYS, default_predictions, pretraining_batch
@@ -24,10 +24,6 @@ from bertjax.cli.main import main
 from bertjax.config import BertConfig
 from bertjax.heads import BertForPreTraining
 from bertjax.losses import pretraining_loss
-
-TINY = ["--preset", "tiny", "--seq", "16", "--batch", "4", "--steps", "2", "--warmup", "1",
-        "--gemm-size", "128"]
-
 
 # --- model FLOPs ------------------------------------------------------------------------------
 

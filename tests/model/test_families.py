@@ -308,13 +308,13 @@ def test_finetune_runs_on_a_roberta(task, tmp_path):
 
 
 def test_finetune_question_answering_on_a_roberta(tmp_path):
-    from test_qa_finetune import _records
+    from use_helpers import qa_records
 
     from bertjax.data.squad import write_squad
 
     files = []
     for split, n, seed in (("train", 32, 0), ("validation", 8, 1), ("test", 8, 2)):
-        write_squad(_records(n, seed), tmp_path / f"{split}.json")
+        write_squad(qa_records(n, seed), tmp_path / f"{split}.json")
         files += [f"--{split}", str(tmp_path / f"{split}.json")]
     out = tmp_path / "run"
     assert main(["finetune", str(_directory("roberta", "BertModel")), "--task",
@@ -367,7 +367,7 @@ def test_a_new_model_of_the_family_saves_to_what_transformers_loads(loaded, fami
 def test_bench_times_the_family(mode, family, tmp_path, capsys):
     """`bench train|infer --set model_type=...`: the family's pre-training model in each
     framework (its masked LM without NSP; DistilBERT's without token types), every row run."""
-    from test_bench import TINY
+    from bench_helpers import TINY
 
     path = tmp_path / "bench.json"
     assert main(["bench", mode, *TINY, "--set", "num_hidden_layers=1", "--set",

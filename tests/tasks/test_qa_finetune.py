@@ -6,13 +6,12 @@ are named."""
 from __future__ import annotations
 
 import json
-import random
 
 import numpy as np
 import pytest
 import torch
 import transformers
-from use_helpers import sentences, tiny_checkpoint
+from use_helpers import qa_records, tiny_checkpoint
 
 import bertjax
 from bertjax.cli.main import main
@@ -32,32 +31,12 @@ from bertjax.tasks.question_answering import Decoding, QuestionAnsweringTask, de
 pytestmark = pytest.mark.slow  # trains or compiles at length: CI runs the file, the fast tier leaves it out
 
 TOL = 1e-5  # exported logits, max abs difference per unit of the largest logit (float32)
-NAMES = ["Prospero", "Miranda", "Caliban", "Ariel", "Titania", "Oberon"]  # not in the lines
-
-
-def _records(n: int, seed: int, impossible: float = 0.0) -> list[QAExample]:
-    """Contexts of 3 to 6 lines with a name put in one (none, for a share `impossible`)."""
-    rng, lines = random.Random(seed), sentences(400)
-    out = []
-    for i in range(n):
-        chosen = [rng.choice(lines) for _ in range(rng.randint(3, 6))]
-        name = rng.choice(NAMES)
-        if rng.random() >= impossible:
-            k = rng.randrange(len(chosen))
-            chosen[k] = f"{chosen[k]} {name} said so."
-        context = " ".join(chosen)
-        at = context.find(f" {name} said so.")
-        answers = ((name, at + 1),) if at >= 0 else ()
-        out.append(QAExample(f"{seed}-{i}", "Who said so?", context, answers, f"q{i}"))
-    return out
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("squad")
     paths = []
     for name, n, seed in (("train", 160, 0), ("validation", 40, 1), ("test", 40, 2)):
-        write_squad(_records(n, seed), tmp / f"{name}.json")
+        write_squad(qa_records(n, seed), tmp / f"{name}.json")
         paths.append(tmp / f"{name}.json")
     return paths
 
@@ -128,7 +107,7 @@ def test_decoding_takes_the_best_span_over_windows_and_the_null_answer():
                   allow_empty=True) == {"a": "Horatio"}
 
 
-def test_the_baseline_and_bad_records(data, tmp_path, capsys):
+def test_the_baseline_and_badqa_records(data, tmp_path, capsys):
     train = read_squad(data[0])
     name, scores = QuestionAnsweringTask().baseline(train, read_squad(data[2]), ())
     assert name == "the commonest training answer found in the context"
@@ -155,7 +134,7 @@ def test_the_default_stride_fits_every_window():
 
 
 def test_squad_v2_is_what_the_training_data_is(data, tmp_path, capsys):
-    v2 = _records(20, 3, impossible=0.5)
+    v2 = qa_records(20, 3, impossible=0.5)
     assert 0 < sum(not e.answerable for e in v2) < len(v2)
     with pytest.raises(ValueError, match=r"the test data holds questions with no answer \(SQuAD"):
         QuestionAnsweringTask().check(v2, (), "the test data")
