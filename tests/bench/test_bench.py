@@ -16,7 +16,7 @@ import pytest
 from bench_helpers import ROW_FIELDS, TINY, dot_flops
 from flax import nnx
 
-from bertjax.bench.batch import MODEL_KEYS, default_predictions, pretraining_batch
+from bertjax.bench.batch import MODEL_KEYS, default_predictions, mask_rate, pretraining_batch
 from bertjax.bench.flops import datasheet_peak, model_flops_per_token
 from bertjax.bench.options import BenchSettings, Row
 from bertjax.bench.report import add_ratios, summarize_row
@@ -147,6 +147,21 @@ def test_pretraining_batch() -> None:
     assert set(np.unique(batch["next_sentence_label"])) <= {0, 1}
     again = pretraining_batch(config, B, S, P, seed=3)
     assert all(np.array_equal(batch[k], again[k]) for k in batch)
+
+
+def test_pretraining_batch_masks_at_the_rate_its_slots_ask() -> None:
+    """More slots than BERT's 15% (ModernBERT's 30%: 154 of 512) mask that share of each row,
+    so that a model predicting at the labelled positions alone (transformers' ModernBERT,
+    `sparse_prediction`) does the work a run at that rate does; BERT's slots keep 15%."""
+    config = BertConfig.from_preset("tiny")
+    S, P = 64, 19  # 30% of 64
+    assert mask_rate(S, P) == P / S and mask_rate(S, default_predictions(S)) == 0.15
+    batch = pretraining_batch(config, 16, S, P, seed=1)
+    lengths = batch["attention_mask"].sum(1)
+    real = batch["masked_weights"].sum(1)
+    np.testing.assert_array_equal(real, [min(P, round(P / S * int(n))) for n in lengths])
+    assert real.sum() / lengths.sum() > 0.28  # not 15%
+    assert real[0] == P  # the full row fills every slot
 
 
 # --- derived numbers --------------------------------------------------------------------------
