@@ -18,7 +18,8 @@ from flax import nnx
 from bertjax import numerics
 from bertjax.errors import InputError
 
-__all__ = ["dropout_rows", "exact_attention", "fused_attention", "local_mask", "take_rows"]
+__all__ = ["dropout_rows", "exact_attention", "fused_attention", "local_mask", "take_rows",
+           "window_block", "windowed_attention"]
 
 
 def exact_attention(
@@ -114,6 +115,66 @@ def local_mask(attention_mask: jax.Array, window: int) -> jax.Array:
     band = jnp.abs(rows[:, None] - rows[None, :]) <= window  # (S, S) query x key
     keys = attention_mask[:, None, :] if attention_mask.ndim == 2 else attention_mask
     return band[None] & keys.astype(bool)  # (B, S, S)
+
+
+def window_block(seq_len: int, window: int) -> int | None:
+    """The query block `windowed_attention` computes `seq_len` tokens in for a window of `window`
+    keys on either side: `window` queries (each block then reads 3 x window keys), or None
+    where that saves less than half of the scores (a short sequence, or one the block does not
+    divide), and the whole score matrix is computed and masked instead."""
+    block = max(1, window)
+    if seq_len % block or 2 * (block + 2 * window) > seq_len:
+        return None
+    return block
+
+
+def windowed_attention(q: jax.Array, k: jax.Array, v: jax.Array, attention_mask: jax.Array,
+                       window: int, block: int, chunks: int | None = None) -> jax.Array:
+    """`exact_attention` under `local_mask(attention_mask, window)`, without dropout, computing
+    only the scores inside the window: queries in blocks of `block` (`window_block`), each
+    against the `block + 2 window` keys its queries can see (keys past either end are padding,
+    masked). Returns the context (B, S, A, D). q, k, v (B, S, A, D); the mask a key padding
+    mask (B, S) or packed rows' (B, S, S). `chunks` as `exact_attention`'s: slices of the batch
+    XLA CPU runs side by side.
+
+    A query with no key in its window (a padding row far past its sequence's end) gets what the
+    whole masked matrix gives it, the mean of every value, so the outputs equal the masked
+    path's at every row up to float32 rounding."""
+    if chunks is None or chunks <= 1 or len(q) <= 1:
+        return _windowed(q, k, v, attention_mask, window, block)
+    chunks = min(chunks, len(q))
+    bounds = [len(q) * i // chunks for i in range(chunks + 1)]
+    return jnp.concatenate([_windowed(q[a:b], k[a:b], v[a:b], attention_mask[a:b], window, block)
+                            for a, b in itertools.pairwise(bounds)])  # (B, S, A, D)
+
+
+def _windowed(q: jax.Array, k: jax.Array, v: jax.Array, attention_mask: jax.Array, window: int,
+              block: int) -> jax.Array:
+    """`windowed_attention` of one slice of the batch."""
+    B, S, A, D = q.shape
+    n, span = S // block, block + 2 * window
+
+    def spans(x: jax.Array, rows: bool = False) -> jax.Array:
+        """x (B, [S,] S, ...) padded by `window` keys on either side -> (B, n, [block,] span, ...):
+        block i's keys i*block - window .. i*block + block + window (and its query rows)."""
+        axis = 2 if rows else 1
+        x = jnp.pad(x, [(0, 0)] * axis + [(window, window)] + [(0, 0)] * (x.ndim - axis - 1))
+        parts = [x[:, i * block:(i + 1) * block, i * block:i * block + span] if rows else
+                 x[:, i * block:i * block + span] for i in range(n)]
+        return jnp.stack(parts, axis=1)
+
+    keys = (spans(attention_mask)[:, :, None, :] if attention_mask.ndim == 2
+            else spans(attention_mask, rows=True))  # (B, n, 1 or block, span)
+    offset = jnp.arange(span)[None, :] - window - jnp.arange(block)[:, None]  # key - query
+    mask = (jnp.abs(offset) <= window) & keys.astype(bool)  # (B, n, block, span)
+    qb = q.reshape(B, n, block, A, D)  # (B, S, A, D) -> (B, n, block, A, D)
+    scores = jnp.einsum("bnqad,bnkad->bnaqk", qb, spans(k), preferred_element_type=jnp.float32)
+    probs = numerics.masked_softmax(scores / jnp.sqrt(jnp.float32(D)), mask[:, :, None])
+    context = jnp.einsum("bnaqk,bnkad->bnqad", probs.astype(v.dtype), spans(v))
+    context = context.reshape(B, S, A, D)  # (B, n, block, A, D) -> (B, S, A, D)
+    empty = ~jnp.any(mask, axis=-1).reshape(B, S)  # (B, S): rows whose window holds no key
+    uniform = jnp.mean(v.astype(jnp.float32), axis=1, keepdims=True).astype(v.dtype)  # (B, 1, A, D)
+    return jnp.where(empty[:, :, None, None], uniform, context)
 
 
 def _even_rows(x: jax.Array) -> jax.Array:

@@ -39,7 +39,14 @@ import numpy as np
 from flax import nnx
 
 from bertjax import inputs, numerics
-from bertjax.attention import exact_attention, fused_attention, local_mask, take_rows
+from bertjax.attention import (
+    exact_attention,
+    fused_attention,
+    local_mask,
+    take_rows,
+    window_block,
+    windowed_attention,
+)
 from bertjax.config import STACK_FROM, BertConfig
 from bertjax.config.checks import check_encoder, check_pooler_inputs
 from bertjax.config.heads import ENCODER, MODELS, ModelClass
@@ -151,6 +158,11 @@ class ModernBertAttention(nnx.Module):
             context = (fused_attention(q, k, v, mask, cudnn) if packed else
                        fused_attention(q, k, v, attention_mask, cudnn, window))
             probs = None
+        elif (block := self._window_block(S, window, drops_probs, output_probs)) is not None:
+            assert window is not None
+            context = windowed_attention(q, k, v, attention_mask, window, block,
+                                         numerics.cpu_attention_chunks(B, drops_probs))
+            probs = None
         else:
             def dropout(p: jax.Array) -> jax.Array:
                 return self.attention_dropout(p, deterministic=deterministic, rngs=rngs)
@@ -159,6 +171,17 @@ class ModernBertAttention(nnx.Module):
             context, probs = exact_attention(q, k, v, mask, dropout, chunks)
         out = self.wo(context.reshape(B, S, H))  # (B, S, A, D) -> (B, S, H)
         return self.output_dropout(out, deterministic=deterministic, rngs=rngs), probs
+
+
+    @staticmethod
+    def _window_block(seq_len: int, window: int | None, drops_probs: bool,
+                      output_probs: bool) -> int | None:
+        """The exact path's query block for a local layer that computes only its window
+        (`attention.windowed_attention`), or None: a global layer, a short sequence, dropout on
+        the probabilities or the probabilities asked for (the whole masked matrix then)."""
+        if window is None or drops_probs or output_probs:
+            return None
+        return window_block(seq_len, window)
 
 
 class ModernBertMLP(nnx.Module):
