@@ -24,18 +24,16 @@ from bertjax.common.options import load_file, options
 from bertjax.jobs.stop import NOTHING_TO_SAVE, Interrupted, StopRequest
 from bertjax.runs import config as rc
 from bertjax.runs.layout import RunDir, describe
-from bertjax.runs.recipes import RECIPES, asked_model_type, recipe_comment, recipe_notes
+from bertjax.runs.recipes import asked_recipe, recipe_comment, recipe_lines, recipe_notes
 
 DEFAULT_OUTPUT_DIR = "runs/pretrain"
 DATA_CACHE = "BERTJAX_DATA_CACHE"  # where runs keep their prepared data (jobs.pretrain.data_cache)
 
 
 def _recipes(indent: str) -> str:
-    """The epilog's lines on each family's recipe (`bertjax.runs.recipes`)."""
-    lines = (f"--model.model-type {model_type}: " + ", ".join(
-        f"{name}={value}" for name, value in values.items()) for model_type, values in RECIPES.items())
+    """The epilog's lines on each recipe (`bertjax.runs.recipes`)."""
     return "\n".join(textwrap.fill(line, width=96, initial_indent=indent,
-                                   subsequent_indent=indent + "  ") for line in lines)
+                                   subsequent_indent=indent + "  ") for line in recipe_lines())
 
 
 EPILOG = f"""\
@@ -47,8 +45,8 @@ configuration:
   overrides it reuses the saved configuration; otherwise the requested configuration must equal
   the saved one, and every differing field is named.
 
-recipes: a family with a pre-training recipe of its own takes it for every option not given
-  (on the command line or in --config); --print-config shows the result:
+recipes: a family or an objective with a pre-training recipe of its own takes it for every
+  option not given (on the command line or in --config); --print-config shows the result:
 {_recipes("  ")}
 
 outputs (in --output-dir):
@@ -119,8 +117,8 @@ def requested_config(args: argparse.Namespace) -> rc.RunConfig | None:
     if args.resume and not given:
         return None
     in_file = load_file(args.config, rc.RunConfig) if args.config is not None else {}
-    asked = asked_model_type(in_file, {"model.model_type": getattr(args, "model.model_type", None)})
-    return settings_from_args(args, rc.RunConfig, base=rc.recipe(asked))
+    named = {name: getattr(args, name, None) for name in ("model.model_type", "train.objective")}
+    return settings_from_args(args, rc.RunConfig, base=rc.recipe(*asked_recipe(in_file, named)))
 
 
 def _printed_config(args: argparse.Namespace, config: rc.RunConfig | None) -> rc.RunConfig:
@@ -137,7 +135,8 @@ def run(args: argparse.Namespace) -> int:
     config = requested_config(args)  # a bad option or --config file: one line
     if args.print_config:
         printed = _printed_config(args, config)
-        print(recipe_comment(printed.model_type) + print_config(printed), end="")
+        print(recipe_comment(printed.model_type, printed.train.objective)
+              + print_config(printed), end="")
         return 0
     # Ctrl-C goes to the job's StopRequest from here on, before JAX is imported: until the job
     # starts nothing is written, so it ends the process at once

@@ -41,7 +41,7 @@ from bertjax.config.heads import DISCRIMINATOR, MODELS, pretraining_class
 from bertjax.data.pair_packing import PACKINGS
 from bertjax.data.pairs import NOT_NEXT_CHOICES
 from bertjax.errors import InputError
-from bertjax.runs.recipes import asked_model_type, recipe_values
+from bertjax.runs.recipes import asked_recipe, recipe_values
 from bertjax.train.choices import OBJECTIVES, PARALLEL_CHOICES, PRNG_IMPLS
 from bertjax.train.schedule import OptimConfig
 
@@ -286,7 +286,7 @@ class RunConfig:
         defaults (`recipe`: its family's recipe where it has one); every name and value
         checked."""
         values = flatten(data)
-        return build(cls, values, base=recipe(asked_model_type(values)), source=source)
+        return build(cls, values, base=recipe(*asked_recipe(values)), source=source)
 
     @property
     def model_type(self) -> str:
@@ -352,18 +352,22 @@ def generator_config(config: RunConfig, discriminator: BertConfig) -> BertConfig
         embedding_size=discriminator.embedding_width)
 
 
-def recipe(model_type: object = None) -> RunConfig:
-    """A run's defaults: `DEFAULTS`, with the recipe of `model_type`'s family where it has one
-    (`bertjax.runs.recipes`: ModernBERT's), what the options given are read over."""
-    values = recipe_values(model_type)
-    return build(RunConfig, {"model.model_type": model_type, **values}) if values else RunConfig()
+def recipe(model_type: object = None, objective: object = None) -> RunConfig:
+    """A run's defaults: `DEFAULTS`, with the recipes of `model_type`'s family and of
+    `objective` where they have one (`bertjax.runs.recipes`: ModernBERT's, ELECTRA's), what the
+    options given are read over."""
+    values = recipe_values(model_type, objective)
+    if not values:
+        return RunConfig()
+    asked = {"model.model_type": model_type, "train.objective": objective}
+    return build(RunConfig, {**{k: v for k, v in asked.items() if v is not None}, **values})
 
 
 def load(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
     """Defaults (`recipe`, for the family the file or the overrides name), then the file (if
     any), then `{"section.field": value}` overrides."""
     values = load_file(path, RunConfig) if path is not None else {}
-    config = recipe(asked_model_type(values, overrides))
+    config = recipe(*asked_recipe(values, overrides))
     if path is not None:
         config = build(RunConfig, values, base=config, source=f"--config {path}")
     return build(RunConfig, overrides, base=config) if overrides else config
