@@ -9,7 +9,8 @@ from BERT (transformers' `modeling_modernbert.py`, Warner et al. 2024):
 - no position table: rotary embeddings, one base for global layers and one for local ones, their
   tables computed once per forward (`rotary_tables`), not per layer;
 - alternating attention (`config.attention_types`): global layers attend to every token, local
-  ones to `local_attention // 2` tokens on either side (`attention.local_mask`, or
+  ones to `local_attention // 2` tokens on either side (`attention.windowed_attention`, which
+  computes the window only, `attention.local_mask` where the scores are all computed, or
   `local_window_size` on the fused path), in packed rows inside each sequence and under
   `scan_layers` (the first layer, which differs, runs before a scan over the others, each global
   or local through `lax.cond`);
