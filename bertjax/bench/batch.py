@@ -5,9 +5,9 @@ segments, `predictions` masked slots per row of which the first min(predictions,
 length)) are real (weight 1) and the rest padding (position 0, weight 0), and random
 next-sentence labels. The rate is BERT's 15% (`mask_rate`), or predictions / seq_len where more
 slots are asked for than BERT's 15% of the sequence: ModernBERT's 30% is 154 of 512, and its rows
-then mask 30% of their tokens as a run at that rate does. bertjax and bert_torch read `masked_positions` / `masked_ids` /
-`masked_weights`; transformers reads `labels`, the same targets spread over the sequence
-(-100 everywhere else).
+then mask 30% of their tokens as a run at that rate does. bertjax and bert_torch read
+`masked_positions` / `masked_ids` / `masked_weights`; transformers reads `labels`, the same
+targets spread over the sequence (-100 everywhere else).
 """
 
 from __future__ import annotations

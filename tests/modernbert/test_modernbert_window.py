@@ -12,6 +12,7 @@ queries go in 8 blocks of 4, each against 12 keys; layers 0 and 3 global, 1 and 
 from __future__ import annotations
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -19,8 +20,8 @@ from flax import nnx
 from modernbert_fixtures import config, packed_rows
 
 from bertjax import BertForMaskedLM
-from bertjax.modernbert import ModernBertModel
 from bertjax.attention import window_block
+from bertjax.modernbert import ModernBertModel
 
 TOL = 1e-5  # float32: the same products, summed in another order
 S, LENGTHS = 32, (32, 20, 5)  # the last row's positions 10.. see no real key in their window
@@ -78,20 +79,11 @@ def test_windowed_path_computes_blocks_and_the_whole_path_none():
 
 
 def _equations(jaxpr):
+    """Every equation of `jaxpr` and of the programs inside it (scan, cond, jit), in order."""
     for e in jaxpr.eqns:
         yield e
-        for sub in jax.core.jaxprs_in_params(e.params) if hasattr(jax.core, "jaxprs_in_params") \
-                else _sub_jaxprs(e.params):
+        for sub in jax.extend.core.jaxprs_in_params(e.params):
             yield from _equations(sub)
-
-
-def _sub_jaxprs(params):
-    for value in params.values():
-        for v in value if isinstance(value, (list, tuple)) else [value]:
-            if hasattr(v, "jaxpr") and hasattr(v.jaxpr, "eqns"):
-                yield v.jaxpr
-            elif hasattr(v, "eqns"):
-                yield v
 
 
 def test_windowed_gradients_are_the_whole_matrix():
