@@ -20,6 +20,7 @@ from hub_helpers import add_to_cache
 from modernbert_fixtures import directory
 
 import bertjax
+from bertjax.attention import window_block
 from bertjax.bench import jax_rows, torch_rows
 from bertjax.bench.batch import MODEL_KEYS, pretraining_batch
 from bertjax.bench.flops import model_flops_per_token, window_pairs
@@ -84,6 +85,13 @@ def test_modernbert_base_flops_by_hand() -> None:
         forward + 14 * 4 * H * (S - pairs / S), rel=1e-12)
 
 
+def _computed_pairs(seq: int, window: int | None) -> int:
+    """The (query, key) scores bertjax's exact path computes for one sequence and head: the
+    whole S x S, or a local layer's blocks against the keys their window reaches."""
+    block = None if window is None else window_block(seq, window)
+    return seq * seq if block is None else seq * (block + 2 * window)
+
+
 def _tiny_masked_lm(seq: int, batch: int, predictions: int, **overrides: object):
     config = tiny_config(num_hidden_layers=3, layer_types=LOCAL, **overrides)
     graphdef, params = nnx.split(BertForMaskedLM(config, rngs=nnx.Rngs(0)), nnx.Param)
@@ -109,8 +117,9 @@ def test_flop_formula_counts_every_matmul_of_a_modernbert(seq, batch, prediction
                                                           overrides) -> None:
     """The formula against the matmul FLOPs of bertjax's ModernBERT masked LM (its jaxpr),
     forward and forward + backward. Allowed slack, each term exact: the scores bertjax computes
-    outside a local layer's window and masks (its exact path computes the whole S x S; the
-    formula counts the window's pairs), three times in training; and in the backward the
+    outside a local layer's window and masks (its blocks of queries against the keys their
+    window reaches, `attention.windowed_attention`, fewer than the whole S x S; the formula
+    counts the window's pairs), three times in training; and in the backward the
     ones-vector matmuls of `numerics.add_broadcast` / `scale_broadcast`: the decoder bias's
     gradient (2 V per prediction, when `decoder_bias`) and every LayerNorm's scale (and bias,
     with `norm_bias`) gradient, 2 H (4 H) per row it normalises: every token in the embeddings,
@@ -119,8 +128,10 @@ def test_flop_formula_counts_every_matmul_of_a_modernbert(seq, batch, prediction
     config, params, forward, loss = _tiny_masked_lm(seq, batch, predictions, **overrides)
     tokens, H, L, V = batch * seq, config.hidden_size, config.num_hidden_layers, config.vocab_size
     assert config.attention_windows == (None, 2, 2)
-    outside_window = sum(4 * H * batch * (seq * seq - window_pairs(seq, w))
+    outside_window = sum(4 * H * batch * (_computed_pairs(seq, w) - window_pairs(seq, w))
                          for w in config.attention_windows)
+    assert outside_window < 4 * H * batch * sum(seq * seq - window_pairs(seq, w)
+                                                for w in config.attention_windows)
     normalised_rows = tokens * (2 * L + 1) + batch * predictions
     ones_gradients = ((2 * batch * predictions * V if config.decoder_bias else 0)
                       + (4 if config.norm_bias else 2) * H * normalised_rows)
