@@ -224,17 +224,17 @@ def test_electra_objective_takes_its_recipe_unless_given(tmp_path: Path, capsys)
     own."""
     assert rc.load(None, {}).optim.learning_rate == 1e-3  # BERT's recipe
     electra = rc.load(None, {"train.objective": "electra"})
-    assert (electra.optim.learning_rate, electra.model_type) == (5e-4, "electra")
-    assert rc.load(None, {"train.objective": "electra", "optim.learning_rate": 3e-4}
-                   ).optim.learning_rate == 3e-4
+    assert (electra.optim.learning_rate, electra.model_type) == (3e-4, "electra")
+    assert rc.load(None, {"train.objective": "electra", "optim.learning_rate": 4e-4}
+                   ).optim.learning_rate == 4e-4
     saved = {**electra.to_dict(), "optim": {**electra.to_dict()["optim"], "learning_rate": 1e-3}}
     assert rc.RunConfig.from_dict(saved).optim.learning_rate == 1e-3  # an older run's own
     (tmp_path / "e.toml").write_text('[train]\nobjective = "electra"\n')
-    assert rc.load(tmp_path / "e.toml").optim.learning_rate == 5e-4
+    assert rc.load(tmp_path / "e.toml").optim.learning_rate == 3e-4
     assert main(["pretrain", "--train.objective=electra", "--print-config"]) == 0
     printed = capsys.readouterr().out
     assert printed.startswith("# objective electra: its pre-training recipe")
-    assert "\nlearning_rate = 0.0005\n" in printed
+    assert "\nlearning_rate = 0.0003\n" in printed
 
 
 def test_max_predictions_follows_the_masking_rate_unless_given() -> None:
