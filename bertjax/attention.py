@@ -47,11 +47,17 @@ def exact_attention(
     chunks = max(1, min(chunks, len(q)))
     if chunks == 1:  # one slice (an empty batch included)
         return _attend(q, k, v, attention_mask, dropout, heads_major=True)
-    bounds = [len(q) * i // chunks for i in range(chunks + 1)]  # slice i: rows bounds[i]:bounds[i+1]
-    parts = [_attend(q[a:b], k[a:b], v[a:b], attention_mask[a:b], dropout, heads_major=True)
-             for a, b in itertools.pairwise(bounds)]
-    return (jnp.concatenate([c for c, _ in parts]),  # (B, Q, A, D)
-            jnp.concatenate([p for _, p in parts]))  # (B, A, Q, S)
+    attended = [_attend(q_, k_, v_, mask, dropout, heads_major=True)
+                for q_, k_, v_, mask in batch_slices(chunks, q, k, v, attention_mask)]
+    return (jnp.concatenate([c for c, _ in attended]),  # (B, Q, A, D)
+            jnp.concatenate([p for _, p in attended]))  # (B, A, Q, S)
+
+
+def batch_slices(chunks: int, *arrays: jax.Array) -> list[tuple[jax.Array, ...]]:
+    """`arrays` (each (B, ...)) cut into `chunks` slices of the batch, as even as they come:
+    slice i holds rows B * i // chunks up to B * (i + 1) // chunks of every array."""
+    bounds = [len(arrays[0]) * i // chunks for i in range(chunks + 1)]
+    return [tuple(x[a:b] for x in arrays) for a, b in itertools.pairwise(bounds)]
 
 
 # The batched matmuls of `_attend`, as laid out in memory: (b, S, A, D) operands, or heads-major
@@ -142,10 +148,9 @@ def windowed_attention(q: jax.Array, k: jax.Array, v: jax.Array, attention_mask:
     path's at every row up to float32 rounding."""
     if chunks is None or chunks <= 1 or len(q) <= 1:
         return _windowed(q, k, v, attention_mask, window, block)
-    chunks = min(chunks, len(q))
-    bounds = [len(q) * i // chunks for i in range(chunks + 1)]
-    return jnp.concatenate([_windowed(q[a:b], k[a:b], v[a:b], attention_mask[a:b], window, block)
-                            for a, b in itertools.pairwise(bounds)])  # (B, S, A, D)
+    parts = batch_slices(min(chunks, len(q)), q, k, v, attention_mask)
+    return jnp.concatenate([_windowed(q_, k_, v_, mask, window, block)  # (B, S, A, D)
+                            for q_, k_, v_, mask in parts])
 
 
 def _windowed(q: jax.Array, k: jax.Array, v: jax.Array, attention_mask: jax.Array, window: int,

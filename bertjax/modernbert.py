@@ -159,8 +159,8 @@ class ModernBertAttention(nnx.Module):
             context = (fused_attention(q, k, v, mask, cudnn) if packed else
                        fused_attention(q, k, v, attention_mask, cudnn, window))
             probs = None
-        elif (block := self._window_block(S, window, drops_probs, output_probs)) is not None:
-            assert window is not None
+        elif (window is not None and not drops_probs and not output_probs
+              and (block := window_block(S, window)) is not None):  # only the window's scores
             context = windowed_attention(q, k, v, attention_mask, window, block,
                                          numerics.cpu_attention_chunks(B, drops_probs))
             probs = None
@@ -173,16 +173,6 @@ class ModernBertAttention(nnx.Module):
         out = self.wo(context.reshape(B, S, H))  # (B, S, A, D) -> (B, S, H)
         return self.output_dropout(out, deterministic=deterministic, rngs=rngs), probs
 
-
-    @staticmethod
-    def _window_block(seq_len: int, window: int | None, drops_probs: bool,
-                      output_probs: bool) -> int | None:
-        """The exact path's query block for a local layer that computes only its window
-        (`attention.windowed_attention`), or None: a global layer, a short sequence, dropout on
-        the probabilities or the probabilities asked for (the whole masked matrix then)."""
-        if window is None or drops_probs or output_probs:
-            return None
-        return window_block(seq_len, window)
 
 
 class ModernBertMLP(nnx.Module):

@@ -24,7 +24,13 @@ from bertjax.common.options import load_file, options
 from bertjax.jobs.stop import NOTHING_TO_SAVE, Interrupted, StopRequest
 from bertjax.runs import config as rc
 from bertjax.runs.layout import RunDir, describe
-from bertjax.runs.recipes import asked_recipe, recipe_comment, recipe_lines, recipe_notes
+from bertjax.runs.recipes import (
+    RECIPE_OPTIONS,
+    asked_recipe,
+    recipe_comment,
+    recipe_lines,
+    recipe_notes,
+)
 
 DEFAULT_OUTPUT_DIR = "runs/pretrain"
 DATA_CACHE = "BERTJAX_DATA_CACHE"  # where runs keep their prepared data (jobs.pretrain.data_cache)
@@ -117,7 +123,7 @@ def requested_config(args: argparse.Namespace) -> rc.RunConfig | None:
     if args.resume and not given:
         return None
     in_file = load_file(args.config, rc.RunConfig) if args.config is not None else {}
-    named = {name: getattr(args, name, None) for name in ("model.model_type", "train.objective")}
+    named = {name: getattr(args, name, None) for name in RECIPE_OPTIONS}
     return settings_from_args(args, rc.RunConfig, base=rc.recipe(*asked_recipe(in_file, named)))
 
 

@@ -41,7 +41,7 @@ from bertjax.config.heads import DISCRIMINATOR, MODELS, pretraining_class
 from bertjax.data.pair_packing import PACKINGS
 from bertjax.data.pairs import NOT_NEXT_CHOICES
 from bertjax.errors import InputError
-from bertjax.runs.recipes import asked_recipe, recipe_values
+from bertjax.runs.recipes import RECIPE_OPTIONS, asked_recipe, recipe_values
 from bertjax.train.choices import OBJECTIVES, PARALLEL_CHOICES, PRNG_IMPLS
 from bertjax.train.schedule import OptimConfig
 
@@ -359,7 +359,7 @@ def recipe(model_type: object = None, objective: object = None) -> RunConfig:
     values = recipe_values(model_type, objective)
     if not values:
         return RunConfig()
-    asked = {"model.model_type": model_type, "train.objective": objective}
+    asked = dict(zip(RECIPE_OPTIONS, (model_type, objective), strict=True))
     return build(RunConfig, {**{k: v for k, v in asked.items() if v is not None}, **values})
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 MODEL_TYPE = "model.model_type"
 OBJECTIVE = "train.objective"
+RECIPE_OPTIONS = (MODEL_TYPE, OBJECTIVE)  # the options whose values have recipes
 
 # ModernBERT's (Warner et al., 2024, and its released pre-training config): a masked LM alone at
 # 30% masking on packed rows, warm-up-stable-decay, and its optimizer's settings as far as
@@ -58,7 +59,7 @@ def recipe_values(model_type: object, objective: object = None) -> dict[str, Any
 def asked_recipe(*values: Mapping[str, Any] | None) -> Asked:
     """The `model.model_type` and `train.objective` that the last of `values`
     (`{"section.field": value}`, as read) naming each gives, or None."""
-    asked: dict[str, object] = {MODEL_TYPE: None, OBJECTIVE: None}
+    asked: dict[str, object] = dict.fromkeys(RECIPE_OPTIONS)
     for given in values:
         for name in asked:
             if given and given.get(name) is not None:
